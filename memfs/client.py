@@ -1,0 +1,1004 @@
+"""The one HTTP client memfs uses to talk to a Memory Store (hosted API or `memfs serve`).
+
+Layers, bottom up:
+
+- `ClientConfig`: base URL and credentials from flags and the environment. It never
+  prints a credential (its repr names only where the credential came from).
+- `make_http_client`: an `httpx.AsyncClient` with the API's fixed headers, the
+  credential, a connection pool sized for concurrent transfers, and timeouts.
+- `StoreClient`: typed calls over an injected `httpx.AsyncClient`. It maps every failure
+  onto `memfs.errors` (`StoreUnavailable` is the only transient class) and retries the
+  transient ones with capped exponential back-off and full jitter, honouring
+  `retry-after`. Lost answers are settled here where the API allows it: a retried create
+  that meets its own memory (same path, same sha) succeeds, and a retried delete that
+  meets a 404 counts as deleted.
+
+Content from the wire is kept as the `str` JSON decoding gives. JSON can carry lone
+surrogates (`"\\ud800"`), which no UTF-8 byte sequence represents; such content is
+surfaced, never repaired: `FullMemory.content_bytes()` raises `InvalidContent` for it,
+and `FullMemory.is_utf8` lets a caller check first. Never call `content.encode()`
+yourself without handling `UnicodeEncodeError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.utils
+import ipaddress
+import json
+import logging
+import os
+import random
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+import httpx
+import trio
+
+from memfs.errors import (
+    ConfigError,
+    Conflict,
+    NotFound,
+    PathConflict,
+    PreconditionFailed,
+    Rejected,
+    StoreAuthError,
+    StoreError,
+    StoreUnavailable,
+)
+from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY, RemoteMemory, sha256_hex
+
+log = logging.getLogger("memfs.client")
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+CREDENTIAL_HINT = (
+    "set ANTHROPIC_API_KEY (x-api-key), ANTHROPIC_AUTH_TOKEN (bearer token) "
+    "or ANTHROPIC_WORK_SECRET (a work item's secret)"
+)
+View: TypeAlias = Literal["basic", "full"]
+MAX_PAGE = 100
+MAX_FULL_PAGE = 20
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where the store is and how to authenticate; safe to log (`repr` hides secrets).
+
+    `auth_header` is `(name, value)` or None; `credential_source` names the variable it
+    came from, which is all a message or log line ever shows.
+    """
+
+    base_url: str
+    auth_header: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    credential_source: str | None = None
+
+    def __repr__(self) -> str:
+        kind = self.credential_source or "none"
+        if self.auth_header is not None:
+            kind += f" ({self.auth_header[0]})"
+        return f"ClientConfig(base_url={self.base_url!r}, credentials={kind})"
+
+    __str__ = __repr__
+
+    @classmethod
+    def from_env(
+        cls, api_url: str | None = None, environ: Mapping[str, str] | None = None
+    ) -> ClientConfig:
+        """Read the base URL and credentials (work secret > auth token > API key > none).
+
+        Empty variables count as unset. A work secret that is set but unusable is a
+        `ConfigError`: falling back to another credential would only fail later with a
+        confusing 401 (the memory endpoints reject environment keys).
+        """
+        env = os.environ if environ is None else environ
+        base = api_url or env.get("ANTHROPIC_BASE_URL", "").strip() or DEFAULT_BASE_URL
+        base_url = _check_base_url(base)
+        secret = env.get("ANTHROPIC_WORK_SECRET", "").strip()
+        if secret:
+            token = decode_work_secret(secret)
+            return cls(base_url, ("authorization", f"Bearer {token}"), "ANTHROPIC_WORK_SECRET")
+        token = env.get("ANTHROPIC_AUTH_TOKEN", "").strip()
+        if token:
+            return cls(base_url, ("authorization", f"Bearer {token}"), "ANTHROPIC_AUTH_TOKEN")
+        key = env.get("ANTHROPIC_API_KEY", "").strip()
+        if key:
+            return cls(base_url, ("x-api-key", key), "ANTHROPIC_API_KEY")
+        return cls(base_url, None, None)
+
+
+def _check_base_url(url: str) -> str:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"invalid API URL {url!r}: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"invalid API URL {url!r}: expected http(s)://host[:port]")
+    if parsed.userinfo:
+        raise ConfigError("the API URL must not contain credentials; use the environment")
+    return str(parsed).rstrip("/")
+
+
+def decode_work_secret(secret: str) -> str:
+    """The `sessions_token` of a work-item secret (base64url JSON, padding optional)."""
+    problem = "ANTHROPIC_WORK_SECRET is not a valid work-item secret"
+    text = secret.strip()
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        payload = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{problem} (expected base64url-encoded JSON)") from None
+    if not isinstance(payload, dict):
+        raise ConfigError(f"{problem} (its JSON is not an object)")
+    token = payload.get("sessions_token")
+    if not isinstance(token, str) or not token.strip():
+        raise ConfigError(
+            f"{problem} (it has no sessions_token; the memory endpoints need one)"
+        )
+    return token.strip()
+
+
+def _is_loopback(url: str) -> bool:
+    host = httpx.URL(url).host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def make_http_client(
+    config: ClientConfig,
+    *,
+    max_connections: int = 32,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """An AsyncClient for `StoreClient`: fixed headers, the credential, pooling, timeouts.
+
+    The pool holds `max_connections` keep-alive connections so a flush of many small
+    uploads reuses them. The pool timeout is generous because waiting for a free
+    connection is normal under load; a slow or dead server fails on connect/read.
+    Proxy variables are ignored for loopback URLs (a local `memfs serve`).
+    """
+    headers = {
+        "anthropic-version": ANTHROPIC_VERSION,
+        "anthropic-beta": BETA_MEMORY,
+        "accept": "application/json",
+        "user-agent": "memfs/0.1",
+    }
+    if config.auth_header is not None:
+        headers[config.auth_header[0]] = config.auth_header[1]
+    return httpx.AsyncClient(
+        base_url=config.base_url,
+        headers=headers,
+        limits=httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=30.0,
+        ),
+        timeout=httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=120.0),
+        transport=transport,
+        trust_env=not _is_loopback(config.base_url),
+        follow_redirects=False,
+    )
+
+
+# --------------------------------------------------------------------------- retries
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures (`StoreUnavailable`) are retried.
+
+    `max_attempts` counts the first try; `deadline` bounds the whole call in seconds
+    (a back-off that would end past it is not started). The delay before retry *n* is
+    uniform in [0, min(max_delay, base_delay * 2**(n-1))] ("full jitter", so many
+    clients don't retry in lockstep), or the server's `retry-after` capped at
+    `max_delay`.
+    """
+
+    max_attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 20.0
+    deadline: float = 60.0
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        return cls(max_attempts=1)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        if retry_after is not None:
+            return max(0.0, min(retry_after, self.max_delay))
+        ceiling = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        return random.uniform(0.0, ceiling)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    id: str
+    name: str
+    description: str
+    metadata: dict[str, str] = field(hash=False)
+    created_at: str
+    updated_at: str
+    archived_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "name": self.name, "description": self.description,
+            "metadata": dict(self.metadata), "created_at": self.created_at,
+            "updated_at": self.updated_at, "archived_at": self.archived_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPrefix:
+    """A directory roll-up from a `depth=1` listing; `path` ends with '/'."""
+
+    path: str
+
+
+class InvalidContent(StoreError):
+    """The server sent content that is not valid UTF-8 text (lone surrogates in JSON)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FullMemory:
+    """A memory with its content. `content` may hold lone surrogates: use `content_bytes`."""
+
+    memory: RemoteMemory
+    content: str
+
+    @property
+    def is_utf8(self) -> bool:
+        try:
+            self.content.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    def content_bytes(self) -> bytes:
+        """The content as UTF-8; `InvalidContent` if the server sent unencodable text."""
+        try:
+            return self.content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidContent(
+                f"memory {self.memory.id} at {self.memory.path!r} has content that is "
+                "not valid UTF-8 (lone surrogates from the server)"
+            ) from None
+
+
+MemoryItem: TypeAlias = RemoteMemory | MemoryPrefix | FullMemory
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPage:
+    items: list[MemoryItem]
+    next_page: str | None
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One immutable version. path/content/sha/size are None when redacted or deleted."""
+
+    id: str
+    memory_id: str
+    memory_store_id: str
+    operation: str
+    path: str | None
+    content: str | None
+    content_sha256: str | None
+    content_size_bytes: int | None
+    created_at: str
+    created_by: dict[str, Any] = field(hash=False)
+    redacted_at: str | None
+    redacted_by: dict[str, Any] | None = field(hash=False)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _str(obj: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise _Malformed(f"field {key!r} is missing or not a string")
+    return value
+
+
+def _opt_str(obj: Mapping[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _Malformed(f"field {key!r} is not a string")
+    return value
+
+
+def _int(obj: Mapping[str, Any], key: str) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Malformed(f"field {key!r} is missing or not an integer")
+    return value
+
+
+def _opt_int(obj: Mapping[str, Any], key: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Malformed(f"field {key!r} is not an integer")
+    return value
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Malformed(f"{what} is not a JSON object")
+    return value
+
+
+def _parse_store(data: Any) -> StoreInfo:
+    obj = _obj(data, "memory store")
+    metadata = obj.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise _Malformed("field 'metadata' is not a map of strings")
+    return StoreInfo(
+        id=_str(obj, "id"),
+        name=_str(obj, "name"),
+        description=_opt_str(obj, "description") or "",
+        metadata=dict(metadata),
+        created_at=_str(obj, "created_at", ""),
+        updated_at=_str(obj, "updated_at", ""),
+        archived_at=_opt_str(obj, "archived_at"),
+    )
+
+
+def _parse_memory(obj: Mapping[str, Any]) -> RemoteMemory:
+    return RemoteMemory(
+        id=_str(obj, "id"),
+        path=_str(obj, "path"),
+        content_sha256=_str(obj, "content_sha256"),
+        content_size_bytes=_int(obj, "content_size_bytes"),
+        memory_version_id=_str(obj, "memory_version_id", ""),
+        created_at=_str(obj, "created_at", ""),
+        updated_at=_str(obj, "updated_at", ""),
+    )
+
+
+def _parse_full(obj: Mapping[str, Any]) -> FullMemory:
+    content = obj.get("content")
+    if not isinstance(content, str):
+        raise _Malformed("field 'content' is missing in a full view")
+    return FullMemory(_parse_memory(obj), content)
+
+
+def _parse_version(data: Any) -> MemoryVersion:
+    obj = _obj(data, "memory version")
+    created_by = obj.get("created_by") or {}
+    redacted_by = obj.get("redacted_by")
+    if not isinstance(created_by, dict) or not (
+        redacted_by is None or isinstance(redacted_by, dict)
+    ):
+        raise _Malformed("an actor is not a JSON object")
+    return MemoryVersion(
+        id=_str(obj, "id"),
+        memory_id=_str(obj, "memory_id"),
+        memory_store_id=_str(obj, "memory_store_id", ""),
+        operation=_str(obj, "operation"),
+        path=_opt_str(obj, "path"),
+        content=_opt_str(obj, "content"),
+        content_sha256=_opt_str(obj, "content_sha256"),
+        content_size_bytes=_opt_int(obj, "content_size_bytes"),
+        created_at=_str(obj, "created_at", ""),
+        created_by=created_by,
+        redacted_at=_opt_str(obj, "redacted_at"),
+        redacted_by=redacted_by,
+    )
+
+
+def _page(data: Any) -> tuple[list[Any], str | None]:
+    obj = _obj(data, "list response")
+    items = obj.get("data")
+    if not isinstance(items, list):
+        raise _Malformed("field 'data' is missing or not a list")
+    return items, _opt_str(obj, "next_page") or None
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds from `retry-after-ms`, or `retry-after` (seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_from_response(
+    response: httpx.Response, *, scrub: Callable[[str], str] = str
+) -> StoreError:
+    """Map an error response (status + `error.type`) to the `memfs.errors` tree.
+
+    Tolerates any body: non-JSON or oddly shaped errors are classified by status alone.
+    """
+    status = response.status_code
+    error_type: str | None = None
+    message: str | None = None
+    request_id = response.headers.get("request-id")
+    extra: dict[str, Any] = {}
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        rid = body.get("request_id")
+        if isinstance(rid, str) and rid:
+            request_id = request_id or rid
+        err = body.get("error")
+        if isinstance(err, dict):
+            extra = err
+            if isinstance(err.get("type"), str):
+                error_type = err["type"]
+            if isinstance(err.get("message"), str):
+                message = scrub(err["message"])[:500]
+    if message is None:
+        message = f"HTTP {status}" + ("" if isinstance(body, dict) else " (no JSON error body)")
+    kwargs: dict[str, Any] = {
+        "status": status, "error_type": error_type, "request_id": request_id,
+    }
+    error: StoreError
+    if status in (401, 403):
+        error = StoreAuthError(f"the store refused the credentials: {message}", **kwargs)
+    elif status == 404:
+        error = NotFound(message, **kwargs)
+    elif status == 412 or (status == 409 and error_type == "memory_precondition_failed_error"):
+        error = PreconditionFailed(message, **kwargs)
+    elif status == 409 and error_type == "memory_path_conflict_error":
+        conflict = PathConflict(message, **kwargs)
+        mid, cpath = extra.get("conflicting_memory_id"), extra.get("conflicting_path")
+        conflict.conflicting_memory_id = mid if isinstance(mid, str) else ""
+        conflict.conflicting_path = cpath if isinstance(cpath, str) else ""
+        error = conflict
+    elif status == 409:
+        error = Conflict(message, **kwargs)
+    elif status in (400, 413, 422):
+        error = Rejected(message, **kwargs)
+    elif status in (408, 425, 429) or status >= 500:
+        unavailable = StoreUnavailable(message, **kwargs)
+        unavailable.retry_after = parse_retry_after(response.headers)
+        error = unavailable
+    else:
+        error = StoreError(message, **kwargs)
+    return error
+
+
+# --------------------------------------------------------------------------- client
+
+
+class _Retry:
+    """Sentinel a settle hook returns to ask for another attempt."""
+
+
+_RETRY = _Retry()
+Settle: TypeAlias = Callable[[StoreError], Awaitable[Any]]
+
+
+def _seg(value: str, what: str) -> str:
+    """One URL path segment from an opaque id; never lets an id escape its route."""
+    if not isinstance(value, str) or value in ("", ".", ".."):
+        raise Rejected(f"invalid {what} {value!r}")
+    return urllib.parse.quote(value, safe="")
+
+
+class StoreClient:
+    """Typed calls of the Memory Stores API over an injected `httpx.AsyncClient`.
+
+    The http client supplies the base URL and the credential (see `make_http_client`);
+    this class sets `anthropic-version` and exactly one `anthropic-beta` value on every
+    request itself, replacing whatever defaults the http client has. Every method
+    raises only `StoreError` subclasses (plus `ValueError` for a programming error).
+    """
+
+    def __init__(self, http: httpx.AsyncClient, *, retry: RetryPolicy = RetryPolicy()) -> None:
+        self._http = http
+        self.retry = retry
+        secrets = []
+        for name in ("x-api-key", "authorization"):
+            value = http.headers.get(name)
+            if value:
+                secrets.append(value)
+                secrets.extend(part for part in value.split() if len(part) >= 8)
+        self._secrets = sorted(set(secrets), key=len, reverse=True)
+        self._has_credentials = bool(secrets)
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+    def _headers(self, has_body: bool) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION, "anthropic-beta": BETA_MEMORY}
+        if has_body:
+            headers["content-type"] = "application/json"
+        return headers
+
+    def _transport_error(self, exc: httpx.RequestError) -> StoreError:
+        where = str(self._http.base_url).rstrip("/") or "the store"
+        detail = self._scrub(str(exc)) or type(exc).__name__
+        text = f"cannot reach the store at {where}: {type(exc).__name__}: {detail}"
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+            return StoreError(text)
+        if isinstance(exc, httpx.TransportError):
+            return StoreUnavailable(text)
+        return StoreError(text)
+
+    def _decorate(self, error: StoreError) -> StoreError:
+        if isinstance(error, StoreAuthError):
+            if self._has_credentials:
+                error.message += f" (check the credential; {CREDENTIAL_HINT})"
+            else:
+                error.message += f" (no credentials were sent; {CREDENTIAL_HINT})"
+        return error
+
+    async def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        op: str,
+        store_id: str | None = None,
+        memory_path: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | None = None,
+        settle: Settle | None = None,
+    ) -> Any:
+        """Send with retries; return the decoded JSON body of a 2xx answer.
+
+        `settle` is asked about a permanent error met on a *retry* (the first attempt
+        may have been applied before its answer was lost): it returns a result, `_RETRY`,
+        or None to let the error stand.
+        """
+        content: bytes | None = None
+        if body is not None:
+            try:
+                content = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise Rejected(
+                    f"{op}: the request holds text that is not valid UTF-8 "
+                    "(lone surrogates); the API would refuse it"
+                ) from None
+        clean_params = {k: v for k, v in (params or {}).items() if v is not None}
+        started = trio.current_time()
+        attempt = 0
+        while True:
+            attempt += 1
+            error: StoreError
+            try:
+                response = await self._http.request(
+                    method, url, params=clean_params, content=content,
+                    headers=self._headers(content is not None),
+                )
+            except httpx.RequestError as exc:
+                error = self._transport_error(exc)
+            else:
+                if response.is_success:
+                    try:
+                        return json.loads(response.content) if response.content else {}
+                    except ValueError:
+                        error = StoreError(
+                            f"{op}: the store answered {response.status_code} with a body "
+                            "that is not JSON",
+                            status=response.status_code,
+                            request_id=response.headers.get("request-id"),
+                        )
+                        raise error from None
+                error = self._decorate(error_from_response(response, scrub=self._scrub))
+            if not isinstance(error, StoreUnavailable):
+                if settle is None or attempt == 1:
+                    raise error
+                outcome = await settle(error)
+                if outcome is None:
+                    raise error
+                if not isinstance(outcome, _Retry):
+                    return outcome
+            retry_after = error.retry_after if isinstance(error, StoreUnavailable) else None
+            delay = self.retry.delay(attempt, retry_after)
+            elapsed = trio.current_time() - started
+            context = _kv(op=op, memory_store_id=store_id, path=memory_path, attempt=attempt)
+            if attempt >= self.retry.max_attempts or elapsed + delay > self.retry.deadline:
+                if self.retry.max_attempts > 1:  # the caller reports the error itself
+                    log.debug("giving up on store request %s elapsed=%.1f error=%s",
+                              context, elapsed, _quote(str(error)))
+                raise error
+            level = logging.DEBUG if attempt == 1 else logging.WARNING
+            log.log(level, "retrying store request %s delay=%.2f error=%s",
+                    context, delay, _quote(str(error)))
+            await trio.sleep(delay)
+
+    def _parse(self, op: str, parser: Callable[[Any], Any], data: Any) -> Any:
+        try:
+            return parser(data)
+        except _Malformed as exc:
+            raise StoreError(f"{op}: malformed answer from the store: {exc}") from None
+
+    # ---------------------------------------------------------------- stores
+
+    async def retrieve_store(self, store_id: str) -> StoreInfo:
+        data = await self._request("GET", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
+                                   op="retrieve_store", store_id=store_id)
+        result: StoreInfo = self._parse("retrieve_store", _parse_store, data)
+        return result
+
+    async def list_stores(self, *, include_archived: bool = False) -> list[StoreInfo]:
+        """Every store (all pages), newest first."""
+        stores: list[StoreInfo] = []
+        page: str | None = None
+        while True:
+            data = await self._request(
+                "GET", "/v1/memory_stores", op="list_stores",
+                params={"limit": MAX_PAGE, "page": page,
+                        "include_archived": "true" if include_archived else None},
+            )
+            items, page = self._parse("list_stores", _page, data)
+            stores.extend(self._parse("list_stores", _parse_store, item) for item in items)
+            if page is None:
+                return stores
+
+    async def create_store(
+        self, name: str, description: str = "", metadata: Mapping[str, str] | None = None
+    ) -> StoreInfo:
+        body: dict[str, Any] = {"name": name}
+        if description:
+            body["description"] = description
+        if metadata:
+            body["metadata"] = dict(metadata)
+        data = await self._request("POST", "/v1/memory_stores", op="create_store", body=body)
+        result: StoreInfo = self._parse("create_store", _parse_store, data)
+        return result
+
+    async def update_store(
+        self,
+        store_id: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, str | None] | None = None,
+    ) -> StoreInfo:
+        """Patch a store; in `metadata` a None value deletes that key."""
+        body: dict[str, Any] = {}
+        if name is not None:
+            body["name"] = name
+        if description is not None:
+            body["description"] = description
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        data = await self._request(
+            "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
+            op="update_store", store_id=store_id, body=body,
+        )
+        result: StoreInfo = self._parse("update_store", _parse_store, data)
+        return result
+
+    async def archive_store(self, store_id: str) -> StoreInfo:
+        data = await self._request(
+            "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}/archive",
+            op="archive_store", store_id=store_id,
+        )
+        result: StoreInfo = self._parse("archive_store", _parse_store, data)
+        return result
+
+    async def delete_store(self, store_id: str) -> None:
+        """Delete a store and everything in it; a retry that meets 404 counts as done."""
+
+        async def settle(error: StoreError) -> Any:
+            return {} if isinstance(error, NotFound) else None
+
+        await self._request(
+            "DELETE", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
+            op="delete_store", store_id=store_id, settle=settle,
+        )
+
+    # ---------------------------------------------------------------- memories
+
+    def _memories_url(self, store_id: str, memory_id: str | None = None) -> str:
+        url = f"/v1/memory_stores/{_seg(store_id, 'store id')}/memories"
+        if memory_id is not None:
+            url += "/" + _seg(memory_id, "memory id")
+        return url
+
+    async def list_memories_page(
+        self,
+        store_id: str,
+        *,
+        page: str | None = None,
+        view: View = "basic",
+        path_prefix: str | None = None,
+        depth: int | None = None,
+        limit: int = MAX_PAGE,
+    ) -> MemoryPage:
+        """One page of a listing. `limit` is capped at 100 (20 with view="full")."""
+        limit = max(1, min(limit, MAX_FULL_PAGE if view == "full" else MAX_PAGE))
+        data = await self._request(
+            "GET", self._memories_url(store_id), op="list_memories", store_id=store_id,
+            memory_path=path_prefix,
+            params={"view": view, "limit": limit, "page": page,
+                    "path_prefix": path_prefix, "depth": depth},
+        )
+        items, next_page = self._parse("list_memories", _page, data)
+        out: list[MemoryItem] = []
+        for raw in items:
+            item = self._parse("list_memories", lambda v: _obj(v, "list item"), raw)
+            kind = item.get("type", "memory")
+            if kind == "memory_prefix":
+                if depth == 1:
+                    out.append(MemoryPrefix(self._parse(
+                        "list_memories", lambda o: _str(o, "path"), item)))
+            elif kind == "memory":
+                parser = _parse_full if view == "full" else _parse_memory
+                out.append(self._parse("list_memories", parser, item))
+            else:
+                log.debug("skipping unknown list item type=%s memory_store_id=%s",
+                          kind, store_id)
+        return MemoryPage(out, next_page)
+
+    async def iter_memories(
+        self,
+        store_id: str,
+        *,
+        view: View = "basic",
+        path_prefix: str | None = None,
+        depth: int | None = None,
+        page_size: int = MAX_PAGE,
+    ) -> AsyncIterator[MemoryItem]:
+        """Stream a listing page by page: `RemoteMemory` (basic), `FullMemory` (full;
+        page size capped at 20), and `MemoryPrefix` roll-ups only when depth=1.
+        The server may list the reserved marker path; callers skip it."""
+        page: str | None = None
+        while True:
+            result = await self.list_memories_page(
+                store_id, page=page, view=view, path_prefix=path_prefix,
+                depth=depth, limit=page_size,
+            )
+            for item in result.items:
+                yield item
+            if result.next_page is None:
+                return
+            page = result.next_page
+
+    async def list_memories(self, store_id: str) -> list[RemoteMemory]:
+        """The whole store, basic view, 100 per page (the cheap diffing listing)."""
+        return [item async for item in self.iter_memories(store_id)
+                if isinstance(item, RemoteMemory)]
+
+    async def retrieve_memory(self, store_id: str, memory_id: str) -> FullMemory:
+        data = await self._request(
+            "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
+            store_id=store_id, params={"view": "full"},
+        )
+        result: FullMemory = self._parse(
+            "retrieve_memory", lambda v: _parse_full(_obj(v, "memory")), data)
+        return result
+
+    async def _retrieve_basic(self, store_id: str, memory_id: str) -> dict[str, Any]:
+        data = await self._request(
+            "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
+            store_id=store_id, params={"view": "basic"},
+        )
+        result: dict[str, Any] = self._parse("retrieve_memory",
+                                             lambda v: _obj(v, "memory"), data)
+        return result
+
+    async def create_memory(self, store_id: str, path: str, content: str) -> RemoteMemory:
+        """Create a memory; never overwrites (`PathConflict` if the path is taken).
+
+        If an attempt's answer was lost and the retry meets a path conflict on the same
+        path with the same sha, the first attempt succeeded: that memory is returned.
+        """
+        try:
+            sha = sha256_hex(content.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise Rejected("create_memory: content is not valid UTF-8 (lone surrogates)"
+                           ) from None
+
+        async def settle(error: StoreError) -> Any:
+            if not isinstance(error, PathConflict) or error.conflicting_path != path:
+                return None
+            if not error.conflicting_memory_id:
+                return _RETRY  # the docs say: retry when the id is unknown
+            try:
+                found = await self._retrieve_basic(store_id, error.conflicting_memory_id)
+            except NotFound:
+                return _RETRY  # deleted meanwhile: the path may be free now
+            if found.get("path") == path and found.get("content_sha256") == sha:
+                log.info("create settled by sha after a lost answer %s",
+                         _kv(memory_store_id=store_id, path=path,
+                             memory_id=error.conflicting_memory_id))
+                return found
+            return None
+
+        data = await self._request(
+            "POST", self._memories_url(store_id), op="create_memory", store_id=store_id,
+            memory_path=path, params={"view": "basic"},
+            body={"path": path, "content": content}, settle=settle,
+        )
+        result: RemoteMemory = self._parse(
+            "create_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
+        return result
+
+    async def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        path: str | None = None,
+        precondition_sha256: str | None = None,
+    ) -> RemoteMemory:
+        """Change content and/or path (a rename keeps the id).
+
+        With `precondition_sha256` the update applies only if the stored sha matches
+        (`PreconditionFailed` otherwise). Retrying after a lost answer is safe: the
+        server answers 200 when the stored state already equals the request.
+        """
+        if content is None and path is None:
+            raise ValueError("update_memory needs content or path")
+        body: dict[str, Any] = {}
+        if content is not None:
+            body["content"] = content
+        if path is not None:
+            body["path"] = path
+        if precondition_sha256 is not None:
+            body["precondition"] = {"type": "content_sha256",
+                                    "content_sha256": precondition_sha256}
+        data = await self._request(
+            "POST", self._memories_url(store_id, memory_id), op="update_memory",
+            store_id=store_id, memory_path=path, params={"view": "basic"}, body=body,
+        )
+        result: RemoteMemory = self._parse(
+            "update_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
+        return result
+
+    async def delete_memory(
+        self, store_id: str, memory_id: str, *, expected_sha256: str | None = None
+    ) -> None:
+        """Delete a memory (only if its sha is `expected_sha256`, when given).
+
+        A 404 on the first attempt is `NotFound`; on a retry it means the lost first
+        attempt deleted it, so it counts as success.
+        """
+
+        async def settle(error: StoreError) -> Any:
+            return {} if isinstance(error, NotFound) else None
+
+        await self._request(
+            "DELETE", self._memories_url(store_id, memory_id), op="delete_memory",
+            store_id=store_id, params={"expected_content_sha256": expected_sha256},
+            settle=settle,
+        )
+
+    # ---------------------------------------------------------------- versions
+
+    async def iter_versions(
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None = None,
+        operation: str | None = None,
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+        created_at_gte: str | None = None,
+        created_at_lte: str | None = None,
+        view: View = "basic",
+        page_size: int = MAX_PAGE,
+    ) -> AsyncIterator[MemoryVersion]:
+        """Stream versions, newest first, page by page."""
+        limit = max(1, min(page_size, MAX_FULL_PAGE if view == "full" else MAX_PAGE))
+        url = f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions"
+        page: str | None = None
+        while True:
+            data = await self._request(
+                "GET", url, op="list_versions", store_id=store_id,
+                params={"memory_id": memory_id, "operation": operation,
+                        "session_id": session_id, "api_key_id": api_key_id,
+                        "created_at[gte]": created_at_gte, "created_at[lte]": created_at_lte,
+                        "view": view, "limit": limit, "page": page},
+            )
+            items, page = self._parse("list_versions", _page, data)
+            for item in items:
+                yield self._parse("list_versions", _parse_version, item)
+            if page is None:
+                return
+
+    async def list_versions(
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None = None,
+        operation: str | None = None,
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+        created_at_gte: str | None = None,
+        created_at_lte: str | None = None,
+        view: View = "basic",
+        limit: int | None = None,
+    ) -> list[MemoryVersion]:
+        """Versions newest first; `limit` caps how many are returned (None: all)."""
+        out: list[MemoryVersion] = []
+        page_size = MAX_PAGE if limit is None else min(limit, MAX_PAGE)
+        if limit is not None and limit <= 0:
+            return out
+        async for version in self.iter_versions(
+            store_id, memory_id=memory_id, operation=operation, session_id=session_id,
+            api_key_id=api_key_id, created_at_gte=created_at_gte,
+            created_at_lte=created_at_lte, view=view, page_size=page_size,
+        ):
+            out.append(version)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    async def retrieve_version(self, store_id: str, version_id: str) -> MemoryVersion:
+        data = await self._request(
+            "GET", f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions/"
+            f"{_seg(version_id, 'version id')}",
+            op="retrieve_version", store_id=store_id, params={"view": "full"},
+        )
+        result: MemoryVersion = self._parse("retrieve_version", _parse_version, data)
+        return result
+
+    async def redact_version(self, store_id: str, version_id: str) -> MemoryVersion:
+        data = await self._request(
+            "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions/"
+            f"{_seg(version_id, 'version id')}/redact",
+            op="redact_version", store_id=store_id, body={},
+        )
+        result: MemoryVersion = self._parse("redact_version", _parse_version, data)
+        return result
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _kv(**fields: object) -> str:
+    """`key=value` pairs for log lines; values with spaces are JSON-quoted."""
+    parts = []
+    for key, value in fields.items():
+        if value is None:
+            continue
+        text = str(value)
+        if not text or any(c.isspace() or c in '"=' for c in text):
+            text = _quote(text)
+        parts.append(f"{key}={text}")
+    return " ".join(parts)

@@ -1,0 +1,570 @@
+"""The HTTP face of the store server: routes, request parsing, headers, the error envelope.
+
+Layout: `Gate` is a plain ASGI wrapper that runs before routing (request id, per-request
+log line, auth, the beta header, optional request hooks); Starlette routes each request
+to a handler that validates its input and calls one `Database` method on a worker thread.
+Every error leaves as the envelope of spec §6 with the request's id.
+
+Fault-injection seam: `create_app(..., hooks=[...])` takes async callables run for every
+request after auth and before routing. A hook may sleep (latency), raise `ApiError`
+(an injected error response) or raise anything else (a dropped request). None are
+installed by default; a later test option plugs its hooks in here.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+import trio
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memfs.paths import (
+    BETA_MANAGED_AGENTS,
+    BETA_MEMORY,
+    MAX_CONTENT_BYTES,
+    PathRejected,
+    check_memory_path,
+)
+from memfs.server import errors
+from memfs.server.db import Database
+from memfs.server.errors import ApiError
+from memfs.server.wire import Actor, api_key_id, new_id, parse_timestamp
+
+log = logging.getLogger("memfs.server")
+
+RequestHook = Callable[[Scope], Awaitable[None]]
+"""Runs for each request after auth; may sleep, raise ApiError, or raise to drop it."""
+
+MAX_BODY_BYTES = 1_048_576
+"""Largest request body; a full-size content JSON-escaped fits with room to spare."""
+
+SESSION_HEADER = "x-memfs-session-id"
+_REQUEST_ID = "memfs.request_id"
+_ACTOR = "memfs.actor"
+_BETAS = (BETA_MEMORY, BETA_MANAGED_AGENTS)
+_T = TypeVar("_T")
+
+
+# ------------------------------------------------------------------ the gate
+
+
+class Gate:
+    """Before routing: request id, timing log, auth and beta checks, request hooks."""
+
+    def __init__(
+        self, app: ASGIApp, *, api_key: str | None, hooks: Sequence[RequestHook] = ()
+    ) -> None:
+        self.app = app
+        self.api_key = api_key
+        self.hooks = tuple(hooks)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = new_id("req_")
+        scope[_REQUEST_ID] = request_id
+        started = time.perf_counter()
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [*message.get("headers", []), (b"request-id", request_id.encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            try:
+                headers = Headers(scope=scope)
+                scope[_ACTOR] = self._authenticate(headers)
+                _check_beta(headers)
+                for hook in self.hooks:
+                    await hook(scope)
+            except ApiError as exc:
+                await _error_response(exc, request_id)(scope, receive, send_with_id)
+                return
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception:
+                # Starlette's handler already logged it and answered 500 if it could.
+                if status == 0:
+                    await _error_response(errors.internal(), request_id)(
+                        scope, receive, send_with_id
+                    )
+        finally:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "method=%s path=%s status=%d ms=%.1f",
+                    scope["method"], scope["path"], status,
+                    (time.perf_counter() - started) * 1000,
+                )
+
+    def _authenticate(self, headers: Headers) -> Actor:
+        """Check the key if one is configured; name the writer for version records."""
+        presented = headers.get("x-api-key")
+        auth = headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        if self.api_key is not None:
+            expected = self.api_key.encode("utf-8")
+            ok = any(
+                cred is not None and hmac.compare_digest(cred.encode("utf-8"), expected)
+                for cred in (presented, bearer)
+            )
+            if not ok:
+                if presented is None and bearer is None:
+                    raise errors.unauthorized(
+                        "missing credentials: send x-api-key or a Bearer token"
+                    )
+                raise errors.unauthorized("invalid API key")
+        session = headers.get(SESSION_HEADER)
+        if session is not None:
+            if not session.startswith("sesn_") or len(session) <= len("sesn_"):
+                raise errors.invalid(f"{SESSION_HEADER} must be a session id (sesn_…)")
+            return ("session_actor", session)
+        credential = presented if presented is not None else (bearer or "")
+        return ("api_actor", api_key_id(credential))
+
+
+def _check_beta(headers: Headers) -> None:
+    values = {
+        part.strip()
+        for value in headers.getlist("anthropic-beta")
+        for part in value.split(",")
+    }
+    present = [beta for beta in _BETAS if beta in values]
+    if not present:
+        raise errors.invalid(
+            f"this endpoint is in beta: send anthropic-beta: {BETA_MEMORY} "
+            f"(or {BETA_MANAGED_AGENTS})"
+        )
+    if len(present) > 1:
+        raise errors.invalid(
+            f"send exactly one of {BETA_MEMORY} and {BETA_MANAGED_AGENTS} in anthropic-beta, "
+            "not both"
+        )
+
+
+def _error_response(exc: ApiError, request_id: str) -> Response:
+    return JSONResponse(exc.body(request_id), status_code=exc.status)
+
+
+def _request_id(request: Request) -> str:
+    value = request.scope.get(_REQUEST_ID)
+    return value if isinstance(value, str) else new_id("req_")
+
+
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return _error_response(exc, _request_id(request))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code in (404, 405):
+        error = errors.not_found(f"no route for {request.method} {request.url.path}")
+    else:
+        error = ApiError(exc.status_code, "invalid_request_error", str(exc.detail))
+    return _error_response(error, _request_id(request))
+
+
+async def _on_crash(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error method=%s path=%s", request.method, request.url.path,
+              exc_info=exc)
+    return _error_response(errors.internal(), _request_id(request))
+
+
+# ------------------------------------------------------------ input parsing
+
+
+async def _read_json(request: Request, *, required: bool = True) -> dict[str, Any]:
+    """The body as a JSON object; 413 past MAX_BODY_BYTES, 400 when malformed."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise errors.too_large(f"request body is larger than {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise errors.too_large(f"request body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        if required:
+            raise errors.invalid("request body must be a JSON object")
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise errors.invalid("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise errors.invalid("request body must be a JSON object")
+    return body
+
+
+def _only(body: dict[str, Any], allowed: Sequence[str]) -> None:
+    for key in body:
+        if key not in allowed:
+            raise errors.invalid(f"{key}: unexpected field")
+
+
+def _text(value: Any, name: str) -> str:
+    """A JSON string that is valid Unicode text (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise errors.invalid(f"{name} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise errors.invalid(f"{name} is not valid UTF-8 text") from None
+    return value
+
+
+def _optional_text(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    return None if value is None else _text(value, name)
+
+
+def _store_name(value: Any) -> str:
+    name = _text(value, "name")
+    if not 1 <= len(name) <= 255:
+        raise errors.invalid("name must be 1 to 255 characters")
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in name):
+        raise errors.invalid("name must not contain control characters")
+    return name
+
+
+def _description(value: Any) -> str:
+    description = _text(value, "description")
+    if len(description) > 1024:
+        raise errors.invalid("description must be at most 1024 characters")
+    return description
+
+
+def _metadata(value: Any, *, patch: bool) -> dict[str, str | None]:
+    if not isinstance(value, dict):
+        raise errors.invalid("metadata must be an object of strings")
+    if len(value) > 16:
+        raise errors.invalid("metadata can hold at most 16 pairs")
+    result: dict[str, str | None] = {}
+    for key, item in value.items():
+        if not 1 <= len(key) <= 64:
+            raise errors.invalid("metadata keys must be 1 to 64 characters")
+        _text(key, "metadata key")
+        if item is None and patch:
+            result[key] = None
+            continue
+        text = _text(item, f"metadata[{key}]")
+        if len(text) > 512:
+            raise errors.invalid("metadata values must be at most 512 characters")
+        result[key] = text
+    return result
+
+
+def _content(value: Any) -> str:
+    content = _text(value, "content")
+    if len(content) > MAX_CONTENT_BYTES // 4 and len(content.encode("utf-8")) > MAX_CONTENT_BYTES:
+        raise errors.invalid(f"content is larger than {MAX_CONTENT_BYTES} bytes")
+    return content
+
+
+def _precondition(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "content_sha256":
+        raise errors.invalid("precondition must be {type: content_sha256, content_sha256: …}")
+    _only(value, ("type", "content_sha256"))
+    return _sha_value(value.get("content_sha256"), "precondition.content_sha256")
+
+
+def _sha_value(value: Any, name: str) -> str:
+    if not isinstance(value, str) or len(value) != 64:
+        raise errors.invalid(f"{name} must be 64 hex characters")
+    lowered = value.lower()
+    if any(ch not in "0123456789abcdef" for ch in lowered):
+        raise errors.invalid(f"{name} must be 64 hex characters")
+    return lowered
+
+
+def _view(request: Request, default: str) -> bool:
+    """True for view=full."""
+    view = request.query_params.get("view", default) or default
+    if view not in ("basic", "full"):
+        raise errors.invalid("view must be basic or full")
+    return view == "full"
+
+
+def _limit(request: Request, full: bool) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None or raw == "":
+        return 20
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise errors.invalid("limit must be an integer") from None
+    if not 1 <= limit <= 100:
+        raise errors.invalid("limit must be between 1 and 100")
+    if full and limit > 20:
+        raise errors.invalid("limit must be at most 20 with view=full")
+    return limit
+
+
+def _page(request: Request) -> str | None:
+    return request.query_params.get("page") or None
+
+
+def _created_range(request: Request) -> tuple[str | None, str | None]:
+    gte = request.query_params.get("created_at[gte]")
+    lte = request.query_params.get("created_at[lte]")
+    return (
+        parse_timestamp(gte, "created_at[gte]") if gte else None,
+        parse_timestamp(lte, "created_at[lte]") if lte else None,
+    )
+
+
+def _bool(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return False
+    lowered = raw.lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise errors.invalid(f"{name} must be true or false")
+
+
+def _actor(request: Request) -> Actor:
+    actor: Actor = request.scope[_ACTOR]
+    return actor
+
+
+def _ok(payload: dict[str, Any]) -> Response:
+    return JSONResponse(payload)
+
+
+def _page_response(items: list[dict[str, Any]], next_page: str | None) -> Response:
+    return JSONResponse({"data": items, "next_page": next_page})
+
+
+# ---------------------------------------------------------------- handlers
+
+
+class Handlers:
+    """One method per route; each validates, then makes one Database call off-thread."""
+
+    def __init__(self, db: Database, threads: int = 8) -> None:
+        self.db = db
+        self.limiter = trio.CapacityLimiter(threads)
+
+    async def _run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """Writes go to a worker thread: they wait for SQLite's lock and an fsync."""
+        return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self.limiter)
+
+    async def _read(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """Reads run inline: WAL readers never wait for writers, and a read is far
+        shorter than a thread hand-off (which would double a listing's latency)."""
+        await trio.lowlevel.checkpoint()
+        return fn(*args, **kwargs)
+
+    # stores
+
+    async def create_store(self, request: Request) -> Response:
+        body = await _read_json(request)
+        _only(body, ("name", "description", "metadata"))
+        if "name" not in body:
+            raise errors.invalid("name: field required")
+        name = _store_name(body["name"])
+        description = "" if body.get("description") is None else _description(body["description"])
+        metadata = {} if body.get("metadata") is None else _metadata(body["metadata"], patch=False)
+        clean = {k: v for k, v in metadata.items() if v is not None}
+        return _ok(await self._run(self.db.create_store, name, description, clean))
+
+    async def list_stores(self, request: Request) -> Response:
+        gte, lte = _created_range(request)
+        items, next_page = await self._read(
+            self.db.list_stores,
+            limit=_limit(request, False),
+            page=_page(request),
+            include_archived=_bool(request, "include_archived"),
+            created_gte=gte,
+            created_lte=lte,
+        )
+        return _page_response(items, next_page)
+
+    async def get_store(self, request: Request) -> Response:
+        return _ok(await self._read(self.db.get_store, request.path_params["store_id"]))
+
+    async def update_store(self, request: Request) -> Response:
+        body = await _read_json(request, required=False)
+        _only(body, ("name", "description", "metadata"))
+        name = None if body.get("name") is None else _store_name(body["name"])
+        description = None if body.get("description") is None else _description(
+            body["description"]
+        )
+        patch = None if body.get("metadata") is None else _metadata(body["metadata"], patch=True)
+        return _ok(await self._run(
+            self.db.update_store, request.path_params["store_id"],
+            name=name, description=description, metadata_patch=patch,
+        ))
+
+    async def archive_store(self, request: Request) -> Response:
+        return _ok(await self._run(self.db.archive_store, request.path_params["store_id"]))
+
+    async def delete_store(self, request: Request) -> Response:
+        return _ok(await self._run(self.db.delete_store, request.path_params["store_id"]))
+
+    # memories
+
+    async def create_memory(self, request: Request) -> Response:
+        full = _view(request, "basic")
+        body = await _read_json(request)
+        _only(body, ("path", "content"))
+        if "path" not in body:
+            raise errors.invalid("path: field required")
+        if body.get("content") is None:
+            raise errors.invalid('content: field required (pass "" for an empty memory)')
+        path = _text(body["path"], "path")
+        content = _content(body["content"])
+        return _ok(await self._run(
+            self.db.create_memory, request.path_params["store_id"], path, content,
+            _actor(request), full=full,
+        ))
+
+    async def list_memories(self, request: Request) -> Response:
+        full = _view(request, "basic")
+        limit = _limit(request, full)
+        prefix = request.query_params.get("path_prefix") or None
+        if prefix is not None:
+            if not prefix.startswith("/") or not prefix.endswith("/"):
+                raise errors.invalid("path_prefix must start and end with '/'")
+            if prefix != "/":
+                try:
+                    check_memory_path(prefix[:-1])
+                except PathRejected as exc:
+                    raise errors.invalid(f"invalid path_prefix: {exc.reason}") from None
+        depth_raw = request.query_params.get("depth") or "0"
+        if depth_raw not in ("0", "1"):
+            raise errors.invalid("depth must be 0 or 1")
+        items, next_page = await self._read(
+            self.db.list_memories, request.path_params["store_id"],
+            path_prefix=prefix, depth=int(depth_raw), limit=limit, page=_page(request),
+            full=full,
+        )
+        return _page_response(items, next_page)
+
+    async def get_memory(self, request: Request) -> Response:
+        full = _view(request, "full")
+        return _ok(await self._read(
+            self.db.get_memory, request.path_params["store_id"],
+            request.path_params["memory_id"], full=full,
+        ))
+
+    async def update_memory(self, request: Request) -> Response:
+        full = _view(request, "basic")
+        body = await _read_json(request, required=False)
+        _only(body, ("path", "content", "precondition"))
+        content = None if body.get("content") is None else _content(body["content"])
+        path = _optional_text(body, "path")
+        precondition = _precondition(body.get("precondition"))
+        return _ok(await self._run(
+            self.db.update_memory, request.path_params["store_id"],
+            request.path_params["memory_id"], content=content, path=path,
+            precondition_sha=precondition, actor=_actor(request), full=full,
+        ))
+
+    async def delete_memory(self, request: Request) -> Response:
+        raw = request.query_params.get("expected_content_sha256") or None
+        expected = None if raw is None else _sha_value(raw, "expected_content_sha256")
+        return _ok(await self._run(
+            self.db.delete_memory, request.path_params["store_id"],
+            request.path_params["memory_id"], expected_sha=expected, actor=_actor(request),
+        ))
+
+    # versions
+
+    async def list_versions(self, request: Request) -> Response:
+        full = _view(request, "basic")
+        limit = _limit(request, full)
+        q = request.query_params
+        operation = q.get("operation") or None
+        if operation is not None and operation not in ("created", "modified", "deleted"):
+            raise errors.invalid("operation must be created, modified or deleted")
+        actors: list[Actor] = []
+        for param, actor_type in (
+            ("session_id", "session_actor"),
+            ("api_key_id", "api_actor"),
+            ("service_account_id", "service_account_actor"),
+        ):
+            value = q.get(param)
+            if value:
+                actors.append((actor_type, value))
+        gte, lte = _created_range(request)
+        items, next_page = await self._read(
+            self.db.list_versions, request.path_params["store_id"],
+            memory_id=q.get("memory_id") or None, operation=operation, actor_filters=actors,
+            created_gte=gte, created_lte=lte, limit=limit, page=_page(request), full=full,
+        )
+        return _page_response(items, next_page)
+
+    async def get_version(self, request: Request) -> Response:
+        full = _view(request, "full")
+        return _ok(await self._read(
+            self.db.get_version, request.path_params["store_id"],
+            request.path_params["version_id"], full=full,
+        ))
+
+    async def redact_version(self, request: Request) -> Response:
+        await _read_json(request, required=False)
+        return _ok(await self._run(
+            self.db.redact_version, request.path_params["store_id"],
+            request.path_params["version_id"], _actor(request),
+        ))
+
+
+def create_app(
+    db: Database, *, api_key: str | None = None, hooks: Sequence[RequestHook] = ()
+) -> ASGIApp:
+    """The whole server as one ASGI app (routes of spec §3–§5 behind the gate)."""
+    h = Handlers(db)
+    s = "/v1/memory_stores/{store_id}"
+    routes = [
+        Route("/v1/memory_stores", h.create_store, methods=["POST"]),
+        Route("/v1/memory_stores", h.list_stores, methods=["GET"]),
+        Route(s, h.get_store, methods=["GET"]),
+        Route(s, h.update_store, methods=["POST"]),
+        Route(s, h.delete_store, methods=["DELETE"]),
+        Route(s + "/archive", h.archive_store, methods=["POST"]),
+        Route(s + "/memories", h.create_memory, methods=["POST"]),
+        Route(s + "/memories", h.list_memories, methods=["GET"]),
+        Route(s + "/memories/{memory_id}", h.get_memory, methods=["GET"]),
+        Route(s + "/memories/{memory_id}", h.update_memory, methods=["POST"]),
+        Route(s + "/memories/{memory_id}", h.delete_memory, methods=["DELETE"]),
+        Route(s + "/memory_versions", h.list_versions, methods=["GET"]),
+        Route(s + "/memory_versions/{version_id}", h.get_version, methods=["GET"]),
+        Route(s + "/memory_versions/{version_id}/redact", h.redact_version, methods=["POST"]),
+    ]
+    inner = Starlette(
+        routes=routes,
+        exception_handlers={
+            ApiError: _on_api_error,
+            HTTPException: _on_http_error,
+            Exception: _on_crash,
+        },
+    )
+    inner.router.redirect_slashes = False
+    return Gate(inner, api_key=api_key, hooks=hooks)

@@ -1,0 +1,718 @@
+"""SQLite storage for the store server: every rule that needs the data lives here.
+
+Synchronous on purpose: each call is one short transaction, run on a worker thread by the
+HTTP layer. Durability and atomicity come from SQLite itself:
+- WAL with `synchronous=FULL`, so a write that was answered survives `kill -9`;
+- writes run in `BEGIN IMMEDIATE`, so a precondition check and the write it guards are
+  one atomic step even against another server process on the same file;
+- an in-process lock queues this process's writers, so they do not busy-poll each other.
+
+Methods return plain dicts shaped exactly like the wire objects, or raise `ApiError`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from memfs.paths import (
+    MAX_MEMORIES_PER_STORE,
+    PathRejected,
+    ancestors,
+    check_memory_path,
+    sha256_hex,
+)
+from memfs.server import errors
+from memfs.server.wire import Actor, actor_json, decode_cursor, encode_cursor, new_id, now
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stores (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    archived_at TEXT
+);
+CREATE INDEX IF NOT EXISTS stores_by_created ON stores (created_at, seq);
+-- content is the last column: a basic-view listing never reads its overflow pages.
+CREATE TABLE IF NOT EXISTS memories (
+    id TEXT PRIMARY KEY,
+    store_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    sha TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    version_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    content TEXT NOT NULL,
+    UNIQUE (store_id, path)
+);
+CREATE TABLE IF NOT EXISTS versions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    store_id TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    path TEXT,
+    sha TEXT,
+    size INTEGER,
+    actor_type TEXT NOT NULL,
+    actor_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    redacted_at TEXT,
+    redactor_type TEXT,
+    redactor_id TEXT,
+    content TEXT
+);
+CREATE INDEX IF NOT EXISTS versions_by_store ON versions (store_id, created_at, seq);
+CREATE INDEX IF NOT EXISTS versions_by_memory ON versions (memory_id, created_at, seq);
+"""
+
+_STORE_COLS = "id, name, description, metadata, created_at, updated_at, archived_at, seq"
+_MEM_BASIC = "id, store_id, path, sha, size, version_id, created_at, updated_at"
+_MEM_FULL = _MEM_BASIC + ", content"
+_VER_BASIC = (
+    "id, store_id, memory_id, operation, path, sha, size, actor_type, actor_id, "
+    "created_at, redacted_at, redactor_type, redactor_id, seq"
+)
+_VER_FULL = _VER_BASIC + ", content"
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be opened or written; the server refuses to start."""
+
+
+def _store_obj(row: tuple[Any, ...]) -> dict[str, Any]:
+    return {
+        "type": "memory_store",
+        "id": row[0],
+        "name": row[1],
+        "description": row[2],
+        "metadata": json.loads(row[3]),
+        "created_at": row[4],
+        "updated_at": row[5],
+        "archived_at": row[6],
+    }
+
+
+def _memory_obj(row: tuple[Any, ...], full: bool) -> dict[str, Any]:
+    return {
+        "type": "memory",
+        "id": row[0],
+        "memory_store_id": row[1],
+        "path": row[2],
+        "content": row[8] if full else None,
+        "content_sha256": row[3],
+        "content_size_bytes": row[4],
+        "memory_version_id": row[5],
+        "created_at": row[6],
+        "updated_at": row[7],
+    }
+
+
+def _version_obj(row: tuple[Any, ...], full: bool) -> dict[str, Any]:
+    return {
+        "type": "memory_version",
+        "id": row[0],
+        "memory_store_id": row[1],
+        "memory_id": row[2],
+        "operation": row[3],
+        "path": row[4],
+        "content": row[14] if full else None,
+        "content_sha256": row[5],
+        "content_size_bytes": row[6],
+        "created_by": actor_json(row[7], row[8]),
+        "created_at": row[9],
+        "redacted_at": row[10],
+        "redacted_by": actor_json(row[11], row[12]),
+    }
+
+
+def _sha256(content: str) -> tuple[str, int]:
+    data = content.encode("utf-8")
+    return sha256_hex(data), len(data)
+
+
+class Database:
+    """One SQLite file, a small pool of connections, and the API's operations on them."""
+
+    def __init__(self, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE) -> None:
+        self.path = path
+        self.max_memories = max_memories
+        self._pool: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE) -> Database:
+        """Open (creating if needed) and prove the file writable, or raise DatabaseUnavailable."""
+        db = cls(path, max_memories=max_memories)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = db._connect()
+        except (sqlite3.Error, OSError) as exc:
+            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise DatabaseUnavailable(f"cannot switch the database to WAL mode ({mode})")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+            conn.execute("COMMIT")
+        except (sqlite3.Error, OSError) as exc:
+            conn.close()
+            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
+        except DatabaseUnavailable:
+            conn.close()
+            raise
+        db._release(conn)
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    def _acquire(self) -> sqlite3.Connection:
+        with self._pool_lock:
+            if self._pool:
+                return self._pool.pop()
+        return self._connect()
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        with self._pool_lock:
+            self._pool.append(conn)
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, []
+        for conn in pool:
+            conn.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: a consistent snapshot for listings that take several queries."""
+        conn = self._acquire()
+        try:
+            conn.execute("BEGIN")
+            yield conn
+            conn.execute("COMMIT")
+        finally:
+            self._release(conn)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction holding SQLite's write lock from its first statement."""
+        with self._write_lock:
+            conn = self._acquire()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            finally:
+                self._release(conn)
+
+    # ----------------------------------------------------------------- stores
+
+    def _store_row(self, conn: sqlite3.Connection, store_id: str) -> tuple[Any, ...]:
+        row = conn.execute(f"SELECT {_STORE_COLS} FROM stores WHERE id = ?", (store_id,)).fetchone()
+        if row is None:
+            raise errors.not_found(f"memory store {store_id} not found")
+        result: tuple[Any, ...] = row
+        return result
+
+    def _writable_store(self, conn: sqlite3.Connection, store_id: str) -> None:
+        if self._store_row(conn, store_id)[6] is not None:
+            raise errors.conflict(f"memory store {store_id} is archived and read-only")
+
+    def create_store(self, name: str, description: str, metadata: dict[str, str]) -> dict[str, Any]:
+        store_id = new_id("memstore_")
+        ts = now()
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO stores (id, name, description, metadata, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (store_id, name, description, json.dumps(metadata), ts, ts),
+            )
+            return _store_obj(self._store_row(conn, store_id))
+
+    def get_store(self, store_id: str) -> dict[str, Any]:
+        with self._read() as conn:
+            return _store_obj(self._store_row(conn, store_id))
+
+    def list_stores(
+        self,
+        *,
+        limit: int,
+        page: str | None,
+        include_archived: bool,
+        created_gte: str | None,
+        created_lte: str | None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        where = ["1"]
+        args: list[Any] = []
+        if not include_archived:
+            where.append("archived_at IS NULL")
+        if created_gte is not None:
+            where.append("created_at >= ?")
+            args.append(created_gte)
+        if created_lte is not None:
+            where.append("created_at <= ?")
+            args.append(created_lte)
+        if page is not None:
+            key = decode_cursor(page, "stores")
+            where.append("(created_at, seq) < (?, ?)")
+            args.extend(key[:2])
+        sql = (
+            f"SELECT {_STORE_COLS} FROM stores WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, seq DESC LIMIT ?"
+        )
+        with self._read() as conn:
+            rows = conn.execute(sql, (*args, limit + 1)).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_page = encode_cursor("stores", [rows[-1][4], rows[-1][7]]) if more else None
+        return [_store_obj(r) for r in rows], next_page
+
+    def update_store(
+        self,
+        store_id: str,
+        *,
+        name: str | None,
+        description: str | None,
+        metadata_patch: dict[str, str | None] | None,
+    ) -> dict[str, Any]:
+        with self._write() as conn:
+            row = self._store_row(conn, store_id)
+            if row[6] is not None:
+                raise errors.conflict(f"memory store {store_id} is archived and read-only")
+            new_name = row[1] if name is None else name
+            new_description = row[2] if description is None else description
+            metadata: dict[str, str] = json.loads(row[3])
+            for key, value in (metadata_patch or {}).items():
+                if value is None:
+                    metadata.pop(key, None)
+                else:
+                    metadata[key] = value
+            if len(metadata) > 16:
+                raise errors.invalid("metadata can hold at most 16 pairs")
+            if (new_name, new_description, metadata) != (row[1], row[2], json.loads(row[3])):
+                conn.execute(
+                    "UPDATE stores SET name = ?, description = ?, metadata = ?, updated_at = ? "
+                    "WHERE id = ?",
+                    (new_name, new_description, json.dumps(metadata), now(), store_id),
+                )
+            return _store_obj(self._store_row(conn, store_id))
+
+    def archive_store(self, store_id: str) -> dict[str, Any]:
+        """Archive once; archiving an archived store returns it unchanged (safe to retry)."""
+        with self._write() as conn:
+            row = self._store_row(conn, store_id)
+            if row[6] is None:
+                ts = now()
+                conn.execute(
+                    "UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?",
+                    (ts, ts, store_id),
+                )
+            return _store_obj(self._store_row(conn, store_id))
+
+    def delete_store(self, store_id: str) -> dict[str, Any]:
+        with self._write() as conn:
+            self._store_row(conn, store_id)
+            conn.execute("DELETE FROM versions WHERE store_id = ?", (store_id,))
+            conn.execute("DELETE FROM memories WHERE store_id = ?", (store_id,))
+            conn.execute("DELETE FROM stores WHERE id = ?", (store_id,))
+        return {"id": store_id, "type": "memory_store_deleted"}
+
+    # --------------------------------------------------------------- memories
+
+    def _memory_row(
+        self, conn: sqlite3.Connection, store_id: str, memory_id: str
+    ) -> tuple[Any, ...]:
+        row = conn.execute(
+            f"SELECT {_MEM_FULL} FROM memories WHERE id = ? AND store_id = ?",
+            (memory_id, store_id),
+        ).fetchone()
+        if row is None:
+            self._store_row(conn, store_id)
+            raise errors.not_found(f"memory {memory_id} not found")
+        result: tuple[Any, ...] = row
+        return result
+
+    def _check_overlap(
+        self, conn: sqlite3.Connection, store_id: str, path: str, exclude: str | None = None
+    ) -> None:
+        """409 if `path` equals, is under, or is above another memory's path."""
+        skip = exclude or ""
+        row = conn.execute(
+            "SELECT id, path FROM memories WHERE store_id = ? AND path = ? AND id != ?",
+            (store_id, path, skip),
+        ).fetchone()
+        if row is None:
+            above = ancestors(path)
+            if above:
+                marks = ",".join("?" * len(above))
+                row = conn.execute(
+                    f"SELECT id, path FROM memories WHERE store_id = ? AND path IN ({marks}) "
+                    "AND id != ? ORDER BY path LIMIT 1",
+                    (store_id, *above, skip),
+                ).fetchone()
+        if row is None:
+            row = conn.execute(
+                "SELECT id, path FROM memories WHERE store_id = ? AND path > ? AND path < ? "
+                "AND id != ? ORDER BY path LIMIT 1",
+                (store_id, path + "/", path + "0", skip),
+            ).fetchone()
+        if row is not None:
+            if row[1] == path:
+                message = f"a memory already exists at {path}"
+            elif path.startswith(row[1] + "/"):
+                message = f"{path} is below the memory at {row[1]}"
+            else:
+                message = f"{path} is above the memory at {row[1]}"
+            raise errors.path_conflict(message, row[0], row[1])
+
+    def _insert_version(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        store_id: str,
+        memory_id: str,
+        operation: str,
+        path: str,
+        content: str | None,
+        sha: str | None,
+        size: int | None,
+        actor: Actor,
+        ts: str,
+    ) -> str:
+        version_id = new_id("memver_")
+        conn.execute(
+            "INSERT INTO versions (id, store_id, memory_id, operation, path, sha, size, "
+            "actor_type, actor_id, created_at, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (version_id, store_id, memory_id, operation, path, sha, size, *actor, ts, content),
+        )
+        return version_id
+
+    def _count(self, conn: sqlite3.Connection, store_id: str) -> int:
+        count: int = conn.execute(
+            "SELECT count(*) FROM memories WHERE store_id = ?", (store_id,)
+        ).fetchone()[0]
+        return count
+
+    def _create_in(
+        self,
+        conn: sqlite3.Connection,
+        store_id: str,
+        path: str,
+        content: str,
+        actor: Actor,
+        count: int | None = None,
+    ) -> tuple[Any, ...]:
+        try:
+            check_memory_path(path)
+        except PathRejected as exc:
+            raise errors.invalid(f"invalid path: {exc.reason}") from None
+        self._check_overlap(conn, store_id, path)
+        if count is None:
+            count = self._count(conn, store_id)
+        if count >= self.max_memories:
+            raise errors.invalid(
+                f"the memory store is full: it holds the maximum of {self.max_memories} memories"
+            )
+        memory_id = new_id("mem_")
+        sha, size = _sha256(content)
+        ts = now()
+        version_id = self._insert_version(
+            conn, store_id=store_id, memory_id=memory_id, operation="created", path=path,
+            content=content, sha=sha, size=size, actor=actor, ts=ts,
+        )
+        row = (memory_id, store_id, path, sha, size, version_id, ts, ts, content)
+        conn.execute(f"INSERT INTO memories ({_MEM_FULL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        return row
+
+    def create_memory(
+        self, store_id: str, path: str, content: str, actor: Actor, *, full: bool
+    ) -> dict[str, Any]:
+        """Create never overwrites: a taken or overlapping path is a 409 path conflict."""
+        with self._write() as conn:
+            self._writable_store(conn, store_id)
+            return _memory_obj(self._create_in(conn, store_id, path, content, actor), full)
+
+    def bulk_create_memories(
+        self, store_id: str, items: Iterable[tuple[str, str]], actor: Actor
+    ) -> int:
+        """Create many memories in one transaction, same rules as create (seeding, tests)."""
+        n = 0
+        with self._write() as conn:
+            self._writable_store(conn, store_id)
+            count = self._count(conn, store_id)
+            for path, content in items:
+                self._create_in(conn, store_id, path, content, actor, count + n)
+                n += 1
+        return n
+
+    def get_memory(self, store_id: str, memory_id: str, *, full: bool) -> dict[str, Any]:
+        with self._read() as conn:
+            return _memory_obj(self._memory_row(conn, store_id, memory_id), full)
+
+    def list_memories(
+        self,
+        store_id: str,
+        *,
+        path_prefix: str | None,
+        depth: int,
+        limit: int,
+        page: str | None,
+        full: bool,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Keyset listing in path byte order; `depth=1` rolls deeper paths into prefixes.
+
+        The cursor is the path of the last item returned, so a memory that exists for the
+        whole listing is returned exactly once whatever is created or deleted meanwhile.
+        After a `memory_prefix` item the scan resumes past everything under that prefix.
+        """
+        prefix = path_prefix or "/"
+        hi = prefix[:-1] + "0"  # '0' follows '/': [prefix, hi) is everything under prefix
+        lo, inclusive = prefix, False
+        if page is not None:
+            key = decode_cursor(page, "memories")
+            if len(key) != 1 or not isinstance(key[0], str) or not key[0].startswith(prefix):
+                raise errors.invalid("page is not a valid cursor for this listing")
+            last: str = key[0]
+            lo, inclusive = (last[:-1] + "0", True) if last.endswith("/") else (last, False)
+        cols = _MEM_FULL if full else _MEM_BASIC
+        items: list[dict[str, Any]] = []
+        last_key = ""
+        with self._read() as conn:
+            self._store_row(conn, store_id)
+
+            def scan(lo: str, inclusive: bool, n: int) -> sqlite3.Cursor:
+                op = ">=" if inclusive else ">"
+                return conn.execute(
+                    f"SELECT {cols} FROM memories WHERE store_id = ? AND path {op} ? "
+                    "AND path < ? ORDER BY path LIMIT ?",
+                    (store_id, lo, hi, n),
+                )
+
+            if depth == 0:
+                rows = scan(lo, inclusive, limit + 1).fetchall()
+                more = len(rows) > limit
+                items = [_memory_obj(r, full) for r in rows[:limit]]
+                next_page = encode_cursor("memories", [rows[limit - 1][2]]) if more else None
+                return items, next_page
+
+            plen = len(prefix)
+            exhausted = False
+            while len(items) < limit and not exhausted:
+                want = limit - len(items)
+                seen = 0
+                restart = False
+                for row in scan(lo, inclusive, want):
+                    seen += 1
+                    path: str = row[2]
+                    slash = path.find("/", plen)
+                    if slash < 0:
+                        items.append(_memory_obj(row, full))
+                        last_key = path
+                        lo, inclusive = path, False
+                    else:
+                        last_key = path[: slash + 1]
+                        items.append({"type": "memory_prefix", "path": last_key})
+                        lo, inclusive = path[:slash] + "0", True
+                        restart = True
+                        break
+                if not restart and seen < want:
+                    exhausted = True
+            more = False
+            if not exhausted and items:
+                more = scan(lo, inclusive, 1).fetchone() is not None
+        return items, (encode_cursor("memories", [last_key]) if more else None)
+
+    def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: str | None,
+        path: str | None,
+        precondition_sha: str | None,
+        actor: Actor,
+        full: bool,
+    ) -> dict[str, Any]:
+        """Spec §10's order: 404, precondition (with the idempotent-200 carve-out), path, apply."""
+        with self._write() as conn:
+            row = self._memory_row(conn, store_id, memory_id)
+            self._writable_store(conn, store_id)
+            cur_path: str = row[2]
+            cur_content: str = row[8]
+            if precondition_sha is not None and precondition_sha != row[3]:
+                asked = content is not None or path is not None
+                same = (content is None or content == cur_content) and (
+                    path is None or path == cur_path
+                )
+                if asked and same:
+                    return _memory_obj(row, full)
+                raise errors.precondition_failed(
+                    f"memory {memory_id} no longer has content_sha256 {precondition_sha}"
+                )
+            new_path = cur_path if path is None else path
+            new_content = cur_content if content is None else content
+            if new_path != cur_path:
+                try:
+                    check_memory_path(new_path)
+                except PathRejected as exc:
+                    raise errors.invalid(f"invalid path: {exc.reason}") from None
+                self._check_overlap(conn, store_id, new_path, exclude=memory_id)
+            if new_path == cur_path and new_content == cur_content:
+                return _memory_obj(row, full)
+            sha, size = _sha256(new_content)
+            ts = now()
+            version_id = self._insert_version(
+                conn, store_id=store_id, memory_id=memory_id, operation="modified",
+                path=new_path, content=new_content, sha=sha, size=size, actor=actor, ts=ts,
+            )
+            conn.execute(
+                "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, "
+                "updated_at = ? WHERE id = ?",
+                (new_path, new_content, sha, size, version_id, ts, memory_id),
+            )
+            new_row = (memory_id, store_id, new_path, sha, size, version_id, row[6], ts,
+                       new_content)
+            return _memory_obj(new_row, full)
+
+    def delete_memory(
+        self, store_id: str, memory_id: str, *, expected_sha: str | None, actor: Actor
+    ) -> dict[str, Any]:
+        """Deletes are allowed in an archived store (the hosted API allows them too)."""
+        with self._write() as conn:
+            row = self._memory_row(conn, store_id, memory_id)
+            if expected_sha is not None and expected_sha != row[3]:
+                raise errors.precondition_failed(
+                    f"memory {memory_id} no longer has content_sha256 {expected_sha}"
+                )
+            self._insert_version(
+                conn, store_id=store_id, memory_id=memory_id, operation="deleted", path=row[2],
+                content=None, sha=None, size=None, actor=actor, ts=now(),
+            )
+            conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+        return {"id": memory_id, "type": "memory_deleted"}
+
+    # --------------------------------------------------------------- versions
+
+    def list_versions(
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None,
+        operation: str | None,
+        actor_filters: list[Actor],
+        created_gte: str | None,
+        created_lte: str | None,
+        limit: int,
+        page: str | None,
+        full: bool,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        where = ["store_id = ?"]
+        args: list[Any] = [store_id]
+        if memory_id is not None:
+            where.append("memory_id = ?")
+            args.append(memory_id)
+        if operation is not None:
+            where.append("operation = ?")
+            args.append(operation)
+        for actor_type, actor_id in actor_filters:
+            where.append("actor_type = ? AND actor_id = ?")
+            args.extend((actor_type, actor_id))
+        if created_gte is not None:
+            where.append("created_at >= ?")
+            args.append(created_gte)
+        if created_lte is not None:
+            where.append("created_at <= ?")
+            args.append(created_lte)
+        if page is not None:
+            key = decode_cursor(page, "versions")
+            where.append("(created_at, seq) < (?, ?)")
+            args.extend(key[:2])
+        cols = _VER_FULL if full else _VER_BASIC
+        sql = (
+            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, seq DESC LIMIT ?"
+        )
+        with self._read() as conn:
+            self._store_row(conn, store_id)
+            rows = conn.execute(sql, (*args, limit + 1)).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_page = encode_cursor("versions", [rows[-1][9], rows[-1][13]]) if more else None
+        return [_version_obj(r, full) for r in rows], next_page
+
+    def _version_row(
+        self, conn: sqlite3.Connection, store_id: str, version_id: str
+    ) -> tuple[Any, ...]:
+        row = conn.execute(
+            f"SELECT {_VER_FULL} FROM versions WHERE id = ? AND store_id = ?",
+            (version_id, store_id),
+        ).fetchone()
+        if row is None:
+            self._store_row(conn, store_id)
+            raise errors.not_found(f"memory version {version_id} not found")
+        result: tuple[Any, ...] = row
+        return result
+
+    def get_version(self, store_id: str, version_id: str, *, full: bool) -> dict[str, Any]:
+        with self._read() as conn:
+            return _version_obj(self._version_row(conn, store_id, version_id), full)
+
+    def redact_version(self, store_id: str, version_id: str, actor: Actor) -> dict[str, Any]:
+        """Null the content fields, keep the audit fields; never the head of a live memory.
+
+        Redacting an already redacted version returns it unchanged (safe to retry).
+        """
+        with self._write() as conn:
+            row = self._version_row(conn, store_id, version_id)
+            if row[10] is None:
+                head = conn.execute(
+                    "SELECT 1 FROM memories WHERE id = ? AND version_id = ?", (row[2], version_id)
+                ).fetchone()
+                if head is not None:
+                    raise errors.conflict(
+                        f"memory version {version_id} is the current version of memory "
+                        f"{row[2]}; write a new version or delete the memory first"
+                    )
+                conn.execute(
+                    "UPDATE versions SET content = NULL, path = NULL, sha = NULL, size = NULL, "
+                    "redacted_at = ?, redactor_type = ?, redactor_id = ? WHERE id = ?",
+                    (now(), *actor, version_id),
+                )
+                row = self._version_row(conn, store_id, version_id)
+            return _version_obj(row, True)

@@ -1,0 +1,125 @@
+"""`memfs serve`: open the database, bind the socket, serve until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from memfs.server.app import RequestHook, create_app
+from memfs.server.db import Database, DatabaseUnavailable
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+log = logging.getLogger("memfs.server")
+
+
+def default_db_path() -> Path:
+    """`$XDG_DATA_HOME/memfs/store.db`, else `~/.local/share/memfs/store.db`."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "memfs" / "store.db"
+
+
+def _refuse(message: str) -> int:
+    print(f"memfs serve: {message}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen ourselves, so a taken port is a clear error before serving."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+async def _serve(config: Config, app: Any, url: str) -> None:
+    with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+
+        async def shutdown_trigger() -> None:
+            async for signum in signals:
+                log.info("stopping on signal=%s", signal.Signals(signum).name)
+                return
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve, app, config, shutdown_trigger=shutdown_trigger))
+            print(f"memfs serve: listening on {url}", flush=True)
+
+
+def run_server(
+    *,
+    db: str | None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    api_key: str | None = None,
+    max_memories: int = 10_000,
+    hooks: Sequence[RequestHook] = (),
+) -> int:
+    """Serve the Memory Stores API on SQLite; 0 on a signal, 2 when it cannot start.
+
+    `hooks` is the fault-injection seam (see memfs.server.app); none by default.
+    """
+    if max_memories < 1:
+        return _refuse("--max-memories must be at least 1")
+    if not 0 <= port <= 65535:
+        return _refuse(f"--port {port} is not a TCP port")
+    db_path = Path(db).expanduser() if db else default_db_path()
+    try:
+        database = Database.open(db_path, max_memories=max_memories)
+    except DatabaseUnavailable as exc:
+        return _refuse(f"cannot use the database {db_path}: {exc}")
+    try:
+        try:
+            sock = bind_socket(host, port)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if exc.errno == 98:
+                reason = "the port is already in use"
+            return _refuse(f"cannot listen on {host}:{port}: {reason}")
+        url = _url(sock)
+        config = Config()
+        config.bind = [f"fd://{sock.detach()}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.graceful_timeout = 2.0
+        config.keep_alive_timeout = 75.0
+        app = create_app(database, api_key=api_key, hooks=hooks)
+        log.info("serving db=%s url=%s", db_path, url)
+        # Ignored outside the serving loop: trio's receiver re-raises a signal still
+        # pending when it closes, and a second Ctrl-C must not turn into a traceback.
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
+        try:
+            trio.run(_serve, config, app, url)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        database.close()
+    return EXIT_OK

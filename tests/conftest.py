@@ -1,0 +1,43 @@
+"""Fixtures shared by every suite: a real store server and a client for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.api import Api
+from tests.support.server import ServerProcess, start_server
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A fresh `memfs serve` on its own database, stopped at teardown."""
+    proc = start_server(tmp_path / "store.db")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def api(server: ServerProcess) -> Iterator[Api]:
+    with Api(server.url, server.api_key) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the whole session, for tests that only need fresh stores (fast)."""
+    proc = start_server(tmp_path_factory.mktemp("shared-server") / "store.db")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def shared_api(shared_server: ServerProcess) -> Iterator[Api]:
+    with Api(shared_server.url) as client:
+        yield client

@@ -1,0 +1,1 @@
+"""Helpers shared by the test suites: a real `memfs serve` process and an API client."""
