@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -30,9 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-file", help="append logs to this file instead of stderr")
+    # The same options after the command name (`memfs mount … --log-file F`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default=argparse.SUPPRESS,
+                        choices=["debug", "info", "warning", "error"])
+    common.add_argument("--log-file", default=argparse.SUPPRESS,
+                        help="append logs to this file instead of stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run a Memory Stores API server on SQLite")
+    def command(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    serve = command("serve", help="run a Memory Stores API server on SQLite")
     serve.add_argument("--db", help="database file (default: the user's data directory)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
@@ -40,12 +50,50 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-memories", type=int, default=10_000,
                        help="memories per store (default 10000)")
 
-    store = sub.add_parser("store", help="manage memory stores")
+    store = command("store", help="manage memory stores")
     _add_api_options(store)
     from memfs import storecli
 
     storecli.add_arguments(store)
+
+    mount = command("mount", help="mount one memory store at a directory")
+    _add_api_options(mount)
+    mount.add_argument("store_id", metavar="STORE_ID")
+    mount.add_argument("mountpoint", metavar="MOUNTPOINT")
+    _add_mount_options(mount)
+    mount.add_argument("--read-only", action="store_true",
+                       help="refuse every change (EROFS), even for root")
+    mount.add_argument("--cache-dir", help="this mount's cache directory "
+                       "(default: ~/.cache/memfs/STORE_ID)")
+
+    sync = command("sync", help="sync a mount now and wait for the result")
+    sync.add_argument("path", metavar="PATH")
+    sync.add_argument("--json", action="store_true")
+    sync.add_argument("--timeout", type=float, default=120.0)
+
+    status = command("status", help="show live mounts and their sync state")
+    status.add_argument("path", metavar="PATH", nargs="?")
+    status.add_argument("--json", action="store_true")
+
+    unmount = command("unmount", help="final sync, then unmount")
+    unmount.add_argument("path", metavar="PATH")
+    unmount.add_argument("--timeout", type=float, default=90.0)
     return parser
+
+
+def _add_mount_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sync-interval", type=float, default=15.0, metavar="SECONDS",
+                        help="seconds between sync passes (default 15, minimum 5)")
+    parser.add_argument("--deletions", choices=["enabled", "log_only", "disabled"],
+                        default="enabled", help="what a local delete does in the store")
+    parser.add_argument("--exclude", action="append", metavar="GLOB",
+                        help="file names that stay local-only (repeatable)")
+    parser.add_argument("--flush-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="bound on the final sync at unmount (default 30)")
+    parser.add_argument("--allow-other", action="store_true",
+                        help="let other users in (needs user_allow_other in /etc/fuse.conf)")
+    parser.add_argument("--daemon", action="store_true",
+                        help="return once the mount is live")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from memfs import storecli
 
         return storecli.run(args)
+    from memfs import commands
+
+    handler = {"mount": commands.mount, "sync": commands.sync, "status": commands.status,
+               "unmount": commands.unmount}.get(args.command)
+    if handler is not None:
+        return handler(args)
     parser.error(f"unknown command {args.command}")
     return EXIT_USAGE
 

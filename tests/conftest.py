@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
+from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
 
@@ -41,3 +42,21 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 def shared_api(shared_server: ServerProcess) -> Iterator[Api]:
     with Api(shared_server.url) as client:
         yield client
+
+
+@pytest.fixture
+def store(shared_api: Api) -> dict[str, object]:
+    """A fresh, empty store on the shared server."""
+    return shared_api.create_store("Test Store")
+
+
+@pytest.fixture
+def mount(tmp_path: Path, shared_server: ServerProcess,
+          store: dict[str, object]) -> Iterator[MountProcess]:
+    """A live single-store mount of `store` (writable), torn down after the test."""
+    require_fuse()
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]))
+    try:
+        yield proc
+    finally:
+        proc.cleanup()

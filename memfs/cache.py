@@ -1,0 +1,263 @@
+"""The on-disk state of one store's mount: content objects and the journal.
+
+Layout of a cache directory (one per store):
+
+    objects/ab/abcdef…      clean contents, named by sha256, shared by every mount
+                            that uses this cache directory
+    journal.sqlite          one row per local file, directory or tombstone; the truth
+                            after a crash
+    conflicts/              losing local bytes from store-wins conflicts
+    lock                    flock'd by the live daemon: one daemon per directory
+
+Synchronous on purpose: every call is a few local writes, and a journal update must be
+on disk before the system call that caused it returns (invariant: nothing acknowledged
+is lost to a `kill -9`). WAL with synchronous=NORMAL survives a killed process; an
+explicit `fsync()` from the agent asks for a full checkpoint.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachetools import LRUCache
+
+from memfs.errors import ConfigError
+from memfs.paths import sha256_hex
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    entry_id    INTEGER PRIMARY KEY,
+    path        TEXT UNIQUE,          -- current local path; NULL for a tombstone
+    kind        TEXT NOT NULL,        -- 'file' | 'dir'
+    memory_id   TEXT,                 -- remote identity, NULL until created
+    base_sha    TEXT,                 -- remote sha at the last successful sync
+    base_path   TEXT,                 -- remote path at the last successful sync
+    sha         TEXT,                 -- current content sha when clean (object store)
+    data        BLOB,                 -- current content when dirty
+    dirty       INTEGER NOT NULL DEFAULT 0,
+    mode        INTEGER NOT NULL,
+    mtime_ns    INTEGER NOT NULL,
+    sent_sha    TEXT,                 -- sha of an upload whose answer may be lost
+    sent_path   TEXT,                 -- path of a create/rename whose answer may be lost
+    refused_sha TEXT,                 -- content the server refused (400/413) or non-UTF-8
+    refused_why TEXT,
+    conflict    TEXT                  -- path of the last conflict copy, if any
+);
+CREATE INDEX IF NOT EXISTS entries_memory ON entries(memory_id);
+"""
+
+
+@dataclass(slots=True)
+class EntryRow:
+    """One journal row, as loaded at start-up."""
+
+    entry_id: int
+    path: str | None
+    kind: str
+    memory_id: str | None
+    base_sha: str | None
+    base_path: str | None
+    sha: str | None
+    data: bytes | None
+    dirty: bool
+    mode: int
+    mtime_ns: int
+    sent_sha: str | None
+    sent_path: str | None
+    refused_sha: str | None
+    refused_why: str | None
+    conflict: str | None
+
+
+_COLUMNS = (
+    "entry_id, path, kind, memory_id, base_sha, base_path, sha, data, dirty, mode, mtime_ns,"
+    " sent_sha, sent_path, refused_sha, refused_why, conflict"
+)
+_UPDATABLE = frozenset(_COLUMNS.replace(" ", "").split(",")) - {"entry_id"}
+
+
+class ObjectStore:
+    """Immutable contents addressed by sha256, with an in-memory LRU in front."""
+
+    def __init__(self, root: Path, *, memory_budget: int = 64 * 1024 * 1024) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self._lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_budget, getsizeof=len)
+
+    def _path(self, sha: str) -> Path:
+        return self.root / sha[:2] / sha
+
+    def has(self, sha: str) -> bool:
+        return sha in self._lru or self._path(sha).exists()
+
+    def get(self, sha: str) -> bytes | None:
+        data = self._lru.get(sha)
+        if data is not None:
+            return data
+        try:
+            data = self._path(sha).read_bytes()
+        except FileNotFoundError:
+            return None
+        if sha256_hex(data) != sha:  # a torn or tampered object is not content
+            self._path(sha).unlink(missing_ok=True)
+            return None
+        self._remember(sha, data)
+        return data
+
+    def put(self, data: bytes, sha: str | None = None) -> str:
+        sha = sha or sha256_hex(data)
+        path = self._path(sha)
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_name(f".{sha}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        self._remember(sha, data)
+        return sha
+
+    def _remember(self, sha: str, data: bytes) -> None:
+        if len(data) <= self._lru.maxsize // 16:
+            self._lru[sha] = data
+
+
+class Journal:
+    """The SQLite journal of one store's local state."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # meta -------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    # entries ----------------------------------------------------------------------
+    def rows(self) -> Iterator[EntryRow]:
+        for r in self._db.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY path"):
+            values = list(r)
+            values[8] = bool(values[8])
+            yield EntryRow(*values)
+
+    def is_empty(self) -> bool:
+        return self._db.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
+
+    def insert(self, *, path: str, kind: str, mode: int, mtime_ns: int, **fields: object) -> int:
+        names = ["path", "kind", "mode", "mtime_ns", *fields]
+        self._check(fields)
+        cur = self._db.execute(
+            f"INSERT INTO entries({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+            (path, kind, mode, mtime_ns, *fields.values()),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def update(self, entry_id: int, **fields: object) -> None:
+        self._check(fields)
+        sets = ", ".join(f"{k}=?" for k in fields)
+        self._db.execute(
+            f"UPDATE entries SET {sets} WHERE entry_id=?", (*fields.values(), entry_id)
+        )
+
+    def update_many(self, changes: list[tuple[int, dict[str, object]]]) -> None:
+        """Apply several row updates in one transaction (a directory rename)."""
+        with self.transaction():
+            for entry_id, fields in changes:
+                self.update(entry_id, **fields)
+
+    def delete(self, entry_id: int) -> None:
+        self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
+
+    def transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def checkpoint(self) -> None:
+        """Make everything so far durable against power loss too (the agent's fsync)."""
+        self._db.execute("PRAGMA wal_checkpoint(FULL)")
+
+    @staticmethod
+    def _check(fields: dict[str, object]) -> None:
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"unknown journal columns: {sorted(unknown)}")
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+class CacheDir:
+    """One store's cache directory, locked for the lifetime of one daemon."""
+
+    def __init__(self, root: Path, store_id: str) -> None:
+        self.root = root
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise ConfigError(f"cannot use cache directory {root}: {e.strerror}") from e
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise ConfigError(
+                f"cache directory {root} is in use by another memfs daemon; "
+                "give each mount its own --cache-dir"
+            ) from None
+        self.objects = ObjectStore(root / "objects")
+        self.conflicts = root / "conflicts"
+        self.journal = Journal(root / "journal.sqlite")
+        known = self.journal.get_meta("memory_store_id")
+        if known is None:
+            self.journal.set_meta("memory_store_id", store_id)
+        elif known != store_id:
+            self.close()
+            raise ConfigError(
+                f"cache directory {root} belongs to store {known}, not {store_id}"
+            )
+
+    def save_conflict(self, path: str, data: bytes) -> Path:
+        """Keep the losing bytes of a conflict; returns where they are."""
+        self.conflicts.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        flat = path.strip("/").replace("/", "__")
+        target = self.conflicts / f"{stamp}-{flat}"
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.conflicts / f"{stamp}-{n}-{flat}"
+        tmp = target.with_name("." + target.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        return target
+
+    def close(self) -> None:
+        self.journal.close()
+        os.close(self._lock_fd)

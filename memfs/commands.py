@@ -1,0 +1,134 @@
+"""What `memfs mount | sync | status | unmount` do, behind the argument parser."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from memfs import control
+from memfs.daemon import MountConfig, StoreSpec, launch
+from memfs.sync import DEFAULT_EXCLUDES, check_interval
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"memfs: {message}", file=sys.stderr)
+    return code
+
+
+def mount(args: Any) -> int:
+    try:
+        interval = check_interval(float(args.sync_interval))
+    except ValueError as e:
+        return _fail(str(e), EXIT_USAGE)
+    if args.flush_timeout <= 0:
+        return _fail("--flush-timeout must be positive", EXIT_USAGE)
+    config = MountConfig(
+        mountpoint=args.mountpoint,
+        stores=[StoreSpec(args.store_id, read_only=args.read_only)],
+        single=True,
+        cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else None,
+        interval=interval,
+        deletions=args.deletions,
+        excludes=tuple(DEFAULT_EXCLUDES) + tuple(args.exclude or ()),
+        flush_timeout=args.flush_timeout,
+        api_url=args.api_url,
+        allow_other=args.allow_other,
+    )
+    return launch(config, daemonize=args.daemon)
+
+
+def _mount_for(path: str) -> dict[str, Any] | None:
+    info = control.find_mount(path)
+    if info is None:
+        print(f"memfs: no live memfs mount at {path}", file=sys.stderr)
+    return info
+
+
+def sync(args: Any) -> int:
+    info = _mount_for(args.path)
+    if info is None:
+        return EXIT_FAILED
+    answer = control.request(info, "sync", timeout=args.timeout)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        for store_id, r in answer.get("stores", {}).items():
+            line = (f"{store_id}: {r['outcome']} pulled={r['pulled']} pushed={r['pushed']} "
+                    f"deleted={r['deleted']} conflicts={r['conflicts']} "
+                    f"in {r['duration_s']}s")
+            if r.get("error"):
+                line += f" error={r['error']}"
+            print(line)
+    return EXIT_OK if answer.get("ok") else EXIT_FAILED
+
+
+def status(args: Any) -> int:
+    if args.path:
+        info = _mount_for(args.path)
+        if info is None:
+            return EXIT_FAILED
+        mounts = [info]
+    else:
+        mounts = control.live_mounts()
+    answers = []
+    for info in mounts:
+        try:
+            answers.append(control.request(info, "status", timeout=10))
+        except OSError as e:
+            answers.append({"ok": False, "mountpoint": info.get("mountpoint"),
+                            "error": f"daemon not answering: {e}"})
+    if args.json or not sys.stdout.isatty():
+        print(json.dumps({"mounts": answers}, indent=2))
+        return EXIT_OK
+    if not answers:
+        print("no live memfs mounts")
+    for answer in answers:
+        print(f"{answer.get('mountpoint')} (pid {answer.get('pid')})")
+        if not answer.get("ok"):
+            print(f"  error: {answer.get('error')}")
+            continue
+        for s in answer["stores"]:
+            lp = s.get("last_pass") or {}
+            when = time.strftime("%H:%M:%S", time.localtime(lp["at"])) if lp else "-"
+            print(f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}")
+            print(f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
+                  f"conflicts={s['conflicts']} refused={s['refused']} "
+                  f"pending_deletes={s['pending_deletes']}")
+            print(f"    last pass: {when} {lp.get('outcome', '-')} "
+                  f"{lp.get('duration_s', '-')}s" + (f" error={lp['error']}"
+                                                     if lp.get("error") else ""))
+            for c in s.get("conflict_copies", []):
+                print(f"    conflict: {c['path']} -> {c['copy']}")
+            for r in s.get("refused_files", []):
+                print(f"    refused: {r['path']} ({r['why']})")
+    return EXIT_OK
+
+
+def unmount(args: Any) -> int:
+    info = _mount_for(args.path)
+    if info is None:
+        return EXIT_FAILED
+    try:
+        answer = control.request(info, "unmount", timeout=args.timeout)
+    except OSError as e:
+        return _fail(f"the daemon did not answer: {e}")
+    pid = int(info.get("pid", 0))
+    deadline = time.monotonic() + 15
+    while pid and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    unpushed = answer.get("unpushed") or {}
+    for store_id, paths in unpushed.items():
+        print(f"memfs: {len(paths)} changed files of {store_id} could not be pushed; they "
+              f"stay in the journal for the next start: {', '.join(paths[:10])}",
+              file=sys.stderr)
+    return EXIT_OK if answer.get("ok") else EXIT_FAILED

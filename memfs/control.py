@@ -1,0 +1,145 @@
+"""The control channel between the CLI and a live daemon: a Unix socket per mount.
+
+Each daemon registers itself in a per-user runtime directory (`$XDG_RUNTIME_DIR/memfs`,
+else `/tmp/memfs-<uid>`): `<key>.sock` to talk to, `<key>.json` describing the mount.
+A request is one JSON line (`{"op": "status" | "sync" | "unmount"}`), the answer is one
+JSON line. The CLI side is plain blocking sockets: it never needs an event loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+log = logging.getLogger("memfs.control")
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def runtime_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(base) / "memfs" if base else Path(f"/tmp/memfs-{os.getuid()}")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def mount_key(real_mountpoint: str) -> str:
+    return hashlib.sha256(real_mountpoint.encode()).hexdigest()[:20]
+
+
+class ControlServer:
+    """Serves one mount's control socket until cancelled; removes its files after."""
+
+    def __init__(self, mountpoint: str, info: dict[str, Any], handler: Handler) -> None:
+        # Already resolved by the caller: a daemon must never stat its own mount point
+        # from the event loop, or the kernel's request back to it deadlocks.
+        self.mountpoint = mountpoint
+        key = mount_key(self.mountpoint)
+        self.sock_path = runtime_dir() / f"{key}.sock"
+        self.info_path = runtime_dir() / f"{key}.json"
+        self.info = {**info, "mountpoint": self.mountpoint, "pid": os.getpid(),
+                     "socket": str(self.sock_path)}
+        self.handler = handler
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        self.sock_path.unlink(missing_ok=True)
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        await sock.bind(str(self.sock_path))
+        os.chmod(self.sock_path, 0o600)
+        sock.listen(16)
+        tmp = self.info_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.info))
+        tmp.replace(self.info_path)
+        try:
+            task_status.started()
+            await trio.serve_listeners(self._serve_one, [trio.SocketListener(sock)])
+        finally:
+            self.sock_path.unlink(missing_ok=True)
+            self.info_path.unlink(missing_ok=True)
+
+    async def _serve_one(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                buf += chunk
+                if len(buf) > 1 << 20:
+                    return
+            try:
+                request = json.loads(buf)
+                if not isinstance(request, dict):
+                    raise ValueError("request must be an object")
+                answer = await self.handler(request)
+            except Exception as e:  # a bad request must not end the daemon
+                log.warning("control request failed: %r", e)
+                answer = {"ok": False, "error": str(e)}
+            await stream.send_all(json.dumps(answer).encode() + b"\n")
+
+
+def live_mounts() -> list[dict[str, Any]]:
+    """Every registered mount whose daemon still answers; stale entries are removed."""
+    found = []
+    for info_path in sorted(runtime_dir().glob("*.json")):
+        try:
+            info = json.loads(info_path.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = int(info.get("pid", 0))
+        if pid <= 0 or not _alive(pid):
+            info_path.unlink(missing_ok=True)
+            Path(str(info.get("socket", ""))).unlink(missing_ok=True)
+            continue
+        found.append(info)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_mount(path: str) -> dict[str, Any] | None:
+    """The live mount that contains `path` (the deepest one)."""
+    real = os.path.realpath(path)
+    best: dict[str, Any] | None = None
+    for info in live_mounts():
+        mp = str(info["mountpoint"])
+        if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
+            best is None or len(mp) > len(str(best["mountpoint"]))
+        ):
+            best = info
+    return best
+
+
+def request(info: dict[str, Any], op: str, timeout: float = 60.0, **fields: Any
+            ) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(info["socket"]))
+        sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    answer = json.loads(buf) if buf else {"ok": False, "error": "no answer"}
+    if not isinstance(answer, dict):
+        return {"ok": False, "error": "bad answer"}
+    return answer

@@ -1,0 +1,459 @@
+"""The composition root: builds a mount, owns its one nursery, starts and stops it.
+
+Start-up: check the mount point and FUSE, reach each store, open its cache directory
+(locked), load its journal and merge the store's listing (pushing what a previous run
+left, with preconditions), then mount. Content streams in behind the live mount.
+
+Teardown (SIGINT, SIGTERM, `memfs unmount`, or an external `fusermount3 -u`): writes
+start failing with EROFS, the sync loops stop, every store runs one final pass within
+one bound, then the mount goes away. A bug in any task ends the nursery; the mount is
+then left dead (ENOTCONN) rather than unmounted, so nothing can write into the bare
+directory underneath, and the journal keeps every dirty byte for the next start.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyfuse3
+import trio
+
+from memfs.cache import CacheDir
+from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
+from memfs.control import ControlServer
+from memfs.errors import ConfigError, MemfsError, NotFound, StoreAuthError, StoreUnavailable
+from memfs.fs import MemFs
+from memfs.notify import KernelNotifier, Notifier
+from memfs.sync import DEFAULT_EXCLUDES, DeletionMode, PassResult, StoreSync
+from memfs.tree import Node, StoreState, Tree
+
+log = logging.getLogger("memfs.daemon")
+
+
+class StartError(MemfsError):
+    """Start-up failed before anything was mounted; `exit_code` says how."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class StoreSpec:
+    store_id: str
+    read_only: bool = False
+    dir_name: str | None = None  # the store's directory under a session root
+    name: str = ""
+    instructions: str = ""
+
+
+@dataclass
+class MountConfig:
+    mountpoint: str
+    stores: list[StoreSpec]
+    single: bool = True
+    cache_dir: Path | None = None
+    interval: float = 15.0
+    deletions: DeletionMode = "enabled"
+    excludes: tuple[str, ...] = DEFAULT_EXCLUDES
+    flush_timeout: float = 30.0
+    content_timeout: float = 30.0
+    api_url: str | None = None
+    allow_other: bool = False
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def default_cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "memfs"
+
+
+def check_fuse() -> None:
+    if not os.path.exists("/dev/fuse"):
+        raise StartError("FUSE is unavailable: /dev/fuse does not exist (load the fuse "
+                         "module, or give the container --device /dev/fuse)", 2)
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        raise StartError("FUSE is unavailable: /dev/fuse is not readable and writable by "
+                         "this user", 2)
+    if os.getuid() != 0 and shutil.which("fusermount3") is None:
+        raise StartError("FUSE is unavailable: fusermount3 is not installed "
+                         "(apt-get install fuse3)", 2)
+
+
+def _dead_memfs_mount(path: str) -> bool:
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[1] == path and parts[2].startswith("fuse"):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def prepare_mountpoint(path: str) -> str:
+    """Refuse a mount point memfs can't use; clear a dead mount a killed daemon left."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise StartError(f"mount point {path} does not exist", 2) from None
+    except OSError as e:
+        if e.errno == errno.ENOTCONN and _dead_memfs_mount(real):
+            subprocess.run(["fusermount3", "-u", "-z", real], check=False,
+                           capture_output=True)
+            log.info("cleared a dead mount left by a killed daemon mountpoint=%s", real)
+            return prepare_mountpoint(path)
+        raise StartError(f"mount point {path} cannot be used: {e.strerror}", 2) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise StartError(f"mount point {path} is not a directory", 2)
+    if os.path.ismount(real):
+        raise StartError(f"mount point {path} is already a mount", 2)
+    if os.listdir(real):
+        raise StartError(f"mount point {path} is not empty", 2)
+    return real
+
+
+class Daemon:
+    """One FUSE mount serving one or several stores."""
+
+    def __init__(self, config: MountConfig, *, notifier: Notifier | None = None) -> None:
+        self.config = config
+        self.notifier = notifier or KernelNotifier()
+        self.tree = Tree(uid=os.getuid(), gid=os.getgid())
+        self.syncs: list[StoreSync] = []
+        self.infos: dict[str, StoreInfo] = {}
+        self.caches: list[CacheDir] = []
+        self.ops: MemFs | None = None
+        self._stop = trio.Event()
+        self._flushed = trio.Event()
+        self._flush_report: dict[str, Any] = {}
+        self.http: httpx.AsyncClient | None = None
+        self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
+
+    # -- waiting for content (the handlers' only await on remote work) ---------------
+    async def wait_for(self, store: StoreState, node: Node) -> None:
+        for sync in self.syncs:
+            if sync.state is store:
+                await sync.wait_content(node)
+                return
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # -- start ----------------------------------------------------------------------
+    async def _open_stores(self, client: StoreClient) -> None:
+        cfg = self.config
+        cache_root = cfg.cache_dir or default_cache_root()
+        for spec in cfg.stores:
+            try:
+                info = await client.retrieve_store(spec.store_id)
+            except NotFound:
+                raise StartError(f"memory store {spec.store_id} does not exist") from None
+            except StoreUnavailable as e:
+                raise StartError(f"cannot reach the store server: {e}", 3) from None
+            except StoreAuthError as e:
+                raise StartError(f"the store server refused the credentials: {e}", 2) from None
+            self.infos[spec.store_id] = info
+            read_only = spec.read_only
+            if info.archived_at is not None and not read_only:
+                log.warning("memory store is archived; mounting it read-only "
+                            "memory_store_id=%s", spec.store_id)
+                read_only = spec.read_only = True
+            cache_dir = (cache_root if (cfg.single and cfg.cache_dir) else
+                         cache_root / spec.store_id)
+            try:
+                cache = CacheDir(cache_dir, spec.store_id)
+            except ConfigError as e:
+                raise StartError(str(e), 2) from None
+            self.caches.append(cache)
+            state = StoreState(self.tree, spec.store_id, spec.dir_name or "", cache,
+                               read_only=read_only,
+                               parent=None if cfg.single else self.tree.root)
+            sync = StoreSync(state, client, self.notifier, interval=cfg.interval,
+                             deletions=cfg.deletions, excludes=cfg.excludes,
+                             flush_timeout=cfg.flush_timeout)
+            self.syncs.append(sync)
+        if not cfg.single:
+            self.tree.root.mode = 0o555
+
+        async def start_one(sync: StoreSync) -> None:
+            try:
+                await sync.start()
+            except StoreUnavailable as e:
+                raise StartError(f"cannot reach the store server: {e}", 3) from None
+            except StoreAuthError as e:
+                raise StartError(f"the store server refused the credentials: {e}", 2) from None
+            except MemfsError as e:
+                raise StartError(f"failed to download memory store memory_store_id="
+                                 f"{sync.store_id}: {e}") from None
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for sync in self.syncs:
+                    nursery.start_soon(start_one, sync)
+        except BaseExceptionGroup as group:
+            first = _first(group, StartError)
+            if first is not None:
+                raise first from None
+            raise
+
+    def _mount_options(self) -> set[str]:
+        options = set(pyfuse3.default_options)
+        options |= {"fsname=memfs", "subtype=memfs"}
+        if all(s.state.read_only for s in self.syncs) and self.config.single:
+            options.add("ro")  # read-only at the VFS layer, before we are even asked
+        if self.config.allow_other:
+            options.add("allow_other")
+        return options
+
+    async def run(self, ready: Callable[[str], None] | None = None) -> int:
+        """Mount, serve until stopped, tear down; returns the process exit code."""
+        cfg = self.config
+        check_fuse()
+        mountpoint = self.mountpoint = prepare_mountpoint(cfg.mountpoint)
+        client_config = ClientConfig.from_env(cfg.api_url, cfg.environ)
+        self.http = make_http_client(client_config)
+        mounted = False
+        crashed = False
+        try:
+            client = StoreClient(self.http)
+            await self._open_stores(client)
+            self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout)
+            try:
+                pyfuse3.init(self.ops, mountpoint, self._mount_options())
+            except RuntimeError as e:
+                raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
+            mounted = True
+            total = sum(s.state.statistics()["memories"] for s in self.syncs)
+            log.info("mounted memory stores=%s mountpoint=%s memories=%d",
+                     ",".join(s.store_id for s in self.syncs), mountpoint, total)
+            try:
+                return await self._serve(mountpoint, ready)
+            except BaseException:
+                crashed = True
+                raise
+        finally:
+            if mounted:
+                # A crash leaves the mount dead (ENOTCONN), never a bare directory.
+                pyfuse3.close(unmount=not crashed)
+            for cache in self.caches:
+                cache.close()
+            with trio.CancelScope(shield=True):
+                await self.http.aclose()
+
+    async def _serve(self, mountpoint: str, ready: Callable[[str], None] | None) -> int:
+        assert self.ops is not None
+        control = ControlServer(mountpoint, self._describe(), self._control)
+        fuse_gone = trio.Event()
+
+        async def fuse_main() -> None:
+            try:
+                await pyfuse3.main()
+            finally:
+                fuse_gone.set()
+                self._stop.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fuse_main)
+            sync_scope = trio.CancelScope()
+
+            async def run_syncs() -> None:
+                with sync_scope:
+                    async with trio.open_nursery() as inner:
+                        for sync in self.syncs:
+                            await inner.start(sync.run)
+                        await trio.sleep_forever()
+
+            nursery.start_soon(run_syncs)
+            await nursery.start(control.serve)
+            nursery.start_soon(self._watch_signals)
+            if ready is not None:
+                ready(mountpoint)
+            await self._stop.wait()
+            # Teardown: refuse writes, stop the loops, one last bounded pass each.
+            self.ops.closing = True
+            sync_scope.cancel()
+            with trio.CancelScope(shield=True):
+                code = await self._final_flush()
+                self._flushed.set()
+                await trio.sleep(0.05)  # let an `unmount` request send its answer
+            if not fuse_gone.is_set():
+                pyfuse3.terminate()
+                with trio.move_on_after(5):
+                    await fuse_gone.wait()
+            nursery.cancel_scope.cancel()
+        log.info("unmounted mountpoint=%s", mountpoint)
+        return code
+
+    async def _watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("stopping on signal=%s", signal.Signals(signum).name)
+                self._stop.set()
+
+    async def _final_flush(self) -> int:
+        t0 = time.monotonic()
+        results: dict[str, PassResult] = {}
+
+        async def one(sync: StoreSync) -> None:
+            if sync.state.read_only:
+                return
+            results[sync.store_id] = await sync.final_sync()
+
+        async with trio.open_nursery() as nursery:
+            for sync in self.syncs:
+                nursery.start_soon(one, sync)
+        left: dict[str, list[str]] = {}
+        for sync in self.syncs:
+            if sync.state.read_only:
+                continue
+            stats = sync.statistics()
+            paths = stats["dirty_files"] + [p for p in stats["pending_delete_paths"]
+                                            if p and sync.deletions == "enabled"]
+            if paths:
+                left[sync.store_id] = paths
+        self._flush_report = {
+            "ok": not left, "seconds": round(time.monotonic() - t0, 3),
+            "unpushed": left,
+            "outcomes": {k: v.outcome for k, v in results.items()},
+        }
+        for store_id, paths in left.items():
+            log.warning("memory flush left %d changed files un-pushed; they stay in the "
+                        "journal for the next start memory_store_id=%s paths=%s",
+                        len(paths), store_id, ",".join(paths[:20]))
+        return 0 if not left else 1
+
+    # -- control ---------------------------------------------------------------------
+    def _describe(self) -> dict[str, Any]:
+        return {"mode": "single" if self.config.single else "session",
+                "stores": [s.store_id for s in self.syncs]}
+
+    def status(self) -> dict[str, Any]:
+        stores = []
+        for sync in self.syncs:
+            info = self.infos.get(sync.store_id)
+            root = self.mountpoint if self.config.single else os.path.join(
+                self.mountpoint, sync.state.root.name)
+            stores.append({
+                "memory_store_id": sync.store_id,
+                "name": info.name if info else "",
+                "mount_path": root,
+                "access": "read_only" if sync.state.read_only else "read_write",
+                "interval_s": sync.interval,
+                "deletions": sync.deletions,
+                **sync.statistics(),
+            })
+        return {"ok": True, "mountpoint": self.mountpoint,
+                "pid": os.getpid(), "stores": stores}
+
+    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "status":
+            return self.status()
+        if op == "sync":
+            results: dict[str, Any] = {}
+
+            async def one(sync: StoreSync) -> None:
+                r = await sync.sync_now()
+                results[sync.store_id] = {"outcome": r.outcome, "error": r.error,
+                                          "pulled": r.pulled, "pushed": r.pushed,
+                                          "deleted": r.deleted, "conflicts": r.conflicts,
+                                          "duration_s": round(r.duration_s, 3)}
+
+            async with trio.open_nursery() as nursery:
+                for sync in self.syncs:
+                    nursery.start_soon(one, sync)
+            ok = all(r["outcome"] == "ok" for r in results.values())
+            return {"ok": ok, "stores": results}
+        if op == "unmount":
+            self._stop.set()
+            await self._flushed.wait()
+            return self._flush_report
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, kind):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first(exc, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def launch(config: MountConfig, *, daemonize: bool) -> int:
+    """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
+    if not daemonize:
+        def say_ready(mountpoint: str) -> None:
+            print(f"memfs: mounted at {mountpoint}; stop with Ctrl-C or "
+                  f"`memfs unmount {mountpoint}`", file=sys.stderr, flush=True)
+
+        try:
+            return trio.run(Daemon(config).run, say_ready)
+        except StartError as e:
+            print(f"memfs: {e}", file=sys.stderr)
+            return e.exit_code
+        except ConfigError as e:
+            print(f"memfs: {e}", file=sys.stderr)
+            return 2
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid > 0:
+        os.close(write_fd)
+        chunks = []
+        while chunk := os.read(read_fd, 4096):
+            chunks.append(chunk)
+        os.close(read_fd)
+        message = b"".join(chunks).decode(errors="replace")
+        if message.startswith("ok "):
+            print(f"memfs: mounted at {message[3:]} (pid {pid})", file=sys.stderr)
+            return 0
+        exit_word, _, text = message.partition(" ")
+        print(f"memfs: {text or 'the daemon exited before the mount was live'}",
+              file=sys.stderr)
+        return int(exit_word) if exit_word.isdigit() else 1
+
+    # The daemon child: its own session, no terminal, reports readiness through the pipe.
+    os.close(read_fd)
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+    def signal_ready(mountpoint: str) -> None:
+        os.write(write_fd, f"ok {mountpoint}".encode())
+        os.close(write_fd)
+
+    code = 1
+    try:
+        code = trio.run(Daemon(config).run, signal_ready)
+    except StartError as e:
+        os.write(write_fd, f"{e.exit_code} {e}".encode())
+        code = e.exit_code
+    except ConfigError as e:
+        os.write(write_fd, f"2 {e}".encode())
+        code = 2
+    except BaseException:
+        log.exception("the daemon crashed")
+        code = 1
+    finally:
+        logging.shutdown()
+        os._exit(code)

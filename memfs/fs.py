@@ -1,0 +1,469 @@
+"""The pyfuse3 adapter: decode names, build attributes, apply policy, map errors.
+
+Every handler runs through `_guard`, the one place where domain errors become errno:
+`FsError` keeps its errno, anything unexpected is logged with its traceback and becomes
+`EIO`, so a bug answers one system call badly instead of killing the mount.
+
+Handlers never start network I/O (invariant 2 in docs/concurrency.md). A read of a file
+whose content is still on its way waits, bounded, for the sync task to bring it.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+import pyfuse3
+import trio
+
+from memfs.errors import FsError
+from memfs.paths import MAX_CONTENT_BYTES, MAX_MEMORIES_PER_STORE
+from memfs.tree import Kind, Node, StoreState, Tree, check_name, stat_mode
+
+log = logging.getLogger("memfs.fs")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+XATTR_PREFIX = b"user.memfs."
+XATTR_NAMES = (b"user.memfs.memory_id", b"user.memfs.sha256", b"user.memfs.state",
+               b"user.memfs.store_id")
+
+# The kernel may cache names and attributes this long. Safe because every local change
+# passes through this process, and the sync task invalidates what a pull changes.
+CACHE_TIMEOUT = 300.0
+
+
+@dataclass(eq=False)
+class FileHandle:
+    node: Node
+    writable: bool
+    append: bool
+
+
+@dataclass(eq=False)
+class DirHandle:
+    node: Node
+    entries: list[tuple[bytes, Node]] = field(default_factory=list)
+
+
+class ContentWaiter(Protocol):
+    """How a handler waits (bounded by the caller) for content being brought in."""
+
+    async def wait_for(self, store: StoreState, node: Node) -> None: ...
+
+
+def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except FsError as e:
+            raise pyfuse3.FUSEError(e.errno) from None
+        except pyfuse3.FUSEError:
+            raise
+        except Exception:
+            log.exception("unexpected error in handler=%s; answering EIO", fn.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+class MemFs(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0) -> None:
+        super().__init__()
+        self.tree = tree
+        self.waiter = waiter
+        self.content_timeout = content_timeout
+        self.closing = False  # set at unmount: writes fail with EROFS while we flush
+        self._handles: dict[int, FileHandle | DirHandle] = {}
+        self._next_fh = 1
+
+    # -- helpers --------------------------------------------------------------------
+    def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.generation = 0
+        a.entry_timeout = CACHE_TIMEOUT
+        a.attr_timeout = CACHE_TIMEOUT
+        a.st_mode = stat_mode(node)
+        a.st_nlink = 2 + sum(1 for c in (node.children or {}).values() if c.is_dir) \
+            if node.is_dir else (1 if node.linked else 0)
+        a.st_uid = self.tree.uid
+        a.st_gid = self.tree.gid
+        a.st_rdev = 0
+        a.st_size = 4096 if node.is_dir else node.size
+        a.st_blksize = 4096
+        a.st_blocks = (a.st_size + 511) // 512
+        a.st_atime_ns = node.atime_ns
+        a.st_mtime_ns = node.mtime_ns
+        a.st_ctime_ns = node.ctime_ns
+        return a
+
+    def _store(self, node: Node) -> StoreState:
+        if node.store is None:
+            raise FsError(errno.EROFS, "the session root is read-only")
+        return node.store
+
+    def _mutable(self, node: Node) -> StoreState:
+        """The store a mutation under `node` goes to, or the errno that refuses it."""
+        store = self._store(node)
+        store.writable()
+        if self.closing:
+            raise FsError(errno.EROFS, "the mount is being unmounted")
+        return store
+
+    def _dir(self, ino: int) -> Node:
+        node = self.tree.get(ino)
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR)
+        return node
+
+    def _child(self, parent: Node, name: str) -> Node:
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        return node
+
+    def _fh(self, handle: FileHandle | DirHandle) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self._handles[fh] = handle
+        return fh
+
+    def _file(self, fh: int) -> FileHandle:
+        handle = self._handles.get(fh)
+        if not isinstance(handle, FileHandle):
+            raise FsError(errno.EBADF)
+        return handle
+
+    async def _content(self, node: Node) -> bytes:
+        store = self._store(node)
+        data = store.content(node)
+        if data is None:
+            with trio.move_on_after(self.content_timeout):
+                await self.waiter.wait_for(store, node)
+            data = store.content(node)
+            if data is None:
+                log.error("content did not arrive in time memory_store_id=%s path=%s "
+                          "timeout_s=%s", store.store_id, node.store_path(),
+                          self.content_timeout)
+                raise FsError(errno.EIO, "content not available")
+        return data
+
+    def _lookup_ref(self, node: Node) -> pyfuse3.EntryAttributes:
+        node.lookups += 1
+        return self.attrs(node)
+
+    # -- namespace ------------------------------------------------------------------
+    @_guard
+    async def lookup(self, parent_inode: int, name: bytes,
+                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        if name == b".":
+            return self._lookup_ref(parent)
+        if name == b"..":
+            return self._lookup_ref(parent.parent or parent)
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FsError(errno.ENOENT) from None
+        return self._lookup_ref(self._child(parent, text))
+
+    @_guard
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for ino, count in inode_list:
+            self.tree.forget(ino, count)
+
+    @_guard
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self.attrs(self.tree.get(inode))
+
+    @_guard
+    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes,
+                      fields: pyfuse3.SetattrFields, fh: int | None,
+                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        node = self.tree.get(inode)
+        store = self._mutable(node)
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file is read-only")
+        if fields.update_uid and attr.st_uid != self.tree.uid:
+            raise FsError(errno.EPERM, "owners are fixed to the mounting user")
+        if fields.update_gid and attr.st_gid != self.tree.gid:
+            raise FsError(errno.EPERM, "groups are fixed to the mounting user's")
+        if fields.update_size:
+            if node.is_dir:
+                raise FsError(errno.EISDIR)
+            store.truncate(node, attr.st_size)
+        if fields.update_mode:
+            store.set_mode(node, attr.st_mode)
+        if fields.update_atime or fields.update_mtime:
+            store.set_times(node, attr.st_atime_ns if fields.update_atime else None,
+                            attr.st_mtime_ns if fields.update_mtime else None)
+        return self.attrs(node)
+
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        raise pyfuse3.FUSEError(errno.EINVAL)
+
+    @_guard
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        store = self._mutable(parent)
+        if not stat.S_ISREG(mode):
+            raise FsError(errno.EPERM, "only regular files can live in a memory store")
+        node = self._new_file(store, parent, name, mode)
+        return self._lookup_ref(node)
+
+    def _new_file(self, store: StoreState, parent: Node, raw: bytes, mode: int) -> Node:
+        name = check_name(raw)
+        assert parent.children is not None
+        if name in parent.children:
+            raise FsError(errno.EEXIST)
+        return store.create_file(parent, name, mode)
+
+    @_guard
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        store = self._mutable(parent)
+        text = check_name(name)
+        assert parent.children is not None
+        if text in parent.children:
+            raise FsError(errno.EEXIST)
+        return self._lookup_ref(store.mkdir(parent, text, mode))
+
+    @_guard
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        parent = self._dir(parent_inode)
+        store = self._mutable(parent)
+        store.unlink(parent, name.decode("utf-8", "surrogateescape"))
+
+    @_guard
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        parent = self._dir(parent_inode)
+        node = self._child(parent, name.decode("utf-8", "surrogateescape"))
+        if node.store is not None and node is node.store.root:
+            raise FsError(errno.EROFS, "a store's directory cannot be removed")
+        store = self._mutable(parent)
+        store.rmdir(parent, node.name)
+
+    @_guard
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes,
+                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._refuse_link(parent_inode)
+
+    @_guard
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
+                   ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._refuse_link(new_parent_inode)
+
+    def _refuse_link(self, parent_inode: int) -> pyfuse3.EntryAttributes:
+        self._mutable(self._dir(parent_inode))
+        raise FsError(errno.EPERM, "links cannot live in a memory store")
+
+    @_guard
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int,
+                     name_new: bytes, flags: int, ctx: pyfuse3.RequestContext) -> None:
+        old_parent = self._dir(parent_inode_old)
+        new_parent = self._dir(parent_inode_new)
+        store = self._mutable(old_parent)
+        new_store = self._mutable(new_parent)
+        if store is not new_store:
+            raise FsError(errno.EXDEV, "cannot move between memory stores")
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
+        old_name = name_old.decode("utf-8", "surrogateescape")
+        node = self._child(old_parent, old_name)
+        if node is store.root:
+            raise FsError(errno.EROFS)
+        new_name = check_name(name_new)
+        store.rename(old_parent, old_name, new_parent, new_name,
+                     noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
+
+    # -- files ----------------------------------------------------------------------
+    @_guard
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        node = self.tree.get(inode)
+        if node.is_dir:
+            raise FsError(errno.EISDIR)
+        writing = (flags & os.O_ACCMODE) != os.O_RDONLY or bool(flags & os.O_TRUNC)
+        if writing:
+            store = self._mutable(node)
+            if node.kind is Kind.MARKER:
+                raise FsError(errno.EPERM, "the marker file is read-only")
+            if flags & os.O_TRUNC:
+                store.truncate(node, 0)
+        node.open_handles += 1
+        if writing:
+            node.open_writers += 1
+        handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
+        return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
+
+    @_guard
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
+                     ctx: pyfuse3.RequestContext
+                     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        parent = self._dir(parent_inode)
+        store = self._mutable(parent)
+        node = self._new_file(store, parent, name, mode)
+        node.open_handles += 1
+        node.open_writers += 1
+        handle = FileHandle(node, True, bool(flags & os.O_APPEND))
+        return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True), self._lookup_ref(node)
+
+    @_guard
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        handle = self._file(fh)
+        data = await self._content(handle.node)
+        return data[off:off + size]
+
+    @_guard
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        handle = self._file(fh)
+        node = handle.node
+        if not handle.writable:
+            raise FsError(errno.EBADF)
+        store = self._mutable(node)
+        if node.data is None:
+            await self._content(node)  # a write into content still downloading waits
+        if handle.append:
+            off = node.size
+        return store.write(node, off, buf)
+
+    @_guard
+    async def flush(self, fh: int) -> None:
+        handle = self._file(fh)
+        if handle.writable and handle.node.store is not None:
+            handle.node.store.check_utf8(handle.node)
+
+    @_guard
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        handle = self._file(fh)
+        store = handle.node.store
+        if handle.writable and store is not None:
+            store.check_utf8(handle.node)
+            store.journal.checkpoint()
+
+    @_guard
+    async def release(self, fh: int) -> None:
+        handle = self._handles.pop(fh, None)
+        if not isinstance(handle, FileHandle):
+            return
+        node = handle.node
+        node.open_handles -= 1
+        if handle.writable:
+            node.open_writers -= 1
+        store = node.store
+        if (store is not None and node.open_handles == 0 and not node.dirty
+                and node.data is not None and node.sha is not None):
+            node.data = None  # clean content lives in the object store, not in RAM
+        self.tree.maybe_drop(node)
+
+    # -- directories ----------------------------------------------------------------
+    @_guard
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        node = self._dir(inode)
+        assert node.children is not None
+        # A snapshot makes offsets stable for the life of the handle.
+        entries = sorted((name.encode("utf-8", "surrogateescape"), child)
+                         for name, child in node.children.items())
+        return self._fh(DirHandle(node, entries))
+
+    @_guard
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        handle = self._handles.get(fh)
+        if not isinstance(handle, DirHandle):
+            raise FsError(errno.EBADF)
+        entries = handle.entries
+        for index in range(start_id, len(entries)):
+            name, child = entries[index]
+            if not pyfuse3.readdir_reply(token, name, self.attrs(child), index + 1):
+                return
+            child.lookups += 1
+
+    @_guard
+    async def releasedir(self, fh: int) -> None:
+        self._handles.pop(fh, None)
+
+    @_guard
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        handle = self._handles.get(fh)
+        if isinstance(handle, DirHandle) and handle.node.store is not None:
+            handle.node.store.journal.checkpoint()
+
+    @_guard
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        s = pyfuse3.StatvfsData()
+        stores = self.stores()
+        used_files = sum(1 for st in stores for _ in st.walk_files())
+        capacity = MAX_MEMORIES_PER_STORE * max(1, len(stores))
+        s.f_bsize = s.f_frsize = 4096
+        s.f_blocks = capacity * MAX_CONTENT_BYTES // 4096
+        used = sum(n.size for st in stores for n in st.walk_files()) // 4096
+        s.f_bfree = s.f_bavail = max(0, s.f_blocks - used)
+        s.f_files = capacity
+        s.f_ffree = s.f_favail = max(0, capacity - used_files)
+        s.f_namemax = 255
+        return s
+
+    def stores(self) -> list[StoreState]:
+        if self.tree.root.store is not None:
+            return [self.tree.root.store]
+        assert self.tree.root.children is not None
+        return [c.store for c in self.tree.root.children.values() if c.store is not None]
+
+    # -- xattrs ---------------------------------------------------------------------
+    @_guard
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        node = self.tree.get(inode)
+        value = self._xattrs(node).get(name)
+        if value is None:
+            raise FsError(pyfuse3.ENOATTR)
+        return value
+
+    @_guard
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
+        return list(self._xattrs(self.tree.get(inode)))
+
+    def _xattrs(self, node: Node) -> dict[bytes, bytes]:
+        if node.store is None:
+            return {}
+        values = {b"user.memfs.store_id": node.store.store_id.encode()}
+        if node.kind is Kind.FILE:
+            if node.memory_id:
+                values[b"user.memfs.memory_id"] = node.memory_id.encode()
+            sha = node.current_sha()
+            if sha:
+                values[b"user.memfs.sha256"] = sha.encode()
+            values[b"user.memfs.state"] = node.state_name().encode()
+            if node.refused_why and node.state_name() == "refused":
+                values[b"user.memfs.refused"] = node.refused_why.encode()
+            if node.conflict:
+                values[b"user.memfs.conflict_copy"] = node.conflict.encode()
+        return values
+
+    @_guard
+    async def setxattr(self, inode: int, name: bytes, value: bytes,
+                       ctx: pyfuse3.RequestContext) -> None:
+        self._mutable(self.tree.get(inode))
+        raise FsError(errno.ENOTSUP, "extended attributes are not stored")
+
+    @_guard
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        node = self.tree.get(inode)
+        self._mutable(node)
+        if name in self._xattrs(node):
+            raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
+        raise FsError(pyfuse3.ENOATTR)
+

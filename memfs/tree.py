@@ -1,0 +1,635 @@
+"""The in-memory namespace of a mount, and each store's local state behind it.
+
+`Tree` owns inodes: numbers are never reused while the process lives, and a node
+leaves the table only when the kernel has forgotten it and nothing names it.
+`StoreState` owns one store's subtree and keeps its journal in step with it: every
+mutation here writes the journal before returning, so the caller (a FUSE handler) can
+acknowledge the system call knowing a `kill -9` loses nothing.
+
+Synchronous and free of network I/O: FUSE handlers call in, the sync task calls in,
+and code between two awaits is atomic, so no locks are needed (see
+docs/concurrency.md). Each file carries a `version` that moves on every local change;
+the sync task uploads a snapshot and marks the file clean only if the version has not
+moved meanwhile.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import stat
+import time
+from collections.abc import Iterator
+from enum import Enum
+
+from memfs.cache import CacheDir, EntryRow
+from memfs.errors import FsError
+from memfs.paths import (
+    MARKER_NAME,
+    MAX_CONTENT_BYTES,
+    MAX_PATH_BYTES,
+    MAX_PATH_SEGMENTS,
+    PathRejected,
+    check_segment,
+    marker_content,
+    sha256_hex,
+)
+
+log = logging.getLogger("memfs.tree")
+
+ROOT_INODE = 1
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+
+class Kind(Enum):
+    DIR = "dir"
+    FILE = "file"
+    MARKER = "marker"
+
+
+class Node:
+    """A file, directory or the marker. File fields are unused on directories."""
+
+    __slots__ = (
+        "atime_ns", "base_path", "base_sha", "children", "conflict", "ctime_ns", "data",
+        "dirty", "dirty_since", "entry_id", "ino", "kind", "linked", "lookups", "memory_id",
+        "mode", "mtime_ns", "name", "open_handles", "open_writers", "parent",
+        "refused_sha", "refused_why", "sent_path", "sent_sha", "sha", "size", "store",
+        "version",
+    )
+
+    def __init__(self, ino: int, kind: Kind, name: str, parent: Node | None,
+                 store: StoreState | None, mode: int, mtime_ns: int) -> None:
+        self.ino = ino
+        self.kind = kind
+        self.name = name
+        self.parent = parent
+        self.store = store
+        self.children: dict[str, Node] | None = {} if kind is Kind.DIR else None
+        self.mode = mode
+        self.mtime_ns = self.ctime_ns = self.atime_ns = mtime_ns
+        self.entry_id: int | None = None
+        self.data: bytearray | None = None   # authoritative content when set
+        self.sha: str | None = None          # content sha when `data` is None
+        self.size = 0
+        self.dirty = False
+        self.dirty_since: float | None = None
+        self.memory_id: str | None = None
+        self.base_sha: str | None = None
+        self.base_path: str | None = None
+        self.sent_sha: str | None = None
+        self.sent_path: str | None = None
+        self.refused_sha: str | None = None
+        self.refused_why: str | None = None
+        self.conflict: str | None = None
+        self.version = 0
+        self.lookups = 0
+        self.open_handles = 0
+        self.open_writers = 0
+        self.linked = True
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind is Kind.DIR
+
+    def state_name(self) -> str:
+        """The sync state shown in xattrs and status."""
+        if self.kind is not Kind.FILE:
+            return "clean"
+        if not self.linked:
+            return "pending-delete"
+        if self.refused_sha is not None and self.refused_sha == self.current_sha():
+            return "refused"
+        if self.dirty or (self.base_path is not None and self.base_path != self.store_path()):
+            return "dirty"
+        if self.memory_id is None:
+            return "dirty"
+        if self.conflict:
+            return "conflict"
+        return "clean"
+
+    def current_sha(self) -> str | None:
+        if self.data is not None:
+            return sha256_hex(bytes(self.data))
+        return self.sha
+
+    def store_path(self) -> str:
+        """Path inside the node's store, as the API names it ('/a/b.md')."""
+        parts: list[str] = []
+        node: Node | None = self
+        while node is not None and node.store is not None and node is not node.store.root:
+            parts.append(node.name)
+            node = node.parent
+        return "/" + "/".join(reversed(parts))
+
+
+class Tree:
+    """Inode table of one mount (one or several stores)."""
+
+    def __init__(self, *, uid: int, gid: int) -> None:
+        self.uid = uid
+        self.gid = gid
+        self.nodes: dict[int, Node] = {}
+        self._next_ino = ROOT_INODE
+        now = time.time_ns()
+        self.root = self.new_node(Kind.DIR, "", None, None, DIR_MODE, now)
+        self.root.lookups = 1  # the kernel never forgets the root
+
+    def new_node(self, kind: Kind, name: str, parent: Node | None, store: StoreState | None,
+                 mode: int, mtime_ns: int) -> Node:
+        node = Node(self._next_ino, kind, name, parent, store, mode, mtime_ns)
+        self._next_ino += 1
+        self.nodes[node.ino] = node
+        if parent is not None:
+            assert parent.children is not None
+            parent.children[name] = node
+        return node
+
+    def get(self, ino: int) -> Node:
+        node = self.nodes.get(ino)
+        if node is None:
+            raise FsError(errno.ENOENT, f"unknown inode {ino}")
+        return node
+
+    def forget(self, ino: int, count: int) -> None:
+        node = self.nodes.get(ino)
+        if node is None:
+            return
+        node.lookups = max(0, node.lookups - count)
+        self.maybe_drop(node)
+
+    def maybe_drop(self, node: Node) -> None:
+        """Drop an inode once nothing (kernel, directory, handle) refers to it."""
+        if node.lookups == 0 and node.open_handles == 0 and not node.linked:
+            self.nodes.pop(node.ino, None)  # a tombstone lives on in its store's table
+
+
+def check_name(raw: bytes) -> str:
+    """Decode a name from the kernel and apply the API's segment rules."""
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FsError(errno.EINVAL, "file name is not UTF-8") from None
+    try:
+        check_segment(name)
+    except PathRejected as e:
+        raise FsError(errno.ENAMETOOLONG if e.too_long else errno.EINVAL, e.reason) from None
+    return name
+
+
+def check_depth(path: str, *, is_dir: bool) -> None:
+    """Refuse a path the API could never store: too long, or too deep."""
+    segments = path.count("/")
+    if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+        raise FsError(errno.ENAMETOOLONG, "path is longer than 1024 bytes")
+    # A directory at the last allowed depth could hold nothing the API accepts.
+    if segments > MAX_PATH_SEGMENTS or (is_dir and segments >= MAX_PATH_SEGMENTS):
+        raise FsError(errno.ENAMETOOLONG, f"path is deeper than {MAX_PATH_SEGMENTS} segments")
+
+
+class StoreState:
+    """One store's subtree, its journal and its content, kept in step."""
+
+    def __init__(self, tree: Tree, store_id: str, name: str, cache: CacheDir, *,
+                 read_only: bool, parent: Node | None = None) -> None:
+        self.tree = tree
+        self.store_id = store_id
+        self.read_only = read_only
+        self.cache = cache
+        self.journal = cache.journal
+        self.objects = cache.objects
+        self.by_memory: dict[str, Node] = {}     # linked files with a memory id
+        self.tombstones: dict[str, Node] = {}    # unlinked files with a memory id
+        self.pending_content: dict[str, int] = {}  # sha -> waiting readers
+        now = time.time_ns()
+        if parent is None:
+            self.root = tree.root
+            tree.root.store = self
+        else:
+            self.root = tree.new_node(Kind.DIR, name, parent, self, DIR_MODE, now)
+        self.marker = tree.new_node(Kind.MARKER, MARKER_NAME, self.root, self, 0o444, now)
+        marker = marker_content(store_id)
+        self.marker.data = bytearray(marker)
+        self.marker.size = len(marker)
+        self.marker_bytes = marker
+        self.events: list[tuple[str, str]] = []  # (level, message) not yet logged
+
+    # -- loading ------------------------------------------------------------------
+    def load_journal(self) -> int:
+        """Rebuild the subtree from the journal; returns how many rows were loaded."""
+        count = 0
+        for row in self.journal.rows():
+            count += 1
+            if row.path is None:
+                node = self._node_from_row(row, None)
+                node.linked = False
+                if row.memory_id:
+                    self.tombstones[row.memory_id] = node
+                continue
+            parent = self.ensure_dirs(row.path.rsplit("/", 1)[0] or "/", journal=False)
+            name = row.path.rsplit("/", 1)[1]
+            if row.kind == "dir":
+                existing = parent.children.get(name) if parent.children else None
+                if existing is not None and existing.is_dir:
+                    existing.entry_id = row.entry_id
+                    existing.mode = row.mode
+                    continue
+            self._node_from_row(row, parent)
+        return count
+
+    def _node_from_row(self, row: EntryRow, parent: Node | None) -> Node:
+        kind = Kind.DIR if row.kind == "dir" else Kind.FILE
+        name = row.path.rsplit("/", 1)[1] if row.path else ""
+        node = self.tree.new_node(kind, name, parent, self, row.mode, row.mtime_ns)
+        node.entry_id = row.entry_id
+        if kind is Kind.FILE:
+            node.memory_id = row.memory_id
+            node.base_sha = row.base_sha
+            node.base_path = row.base_path
+            node.sent_sha = row.sent_sha
+            node.sent_path = row.sent_path
+            node.refused_sha = row.refused_sha
+            node.refused_why = row.refused_why
+            node.conflict = row.conflict
+            node.dirty = row.dirty
+            if row.data is not None:
+                node.data = bytearray(row.data)
+                node.size = len(row.data)
+            else:
+                node.sha = row.sha
+                node.size = self._size_of(row.sha)
+            if node.dirty:
+                node.dirty_since = time.monotonic()
+            if node.memory_id and parent is not None:
+                self.by_memory[node.memory_id] = node
+        return node
+
+    def _size_of(self, sha: str | None) -> int:
+        if sha is None:
+            return 0
+        data = self.objects.get(sha)
+        return 0 if data is None else len(data)
+
+    def ensure_dirs(self, path: str, *, journal: bool = True) -> Node:
+        """The directory at `path`, creating missing ones (implied by memory paths)."""
+        node = self.root
+        if path == "/":
+            return node
+        for name in path[1:].split("/"):
+            assert node.children is not None
+            child = node.children.get(name)
+            if child is None:
+                now = time.time_ns()
+                child = self.tree.new_node(Kind.DIR, name, node, self, self.dir_mode(), now)
+                if journal:
+                    child.entry_id = self.journal.insert(
+                        path=child.store_path(), kind="dir", mode=child.mode, mtime_ns=now
+                    )
+            elif not child.is_dir:
+                raise FsError(errno.ENOTDIR, f"{child.store_path()} is a file")
+            node = child
+        return node
+
+    def dir_mode(self) -> int:
+        return 0o555 if self.read_only else DIR_MODE
+
+    def file_mode(self) -> int:
+        return 0o444 if self.read_only else FILE_MODE
+
+    # -- reading ------------------------------------------------------------------
+    def content(self, node: Node) -> bytes | None:
+        """The node's bytes, or None while they are still on their way from the store."""
+        if node.data is not None:
+            return bytes(node.data)
+        if node.sha is None:
+            return b""
+        return self.objects.get(node.sha)
+
+    def walk_files(self, node: Node | None = None) -> Iterator[Node]:
+        stack = [node or self.root]
+        while stack:
+            cur = stack.pop()
+            if cur.children is None:
+                continue
+            for child in cur.children.values():
+                if child.kind is Kind.FILE:
+                    yield child
+                elif child.is_dir:
+                    stack.append(child)
+
+    # -- local mutations (called by FUSE handlers; policy already applied) ----------
+    def writable(self) -> None:
+        if self.read_only:
+            raise FsError(errno.EROFS, "read-only memory store")
+
+    def create_file(self, parent: Node, name: str, mode: int) -> Node:
+        self.writable()
+        path = _join(parent.store_path(), name)
+        check_depth(path, is_dir=False)
+        now = time.time_ns()
+        node = self.tree.new_node(Kind.FILE, name, parent, self, (mode & 0o777) | 0o600, now)
+        node.data = bytearray()
+        node.dirty = True
+        node.dirty_since = time.monotonic()
+        node.entry_id = self.journal.insert(
+            path=path, kind="file", mode=node.mode, mtime_ns=now, data=b"", dirty=1
+        )
+        self._touch_dir(parent, now)
+        return node
+
+    def mkdir(self, parent: Node, name: str, mode: int) -> Node:
+        self.writable()
+        path = _join(parent.store_path(), name)
+        check_depth(path, is_dir=True)
+        now = time.time_ns()
+        node = self.tree.new_node(Kind.DIR, name, parent, self, (mode & 0o777) | 0o700, now)
+        node.entry_id = self.journal.insert(path=path, kind="dir", mode=node.mode, mtime_ns=now)
+        self._touch_dir(parent, now)
+        return node
+
+    def load_for_write(self, node: Node) -> bytearray:
+        """Make the node's content authoritative in memory before a change."""
+        if node.data is None:
+            content = self.content(node)
+            if content is None:
+                raise FsError(errno.EIO, "content not yet downloaded")
+            node.data = bytearray(content)
+        return node.data
+
+    def write(self, node: Node, offset: int, buf: bytes) -> int:
+        self.writable()
+        end = offset + len(buf)
+        if end > MAX_CONTENT_BYTES:
+            raise FsError(errno.EFBIG, f"memories are limited to {MAX_CONTENT_BYTES} bytes")
+        data = self.load_for_write(node)
+        if offset > len(data):
+            data.extend(b"\0" * (offset - len(data)))  # a sparse write reads back as zeros
+        data[offset:end] = buf
+        self._changed(node)
+        return len(buf)
+
+    def truncate(self, node: Node, size: int) -> None:
+        self.writable()
+        if size > MAX_CONTENT_BYTES:
+            raise FsError(errno.EFBIG, f"memories are limited to {MAX_CONTENT_BYTES} bytes")
+        if node.data is None and size == 0:
+            node.data = bytearray()
+        data = self.load_for_write(node)
+        if size < len(data):
+            del data[size:]
+        else:
+            data.extend(b"\0" * (size - len(data)))
+        self._changed(node)
+
+    def _changed(self, node: Node) -> None:
+        assert node.data is not None
+        now = time.time_ns()
+        node.size = len(node.data)
+        node.mtime_ns = node.ctime_ns = now
+        node.version += 1
+        node.sha = None
+        if not node.dirty:
+            node.dirty = True
+            node.dirty_since = time.monotonic()
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, data=bytes(node.data), dirty=1, sha=None,
+                                mtime_ns=now)
+
+    def set_mode(self, node: Node, mode: int) -> None:
+        self.writable()
+        node.mode = mode & 0o7777
+        node.ctime_ns = time.time_ns()
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, mode=node.mode)
+
+    def set_times(self, node: Node, atime_ns: int | None, mtime_ns: int | None) -> None:
+        self.writable()
+        if atime_ns is not None:
+            node.atime_ns = atime_ns
+        if mtime_ns is not None:
+            node.mtime_ns = mtime_ns
+            if node.entry_id is not None:
+                self.journal.update(node.entry_id, mtime_ns=mtime_ns)
+        node.ctime_ns = time.time_ns()
+
+    def unlink(self, parent: Node, name: str) -> Node:
+        self.writable()
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        if node.is_dir:
+            raise FsError(errno.EISDIR)
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file cannot be removed")
+        self._remove_file(node)
+        self._touch_dir(parent, time.time_ns())
+        return node
+
+    def _remove_file(self, node: Node) -> None:
+        """Unlink a file; a synced one becomes a tombstone the next pass deletes."""
+        assert node.parent is not None and node.parent.children is not None
+        del node.parent.children[node.name]
+        node.linked = False
+        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
+            del self.by_memory[node.memory_id]
+            self._bury(node)
+        elif node.entry_id is not None:
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
+        self.tree.maybe_drop(node)
+
+    def _bury(self, node: Node) -> None:
+        assert node.memory_id is not None
+        old = self.tombstones.get(node.memory_id)
+        if old is not None and old is not node and old.entry_id is not None:
+            self.journal.delete(old.entry_id)
+        self.tombstones[node.memory_id] = node
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, path=None)
+
+    def rmdir(self, parent: Node, name: str) -> Node:
+        self.writable()
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR)
+        assert node.children is not None
+        if node.children:
+            raise FsError(errno.ENOTEMPTY)
+        del parent.children[name]
+        node.linked = False
+        if node.entry_id is not None:
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
+        self._touch_dir(parent, time.time_ns())
+        self.tree.maybe_drop(node)
+        return node
+
+    def rename(self, old_parent: Node, old_name: str, new_parent: Node, new_name: str,
+               *, noreplace: bool) -> Node | None:
+        """Move an entry; returns the node it replaced, if any.
+
+        Replacing a synced file with a new one (an editor's atomic save) hands the
+        replaced file's memory id to the new one, so the memory keeps its history.
+        """
+        self.writable()
+        assert old_parent.children is not None and new_parent.children is not None
+        node = old_parent.children.get(old_name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file cannot be renamed")
+        if node is new_parent or (node.is_dir and _is_ancestor(node, new_parent)):
+            raise FsError(errno.EINVAL, "cannot move a directory into itself")
+        target = new_parent.children.get(new_name)
+        if target is node:
+            return None
+        new_path = _join(new_parent.store_path(), new_name)
+        check_depth(new_path, is_dir=node.is_dir)
+        if node.is_dir:
+            self._check_subtree_depth(node, new_path)
+        if target is not None:
+            if noreplace:
+                raise FsError(errno.EEXIST)
+            if target.kind is Kind.MARKER:
+                raise FsError(errno.EPERM, "the marker file cannot be replaced")
+            if target.is_dir and not node.is_dir:
+                raise FsError(errno.EISDIR)
+            if node.is_dir and not target.is_dir:
+                raise FsError(errno.ENOTDIR)
+            if target.is_dir:
+                assert target.children is not None
+                if target.children:
+                    raise FsError(errno.ENOTEMPTY)
+        now = time.time_ns()
+        with self.journal.transaction():
+            if target is not None:
+                if target.is_dir:
+                    self.rmdir(new_parent, new_name)
+                else:
+                    self._replace_file(node, target)
+            del old_parent.children[old_name]
+            node.name = new_name
+            node.parent = new_parent
+            new_parent.children[new_name] = node
+            node.ctime_ns = now
+            self._rejournal_paths(node)
+        self._touch_dir(old_parent, now)
+        self._touch_dir(new_parent, now)
+        return target
+
+    def _replace_file(self, node: Node, target: Node) -> None:
+        inherit = (node.kind is Kind.FILE and node.memory_id is None
+                   and target.memory_id is not None)
+        memory_id, base_sha, base_path = target.memory_id, target.base_sha, target.base_path
+        sent_sha = target.sent_sha
+        self._remove_file(target)
+        if inherit:
+            assert memory_id is not None
+            old = self.tombstones.pop(memory_id, None)
+            if old is not None and old.entry_id is not None:
+                self.journal.delete(old.entry_id)
+                old.entry_id = None
+            self.adopt_identity(node, memory_id, base_sha, base_path, sent_sha)
+
+    def adopt_identity(self, node: Node, memory_id: str, base_sha: str | None,
+                       base_path: str | None, sent_sha: str | None = None) -> None:
+        """Give a new local file an existing memory's identity (keeps id and history)."""
+        node.memory_id = memory_id
+        node.base_sha = base_sha
+        node.base_path = base_path
+        node.sent_sha = sent_sha
+        if node.linked:
+            self.by_memory[memory_id] = node
+        if not node.dirty and node.current_sha() != base_sha:
+            node.dirty = True
+            node.dirty_since = time.monotonic()
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, memory_id=memory_id, base_sha=base_sha,
+                                base_path=base_path, sent_sha=sent_sha,
+                                dirty=int(node.dirty))
+
+    def _check_subtree_depth(self, node: Node, new_path: str) -> None:
+        old_prefix = node.store_path()
+        for child in self._walk(node):
+            if child is node:
+                continue
+            check_depth(new_path + child.store_path()[len(old_prefix):], is_dir=child.is_dir)
+
+    def _walk(self, node: Node) -> Iterator[Node]:
+        stack = [node]
+        while stack:
+            cur = stack.pop()
+            yield cur
+            if cur.children:
+                stack.extend(cur.children.values())
+
+    def _rejournal_paths(self, node: Node) -> None:
+        changes: list[tuple[int, dict[str, object]]] = []
+        for cur in self._walk(node):
+            if cur.entry_id is not None:
+                # Two-step to dodge transient UNIQUE collisions inside the subtree.
+                changes.append((cur.entry_id, {"path": f"\0{cur.entry_id}"}))
+        for cur in self._walk(node):
+            if cur.entry_id is not None:
+                changes.append((cur.entry_id, {"path": cur.store_path()}))
+        for entry_id, fields in changes:
+            self.journal.update(entry_id, **fields)
+
+    def _touch_dir(self, node: Node, now: int) -> None:
+        node.mtime_ns = node.ctime_ns = now
+
+    # -- validation of what a handler flushes ---------------------------------------
+    def check_utf8(self, node: Node) -> None:
+        """Refuse (EILSEQ) and hold back content the store could never accept."""
+        if node.kind is not Kind.FILE or node.data is None:
+            return
+        try:
+            bytes(node.data).decode("utf-8")
+        except UnicodeDecodeError:
+            sha = sha256_hex(bytes(node.data))
+            if node.refused_sha != sha:
+                node.refused_sha = sha
+                node.refused_why = "content is not valid UTF-8"
+                if node.entry_id is not None:
+                    self.journal.update(node.entry_id, refused_sha=sha,
+                                        refused_why=node.refused_why)
+                log.warning(
+                    "the file is not valid UTF-8, so it stays un-synced until its content "
+                    "changes memory_store_id=%s path=%s", self.store_id, node.store_path())
+            raise FsError(errno.EILSEQ, "content is not valid UTF-8") from None
+
+    def statistics(self) -> dict[str, int]:
+        files = dirty = refused = conflicts = total = 0
+        for node in self.walk_files():
+            files += 1
+            total += node.size
+            state = node.state_name()
+            dirty += state == "dirty"
+            refused += state == "refused"
+            conflicts += node.conflict is not None
+        return {"memories": files, "bytes": total, "dirty": dirty, "refused": refused,
+                "conflicts": conflicts, "pending_deletes": len(self.tombstones)}
+
+
+def _join(parent: str, name: str) -> str:
+    return ("" if parent == "/" else parent) + "/" + name
+
+
+def _is_ancestor(node: Node, other: Node) -> bool:
+    cur: Node | None = other
+    while cur is not None:
+        if cur is node:
+            return True
+        cur = cur.parent
+    return False
+
+
+def stat_mode(node: Node) -> int:
+    if node.is_dir:
+        return stat.S_IFDIR | node.mode
+    return stat.S_IFREG | node.mode

@@ -1,0 +1,142 @@
+"""Run `memfs mount` / `memfs session` as a real daemon process over a real FUSE mount.
+
+`fuse_usable()` decides whether this machine can mount; under CI=true a machine that
+cannot is a failure, never a skip (`require_fuse`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+READY_MARK = "memfs: mounted at "
+
+
+def fuse_problem() -> str | None:
+    """Why FUSE can't be used here, or None."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse does not exist"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "/dev/fuse is not accessible"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is not installed"
+    return None
+
+
+def require_fuse() -> None:
+    problem = fuse_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"FUSE is required under CI=true: {problem}")
+    pytest.skip(f"FUSE unavailable: {problem}")
+
+
+def is_mounted(path: Path) -> bool:
+    real = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == real for line in f)
+
+
+class MountProcess:
+    """One daemon in the foreground (so tests can SIGTERM or SIGKILL it)."""
+
+    def __init__(self, args: Sequence[str], mountpoint: Path, *, url: str,
+                 log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.args = list(args)
+        self.mountpoint = mountpoint
+        self.url = url
+        self.log_path = log_path
+        self.env = {**os.environ, "ANTHROPIC_BASE_URL": url, **(env or {})}
+        self.env.pop("ANTHROPIC_API_KEY", None)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> MountProcess:
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", "debug",
+               "--log-file", str(self.log_path), *self.args]
+        self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout
+        assert self.proc.stderr is not None
+        os.set_blocking(self.proc.stderr.fileno(), False)
+        seen = b""
+        while time.monotonic() < deadline:
+            chunk = self.proc.stderr.read() or b""
+            seen += chunk
+            if READY_MARK.encode() in seen:
+                return self
+            if self.proc.poll() is not None:
+                seen += self.proc.stderr.read() or b""
+                raise RuntimeError(f"memfs exited {self.proc.returncode}: {seen.decode()}\n"
+                                   f"{self.log()}")
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"memfs did not become ready: {seen.decode()}\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text()
+        except FileNotFoundError:
+            return ""
+
+    def memfs(self, *args: str, timeout: float = 60.0, check: bool = True
+              ) -> subprocess.CompletedProcess[str]:
+        """Run a `memfs` CLI command against this mount's server."""
+        result = subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=self.env,
+                                capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"memfs {' '.join(args)} failed {result.returncode}: "
+                                 f"{result.stderr}")
+        return result
+
+    def sync(self) -> subprocess.CompletedProcess[str]:
+        return self.memfs("sync", str(self.mountpoint))
+
+    def wait(self, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM: final flush, unmount, exit."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: no teardown; the dead mount stays until cleared."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def cleanup(self) -> None:
+        self.kill()
+        if is_mounted(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)],
+                           capture_output=True, check=False)
+        for stream in (self.proc.stdout, self.proc.stderr) if self.proc else ():
+            if stream is not None:
+                stream.close()
+
+
+def mount_store(tmp_path: Path, url: str, store_id: str, *extra: str,
+                name: str = "mnt", cache: str | None = None) -> MountProcess:
+    mountpoint = tmp_path / name
+    cache_dir = tmp_path / (cache or f"{name}-cache")
+    args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
+    return MountProcess(args, mountpoint, url=url,
+                        log_path=tmp_path / f"{name}.log").start()
+
+
+def xattrs(path: Path) -> dict[str, Any]:
+    return {name: os.getxattr(path, name).decode() for name in os.listxattr(path)}
