@@ -66,6 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--cache-dir", help="this mount's cache directory "
                        "(default: ~/.cache/memfs/STORE_ID)")
 
+    session = command("session", help="mount a session's stores (up to 8) under one root")
+    _add_api_options(session)
+    session.add_argument("spec", metavar="SPEC.json",
+                         help='a session object, or {"resources": [...]}')
+    session.add_argument("--root", default="/mnt/memory",
+                         help="the session root (default /mnt/memory)")
+    _add_mount_options(session)
+    session.add_argument("--cache-dir", help="cache root; each store gets STORE_ID below it "
+                         "(default: ~/.cache/memfs)")
+
     sync = command("sync", help="sync a mount now and wait for the result")
     sync.add_argument("path", metavar="PATH")
     sync.add_argument("--json", action="store_true")
@@ -115,8 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return storecli.run(args)
     from memfs import commands
 
-    handler = {"mount": commands.mount, "sync": commands.sync, "status": commands.status,
-               "unmount": commands.unmount}.get(args.command)
+    handler = {"mount": commands.mount, "session": commands.session, "sync": commands.sync,
+               "status": commands.status, "unmount": commands.unmount}.get(args.command)
     if handler is not None:
         return handler(args)
     parser.error(f"unknown command {args.command}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs import control
-from memfs.daemon import MountConfig, StoreSpec, launch
+from memfs.daemon import MountConfig, StartError, StoreSpec, launch
 from memfs.sync import DEFAULT_EXCLUDES, check_interval
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -21,17 +21,15 @@ def _fail(message: str, code: int = EXIT_FAILED) -> int:
     return code
 
 
-def mount(args: Any) -> int:
-    try:
-        interval = check_interval(float(args.sync_interval))
-    except ValueError as e:
-        return _fail(str(e), EXIT_USAGE)
+def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
+            ) -> MountConfig:
+    interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
-        return _fail("--flush-timeout must be positive", EXIT_USAGE)
-    config = MountConfig(
-        mountpoint=args.mountpoint,
-        stores=[StoreSpec(args.store_id, read_only=args.read_only)],
-        single=True,
+        raise ValueError("--flush-timeout must be positive")
+    return MountConfig(
+        mountpoint=mountpoint,
+        stores=stores,
+        single=single,
         cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else None,
         interval=interval,
         deletions=args.deletions,
@@ -40,6 +38,32 @@ def mount(args: Any) -> int:
         api_url=args.api_url,
         allow_other=args.allow_other,
     )
+
+
+def mount(args: Any) -> int:
+    try:
+        config = _config(args, args.mountpoint,
+                         [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
+    except ValueError as e:
+        return _fail(str(e), EXIT_USAGE)
+    return launch(config, daemonize=args.daemon)
+
+
+def session(args: Any) -> int:
+    from memfs.session import prepare
+
+    try:
+        check_interval(float(args.sync_interval))
+        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ))
+        config = _config(args, root, stores, single=False)
+    except ValueError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except StartError as e:
+        return _fail(str(e), e.exit_code)
+    for spec in stores:
+        access = "read_only" if spec.read_only else "read_write"
+        print(f"memfs: {spec.store_id} ({spec.name}) -> {root}/{spec.dir_name} [{access}]",
+              file=sys.stderr)
     return launch(config, daemonize=args.daemon)
 
 

@@ -105,7 +105,7 @@ def _dead_memfs_mount(path: str) -> bool:
     return False
 
 
-def prepare_mountpoint(path: str) -> str:
+def prepare_mountpoint(path: str, *, allow_nonempty: bool = False) -> str:
     """Refuse a mount point memfs can't use; clear a dead mount a killed daemon left."""
     real = os.path.realpath(path)
     try:
@@ -117,13 +117,13 @@ def prepare_mountpoint(path: str) -> str:
             subprocess.run(["fusermount3", "-u", "-z", real], check=False,
                            capture_output=True)
             log.info("cleared a dead mount left by a killed daemon mountpoint=%s", real)
-            return prepare_mountpoint(path)
+            return prepare_mountpoint(path, allow_nonempty=allow_nonempty)
         raise StartError(f"mount point {path} cannot be used: {e.strerror}", 2) from None
     if not stat.S_ISDIR(st.st_mode):
         raise StartError(f"mount point {path} is not a directory", 2)
     if os.path.ismount(real):
         raise StartError(f"mount point {path} is already a mount", 2)
-    if os.listdir(real):
+    if not allow_nonempty and os.listdir(real):
         raise StartError(f"mount point {path} is not empty", 2)
     return real
 
@@ -225,7 +225,8 @@ class Daemon:
         """Mount, serve until stopped, tear down; returns the process exit code."""
         cfg = self.config
         check_fuse()
-        mountpoint = self.mountpoint = prepare_mountpoint(cfg.mountpoint)
+        mountpoint = self.mountpoint = prepare_mountpoint(
+            cfg.mountpoint, allow_nonempty=not cfg.single)
         client_config = ClientConfig.from_env(cfg.api_url, cfg.environ)
         self.http = make_http_client(client_config)
         mounted = False

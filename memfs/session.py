@@ -1,0 +1,186 @@
+"""Session specs: which stores a session attaches, where, and with what access.
+
+A spec is a session object as the Sessions API returns it, or a bare
+`{"resources": [...]}`. Everything that can be refused is refused here, before anything
+is mounted, with one clear line each (the reference worker's wording where it has one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
+from memfs.daemon import StartError, StoreSpec
+from memfs.errors import ConfigError, NotFound, StoreAuthError, StoreUnavailable
+from memfs.paths import MAX_STORES_PER_SESSION, slugify
+
+log = logging.getLogger("memfs.session")
+
+DEFAULT_ROOT = "/mnt/memory"
+NO_TOKEN = (
+    "cannot mount the session's memories: the work item carried no sessions token; the "
+    "memory endpoints reject the environment key, so forward the work item's secret as "
+    "ANTHROPIC_WORK_SECRET (or set ANTHROPIC_AUTH_TOKEN / ANTHROPIC_API_KEY)"
+)
+
+
+@dataclass
+class Attachment:
+    """One `memory_store` resource of the spec, before the store is looked up."""
+
+    store_id: str
+    read_only: bool
+    name: str | None
+    mount_path: str | None
+    instructions: str
+
+
+def parse_spec(data: Any) -> list[Attachment]:
+    """The memory-store attachments of a spec; other resource types are noted, not used."""
+    if not isinstance(data, dict) or not isinstance(data.get("resources"), list):
+        raise StartError('the session spec must be a JSON object with a "resources" list', 2)
+    attachments: list[Attachment] = []
+    for index, resource in enumerate(data["resources"]):
+        if not isinstance(resource, dict):
+            raise StartError(f"resource #{index} of the session spec is not an object", 2)
+        kind = resource.get("type", "memory_store")
+        if kind != "memory_store":
+            log.info("ignoring a session resource that is not a memory store type=%s", kind)
+            continue
+        store_id = resource.get("memory_store_id")
+        if not isinstance(store_id, str) or not store_id:
+            raise StartError(f"resource #{index} has no memory_store_id", 2)
+        access = resource.get("access", "read_write")
+        if access not in ("read_write", "read_only"):
+            raise StartError(f"memory store {store_id} has an unknown access {access!r} "
+                             "(read_write or read_only)", 2)
+        mount_path = resource.get("mount_path")
+        if mount_path is not None and not isinstance(mount_path, str):
+            raise StartError(f"memory store {store_id} has a mount_path that is not a "
+                             "string", 2)
+        name = resource.get("name")
+        attachments.append(Attachment(store_id, access == "read_only",
+                                      name if isinstance(name, str) else None, mount_path,
+                                      str(resource.get("instructions") or "")))
+    if len(attachments) > MAX_STORES_PER_SESSION:
+        raise StartError(f"a session can attach at most {MAX_STORES_PER_SESSION} memory "
+                         f"stores; this one attaches {len(attachments)}", 2)
+    seen: set[str] = set()
+    for a in attachments:
+        if a.store_id in seen:
+            raise StartError(f"memory store {a.store_id} is attached twice", 2)
+        seen.add(a.store_id)
+    return attachments
+
+
+def load_spec(path: str) -> list[Attachment]:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise StartError(f"cannot read the session spec {path}: {e.strerror}", 2) from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise StartError(f"the session spec {path} is not valid JSON: {e}", 2) from None
+    return parse_spec(data)
+
+
+def check_root(root: str) -> str:
+    """The session root must exist, be a writable directory, and not be a mount yet."""
+    if not os.path.isabs(root) or posixpath.normpath(root) != root.rstrip("/") or root == "/":
+        raise StartError(f"the session root {root!r} is not a clean absolute path", 2)
+    if not os.path.exists(root):
+        raise StartError(f"the session root {root} does not exist; prepare the host with: "
+                         f"sudo mkdir -p {root} && sudo chown \"$USER\" {root}", 2)
+    if not os.path.isdir(root):
+        raise StartError(f"the session root {root} is not a directory", 2)
+    if os.path.ismount(root):
+        raise StartError(f"the session root {root} is already a mount", 2)
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise StartError(f"cannot create the memory store's folder under {root}: "
+                         "permission denied; the worker host must make this mount path "
+                         "writable", 2)
+    return os.path.realpath(root)
+
+
+def check_mount_path(mount_path: str, root: str, store_id: str) -> str:
+    """The store's directory name, if `mount_path` is one clean level under the root."""
+    clean = posixpath.normpath(mount_path)
+    if (not mount_path.startswith("/") or clean != mount_path
+            or posixpath.dirname(clean) != root or not posixpath.basename(clean)):
+        raise StartError(f"memory store mount_path is not a clean absolute path: "
+                         f"'{mount_path}' (memory_store_id={store_id}); it must be "
+                         f"{root}/<name>", 2)
+    return posixpath.basename(clean)
+
+
+async def fetch_stores(attachments: list[Attachment], config: ClientConfig
+                       ) -> dict[str, StoreInfo]:
+    """Look every attached store up; a missing or unreachable one refuses the session."""
+    infos: dict[str, StoreInfo] = {}
+    async with make_http_client(config) as http:
+        client = StoreClient(http)
+        for a in attachments:
+            try:
+                infos[a.store_id] = await client.retrieve_store(a.store_id)
+            except NotFound:
+                raise StartError(f"memory store {a.store_id} does not exist") from None
+            except StoreUnavailable as e:
+                raise StartError(f"cannot reach the store server: {e}", 3) from None
+            except StoreAuthError as e:
+                raise StartError(f"the store server refused the credentials: {e}", 2) from None
+    return infos
+
+
+def build_specs(attachments: list[Attachment], infos: dict[str, StoreInfo], root: str
+                ) -> list[StoreSpec]:
+    """Decide each store's directory and access; refuse clashes before anything mounts."""
+    specs: list[StoreSpec] = []
+    by_dir: dict[str, str] = {}
+    for a in attachments:
+        info = infos[a.store_id]
+        mount_path = a.mount_path or posixpath.join(root, slugify(a.name or info.name))
+        dir_name = check_mount_path(mount_path, root, a.store_id)
+        other = by_dir.get(dir_name.lower())
+        if other is not None:
+            raise StartError(f"memory stores {other} and {a.store_id} would share the "
+                             f"mount path {mount_path} (paths may not differ only in "
+                             "case)", 2)
+        by_dir[dir_name.lower()] = a.store_id
+        if os.path.lexists(os.path.join(root, dir_name)):
+            raise StartError(f"something already exists at the memory store's path: "
+                             f"{root}/{dir_name} (memory_store_id={a.store_id}); it must "
+                             "not exist when the session starts", 2)
+        read_only = a.read_only
+        if info.archived_at is not None and not read_only:
+            log.warning("memory store is archived; mounting it read-only "
+                        "memory_store_id=%s", a.store_id)
+            read_only = True
+        specs.append(StoreSpec(a.store_id, read_only=read_only, dir_name=dir_name,
+                               name=info.name, instructions=a.instructions))
+    return specs
+
+
+def prepare(spec_path: str, root: str, api_url: str | None,
+            environ: dict[str, str]) -> tuple[str, list[StoreSpec]]:
+    """Validate everything a session needs; returns the real root and the store specs."""
+    attachments = load_spec(spec_path)
+    real_root = check_root(root)
+    try:
+        config = ClientConfig.from_env(api_url, environ)
+    except ConfigError as e:
+        raise StartError(str(e), 2) from None
+    if not attachments:
+        raise StartError("the session attaches no memory stores; nothing to mount", 2)
+    if config.auth_header is None:
+        raise StartError(NO_TOKEN, 2)
+    infos = trio.run(fetch_stores, attachments, config)
+    return real_root, build_specs(attachments, infos, real_root)
