@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", help="require this key (x-api-key or Bearer)")
     serve.add_argument("--max-memories", type=int, default=10_000,
                        help="memories per store (default 10000)")
+    serve.add_argument("--faults", metavar="SPEC",
+                       help="test only: inject faults, e.g. error=0.2,drop_after=0.05,seed=1 "
+                       "(see docs/server.md)")
 
     store = command("store", help="manage memory stores")
     _add_api_options(store)
@@ -117,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_server(
             db=args.db, host=args.host, port=args.port,
-            api_key=args.api_key, max_memories=args.max_memories,
+            api_key=args.api_key, max_memories=args.max_memories, faults=args.faults,
         )
     if args.command == "store":
         from memfs import storecli

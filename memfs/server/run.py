@@ -18,6 +18,7 @@ from hypercorn.trio import serve
 
 from memfs.server.app import RequestHook, create_app
 from memfs.server.db import Database, DatabaseUnavailable
+from memfs.server.faults import FaultInjector, FaultSpec
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_OK = 0
@@ -81,11 +82,18 @@ def run_server(
     api_key: str | None = None,
     max_memories: int = 10_000,
     hooks: Sequence[RequestHook] = (),
+    faults: str | None = None,
 ) -> int:
     """Serve the Memory Stores API on SQLite; 0 on a signal, 2 when it cannot start.
 
     `hooks` is the fault-injection seam (see memfs.server.app); none by default.
     """
+    fault_spec = None
+    if faults:
+        try:
+            fault_spec = FaultSpec.parse(faults)
+        except ValueError as exc:
+            return _refuse(f"--faults: {exc}")
     if max_memories < 1:
         return _refuse("--max-memories must be at least 1")
     if not 0 <= port <= 65535:
@@ -111,6 +119,9 @@ def run_server(
         config.graceful_timeout = 2.0
         config.keep_alive_timeout = 75.0
         app = create_app(database, api_key=api_key, hooks=hooks)
+        if fault_spec is not None:
+            log.warning("fault injection is on faults=%s", faults)
+            app = FaultInjector(app, fault_spec)
         log.info("serving db=%s url=%s", db_path, url)
         # Ignored outside the serving loop: trio's receiver re-raises a signal still
         # pending when it closes, and a second Ctrl-C must not turn into a traceback.
