@@ -1,8 +1,11 @@
 """Kernel cache invalidation after a pull changed what the kernel may have cached.
 
-`pyfuse3.invalidate_inode` blocks until the kernel has dropped the pages, and the
-kernel may call back into this process to do so; it therefore runs in a worker thread,
-never on the event loop (invariant 4 in docs/concurrency.md).
+`pyfuse3.invalidate_inode` and `invalidate_entry` block until the kernel has dropped
+what it cached, and the kernel may call back into this process to do so; they therefore
+run in a worker thread, never on the event loop (invariant 4 in docs/concurrency.md).
+Entries are queued by `invalidate_entries` and dropped, together with the inodes, when
+the sync task awaits `invalidate_inodes`: a pass is not reported done before the kernel
+has forgotten what the pass changed, so `memfs sync; cat …` never shows stale data.
 """
 
 from __future__ import annotations
@@ -23,25 +26,29 @@ class Notifier(Protocol):
 
 
 class KernelNotifier:
+    def __init__(self) -> None:
+        self._entries: list[tuple[int, str]] = []
+
+    def invalidate_entries(self, entries: list[tuple[int, str]]) -> None:
+        self._entries.extend(entries)
+
     async def invalidate_inodes(self, inodes: list[int]) -> None:
-        if inodes:
-            await trio.to_thread.run_sync(self._invalidate_inodes, inodes)
+        entries, self._entries = self._entries, []
+        if inodes or entries:
+            await trio.to_thread.run_sync(self._invalidate, entries, inodes)
 
     @staticmethod
-    def _invalidate_inodes(inodes: list[int]) -> None:
+    def _invalidate(entries: list[tuple[int, str]], inodes: list[int]) -> None:
+        for parent, name in entries:
+            try:
+                pyfuse3.invalidate_entry(parent, name.encode("utf-8"))
+            except OSError:
+                pass  # the kernel had no dentry for it: nothing cached
         for ino in inodes:
             try:
                 pyfuse3.invalidate_inode(ino, False)
             except OSError:
                 pass  # the kernel did not know it: nothing cached
-
-    def invalidate_entries(self, entries: list[tuple[int, str]]) -> None:
-        for parent, name in entries:
-            try:
-                pyfuse3.invalidate_entry_async(parent, name.encode("utf-8"),
-                                               ignore_enoent=True)
-            except Exception:  # the queue is best effort; the timeout bounds staleness
-                log.debug("entry invalidation failed parent=%s", parent, exc_info=True)
 
 
 class NullNotifier:

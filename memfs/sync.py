@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import math
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -67,6 +68,10 @@ class _Pull:
     node: Node | None
     version: int
     conflict: bool = False
+    # A change on each side that does not collide is merged instead of lost:
+    # "move" takes the remote rename and keeps the local content (pushed after);
+    # "content" takes the remote content and keeps the local rename (pushed after).
+    merge: Literal["move", "content"] | None = None
 
 
 @dataclass
@@ -97,6 +102,9 @@ class StoreSync:
         self.flush_timeout = flush_timeout
         self.deletions = deletions
         self.excludes = tuple(excludes)
+        # One compiled pattern: an idle pass checks every file name against it.
+        self._exclude_re = re.compile("|".join(
+            f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
         self.fetch_limit = trio.CapacityLimiter(fetch_concurrency)
         self.push_limit = trio.CapacityLimiter(push_concurrency)
         self.store_id = state.store_id
@@ -146,12 +154,22 @@ class StoreSync:
         stats: dict[str, Any] = dict(self.state.statistics())
         stats["missing_content"] = len(self._missing)
         stats["conflict_copies"] = list(self.conflict_copies)
-        stats["refused_files"] = [
-            {"path": n.store_path(), "why": n.refused_why or ""}
-            for n in self.state.walk_files() if n.state_name() == "refused"
-        ]
-        stats["dirty_files"] = [n.store_path() for n in self.state.walk_files()
-                                if n.state_name() == "dirty"]
+        refused: list[dict[str, str]] = []
+        dirty: list[str] = []
+        excluded = 0
+        for n in self.state.walk_files():
+            name = n.state_name()
+            if name == "refused":
+                refused.append({"path": n.store_path(), "why": n.refused_why or ""})
+            elif name == "dirty":
+                if self._excluded(n):
+                    excluded += 1  # local-only by design: never "waiting to be pushed"
+                else:
+                    dirty.append(n.store_path())
+        stats["refused_files"] = refused
+        stats["dirty_files"] = dirty
+        stats["dirty"] = len(dirty)
+        stats["excluded"] = excluded
         stats["pending_delete_paths"] = [n.base_path for n in self.state.tombstones.values()]
         if self.last_pass is not None:
             lp = self.last_pass
@@ -194,7 +212,7 @@ class StoreSync:
         timeout = self.flush_timeout
         with trio.move_on_after(timeout) as scope:
             return await self._pass(initial=False, final=True)
-        left = self.state.statistics()["dirty"]
+        left = self.statistics()["dirty"]
         log.warning("final memory sync cut off after %dms; %d changed files had not "
                     "finished uploading and stay in the journal memory_store_id=%s",
                     int(timeout * 1000), left, self.store_id)
@@ -242,15 +260,15 @@ class StoreSync:
         plan = self._plan(remote, final=final)
         if not initial:
             await self._fetch([p.remote for p in plan.pulls])
+        # Removals first: a remotely deleted file may be in the way of a pulled one.
+        self._apply_removals(plan)
         self._apply_pulls(plan, result, require_content=not initial)
-        await self._apply_removals(plan)
         if not self.state.read_only:
             await self._push(plan, result)
 
     # -- deciding -------------------------------------------------------------------
     def _excluded(self, node: Node) -> bool:
-        name = node.name
-        return any(fnmatch.fnmatchcase(name, pat) for pat in self.excludes)
+        return self._exclude_re.fullmatch(node.name) is not None
 
     def _plan(self, remote: dict[str, RemoteMemory], *, final: bool) -> _Plan:
         state = self.state
@@ -290,8 +308,21 @@ class StoreSync:
                 continue
             if not node.dirty and not renamed:
                 plan.pulls.append(_Pull(r, node, node.version))
-            elif node.current_sha() == r.content_sha256 and path == r.path:
+                continue
+            local_sha = node.current_sha()
+            if local_sha == r.content_sha256 and path == r.path:
                 self._mark_synced(node, r)  # the same change on both sides
+                continue
+            local_content = node.dirty and local_sha != node.base_sha
+            remote_content = r.content_sha256 != node.base_sha
+            if not remote_content and not renamed:
+                # Renamed remotely, edited locally: follow the rename, push the edit.
+                plan.pulls.append(_Pull(r, node, node.version, merge="move"))
+                if self._ready_to_push(node, now, final):
+                    plan.updates.append(node)
+            elif not local_content and r.path == node.base_path:
+                # Edited remotely, renamed locally: take the content, push the rename.
+                plan.pulls.append(_Pull(r, node, node.version, merge="content"))
             else:
                 plan.pulls.append(_Pull(r, node, node.version, conflict=True))
 
@@ -300,7 +331,7 @@ class StoreSync:
             r = remote.get(memory_id)
             if r is None:
                 self._drop_tombstone(tomb)
-            elif r.content_sha256 == tomb.base_sha:
+            elif r.content_sha256 == tomb.base_sha and r.path == tomb.base_path:
                 plan.deletes.append(tomb)
             else:
                 log.warning("memory deleted locally but changed remotely; restoring the "
@@ -505,8 +536,10 @@ class StoreSync:
 
     # -- applying pulls ---------------------------------------------------------------
     def _apply_pulls(self, plan: _Plan, result: PassResult, *, require_content: bool) -> None:
+        """Land every pull; synchronous, so the kernel never sees a half-applied pass."""
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
+        todo: list[tuple[RemoteMemory, Node | None]] = []
         for pull in plan.pulls:
             r = pull.remote
             if require_content and not self.state.objects.has(r.content_sha256):
@@ -516,22 +549,57 @@ class StoreSync:
                 if not node.linked or node.version != pull.version:
                     if not pull.conflict:
                         continue  # changed locally meanwhile: decide again next pass
+                if pull.merge == "move":
+                    if self._move(node, r.path, entries):
+                        node.base_path = r.path
+                        if node.entry_id is not None:
+                            self.state.journal.update(node.entry_id, base_path=r.path)
+                        result.pulled += 1
+                    continue
+                if pull.merge == "content":
+                    self._take_content(node, r, inodes)
+                    result.pulled += 1
+                    continue
                 if pull.conflict or node.dirty:
-                    self._keep_losing_bytes(node, r)
-                    result.conflicts += 1
+                    if self._keep_losing_bytes(node, r.content_sha256, r.path):
+                        result.conflicts += 1
                 if not node.linked:
                     node = None
+            todo.append((r, node))
+        # Files that trade places (a remote swap or rotation) leave their old names
+        # first, so that none of them finds another still in its way.
+        targets = {r.path for r, _ in todo}
+        detached: set[int] = set()
+        for r, node in todo:
+            if node is not None and node.store_path() != r.path and \
+                    node.store_path() in targets:
+                self._detach(node, entries)
+                detached.add(node.ino)
+        for r, node in todo:
             target = self._land(r, node, inodes, entries)
             if target is not None:
                 result.pulled += 1
+            elif node is not None and node.ino in detached:
+                self._reattach(node, entries)
         self._notify(inodes, entries)
 
-    def _keep_losing_bytes(self, node: Node, r: RemoteMemory) -> None:
+    def _keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str
+                           ) -> bool:
+        """Save the local bytes a pull is about to replace; True if a conflict was kept."""
         state = self.state
         local = state.content(node)
         path = node.store_path()
-        if local is None or sha256_hex(local) == r.content_sha256:
-            return
+        if local is None:
+            return False
+        local_sha = sha256_hex(local)
+        if local_sha == remote_sha:
+            return False
+        if node.memory_id is not None and local_sha == node.base_sha:
+            # Nothing local is lost but a rename: the remote path wins.
+            log.warning("memory moved both locally and remotely; keeping the remote version "
+                        "memory_store_id=%s path=%s remote_path=%s", self.store_id, path,
+                        remote_path)
+            return False
         copy = state.cache.save_conflict(path, local)
         node.conflict = str(copy)
         if node.entry_id is not None:
@@ -539,42 +607,136 @@ class StoreSync:
         self.conflict_copies.append({"path": path, "copy": str(copy), "at": _now_iso()})
         log.warning("memory changed both locally and remotely; keeping the remote version "
                     "memory_store_id=%s path=%s conflict_copy=%s", self.store_id, path, copy)
+        return True
+
+    def _detach(self, node: Node, entries: list[tuple[int, str]]) -> None:
+        """Take a file out of its directory for a moment (it is re-placed before any await)."""
+        assert node.parent is not None and node.parent.children is not None
+        entries.append((node.parent.ino, node.name))
+        del node.parent.children[node.name]
+        if node.entry_id is not None:  # a unique placeholder: paths are UNIQUE
+            self.state.journal.update(node.entry_id, path=f"\0{node.entry_id}")
+
+    def _reattach(self, node: Node, entries: list[tuple[int, str]]) -> None:
+        """Put a detached file back where it was, or drop it (its content is safe)."""
+        parent = node.parent
+        assert parent is not None and parent.children is not None
+        if node.name not in parent.children:
+            parent.children[node.name] = node
+            if node.entry_id is not None:
+                self.state.journal.update(node.entry_id, path=node.store_path())
+            return
+        # Its old name was taken meanwhile: the store has it elsewhere; the next pass
+        # brings it back as a new arrival. A dirty file's bytes were kept as a conflict.
+        node.linked = False
+        if node.memory_id is not None and self.state.by_memory.get(node.memory_id) is node:
+            del self.state.by_memory[node.memory_id]
+        if node.entry_id is not None:
+            self.state.journal.delete(node.entry_id)
+            node.entry_id = None
+        self.state.tree.maybe_drop(node)
+
+    def _clear_way(self, path: str, node: Node | None, entries: list[tuple[int, str]],
+                   remote_sha: str | None) -> bool:
+        """Make `path` free for `node` (or a new file); False if something must stay."""
+        occupant = self._node_at(path)
+        if occupant is None or occupant is node:
+            return True
+        if occupant.kind is Kind.FILE and occupant.memory_id is None:
+            self._keep_losing_bytes(occupant, remote_sha, path)
+            self._unlink_local(occupant, entries)
+            return True
+        if occupant.kind is Kind.DIR and not occupant.children:
+            self._remove_empty_dir(occupant, entries)
+            return True
+        if (occupant.kind is Kind.FILE and occupant.base_path is not None
+                and occupant.store_path() != occupant.base_path
+                and self._node_at(occupant.base_path) is None):
+            # Renamed locally onto a path the store gave another memory: the store wins
+            # the path, and the local file goes back to where its memory is.
+            log.warning("memory renamed locally onto a path the store gave another memory; "
+                        "moving it back memory_store_id=%s path=%s to=%s", self.store_id,
+                        path, occupant.base_path)
+            return self._move(occupant, occupant.base_path, entries)
+        log.warning("a local entry is in the way of a remote memory; will retry "
+                    "memory_store_id=%s path=%s", self.store_id, path)
+        return False
+
+    def _remove_empty_dir(self, node: Node, entries: list[tuple[int, str]]) -> None:
+        assert node.parent is not None and node.parent.children is not None
+        entries.append((node.parent.ino, node.name))
+        del node.parent.children[node.name]
+        node.linked = False
+        if node.entry_id is not None:
+            self.state.journal.delete(node.entry_id)
+            node.entry_id = None
+        self.state.tree.maybe_drop(node)
+
+    def _place(self, node: Node | None, path: str, entries: list[tuple[int, str]],
+               remote_sha: str | None = None) -> tuple[Node, str] | None:
+        """The directory and name `path` needs, with the way cleared; None if blocked."""
+        if not self._clear_way(path, node, entries, remote_sha):
+            return None
+        parent_path, name = path.rsplit("/", 1)
+        try:
+            parent = self.state.ensure_dirs(parent_path or "/")
+        except FsError:
+            log.warning("a local file is in the way of a remote memory's directory; will "
+                        "retry memory_store_id=%s path=%s", self.store_id, path)
+            return None
+        return parent, name
+
+    def _move(self, node: Node, path: str, entries: list[tuple[int, str]]) -> bool:
+        """Move a linked (or detached) file to `path`, journal included."""
+        placed = self._place(node, path, entries)
+        if placed is None:
+            return False
+        parent, name = placed
+        old = node.parent
+        assert old is not None and old.children is not None and parent.children is not None
+        if old.children.get(node.name) is node:
+            if old is parent and node.name == name:
+                return True
+            entries.append((old.ino, node.name))
+            del old.children[node.name]
+        node.parent = parent
+        node.name = name
+        parent.children[name] = node
+        node.ctime_ns = time.time_ns()
+        if node.entry_id is not None:
+            self.state.journal.update(node.entry_id, path=path)
+        return True
+
+    def _take_content(self, node: Node, r: RemoteMemory, inodes: list[int]) -> None:
+        """Remote content into a file that keeps its local path (a merged pull)."""
+        node.base_sha = r.content_sha256
+        node.data = None
+        node.sha = r.content_sha256
+        node.size = r.content_size_bytes
+        node.mtime_ns = node.ctime_ns = time.time_ns()
+        node.dirty = False
+        node.dirty_since = None
+        node.version += 1
+        inodes.append(node.ino)
+        if node.entry_id is not None:
+            self.state.journal.update(node.entry_id, base_sha=r.content_sha256,
+                                      sha=r.content_sha256, data=None, dirty=0)
 
     def _land(self, r: RemoteMemory, node: Node | None, inodes: list[int],
               entries: list[tuple[int, str]]) -> Node | None:
         """Make the local tree show remote memory `r` (content, path, identity)."""
         state = self.state
-        target_parent_path, name = r.path.rsplit("/", 1)
-        occupant = self._node_at(r.path)
-        if occupant is not None and occupant is not node:
-            if occupant.kind is Kind.FILE and occupant.memory_id is None:
-                self._keep_losing_bytes(occupant, r)
-                self._unlink_local(occupant, entries)
-            else:
-                log.warning("a local entry is in the way of a remote memory; will retry "
-                            "memory_store_id=%s path=%s", self.store_id, r.path)
-                return None
-        try:
-            parent = state.ensure_dirs(target_parent_path or "/")
-        except Exception:
-            log.warning("a local file is in the way of a remote memory's directory; will "
-                        "retry memory_store_id=%s path=%s", self.store_id, r.path)
+        placed = self._place(node, r.path, entries, r.content_sha256)
+        if placed is None:
             return None
+        parent, name = placed
         if node is None:
             node = state.tree.new_node(Kind.FILE, name, parent, state, state.file_mode(),
                                        time.time_ns())
             node.entry_id = state.journal.insert(path=r.path, kind="file", mode=node.mode,
                                                  mtime_ns=node.mtime_ns)
-        elif node.parent is not parent or node.name != name:
-            assert node.parent is not None and node.parent.children is not None
-            entries.append((node.parent.ino, node.name))
-            del node.parent.children[node.name]
-            node.parent = parent
-            node.name = name
-            assert parent.children is not None
-            parent.children[name] = node
-            if node.entry_id is not None:
-                state.journal.update(node.entry_id, path=r.path)
+        elif not self._move(node, r.path, entries):
+            return None
         if node.memory_id is not None and node.memory_id != r.id:
             state.by_memory.pop(node.memory_id, None)
         node.memory_id = r.id
@@ -609,7 +771,7 @@ class StoreSync:
             node.entry_id = None
         state.tree.maybe_drop(node)
 
-    async def _apply_removals(self, plan: _Plan) -> None:
+    def _apply_removals(self, plan: _Plan) -> None:
         entries: list[tuple[int, str]] = []
         for node, version in plan.removals:
             if node.linked and node.version == version and not node.dirty:
@@ -694,8 +856,8 @@ class StoreSync:
         node = self.state.by_memory.get(memory_id)
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
-        if node is not None:
-            self._keep_losing_bytes(node, full.memory)
+        if node is not None and self._keep_losing_bytes(
+                node, full.memory.content_sha256, full.memory.path):
             result.conflicts += 1
         self._land(full.memory, node, inodes, entries)
         self._notify(inodes, entries)
@@ -767,6 +929,10 @@ class StoreSync:
     def _mark_synced_after_push(self, node: Node, sha: str, path: str, version: int) -> None:
         node.sent_sha = node.sent_path = None
         if node.version == version and node.store_path() == path and node.linked:
+            if node.conflict is not None:  # a new local edit reached the store: resolved
+                node.conflict = None
+                if node.entry_id is not None:
+                    self.state.journal.update(node.entry_id, conflict=None)
             self._make_clean(node, sha)
         elif node.entry_id is not None:
             self.state.journal.update(node.entry_id, base_sha=node.base_sha,

@@ -1,0 +1,983 @@
+"""`StoreSync` rule by rule, against an in-memory fake store over `httpx.MockTransport`.
+
+A real `Tree`/`StoreState`/`CacheDir` live in tmp_path; local edits go through the same
+`StoreState` calls the FUSE handlers make. Time-driven rules run `StoreSync.run` under
+trio's autojump clock, with the tree's and the engine's monotonic clock tied to trio's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import types
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+import memfs.sync
+import memfs.tree
+from memfs.cache import CacheDir
+from memfs.client import ClientConfig, RetryPolicy, StoreClient, make_http_client
+from memfs.notify import NullNotifier
+from memfs.paths import sha256_hex
+from memfs.sync import DEFAULT_EXCLUDES, PassResult, StoreSync, delete_cap
+from memfs.tree import Node, StoreState, Tree
+from tests.support.fakestore import STORE, FakeStore
+
+
+def sha(text: str) -> str:
+    return sha256_hex(text.encode())
+
+
+def read_copy(path: str) -> str:
+    """A conflict copy's bytes (a small local file: a blocking read is fine in a test)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+class Harness:
+    """One store's local state, its engine and the fake store behind it."""
+
+    def __init__(self, tmp_path: Path, fake: FakeStore | None = None, *,
+                 read_only: bool = False, retry: RetryPolicy | None = None,
+                 **sync_kw: Any) -> None:
+        self.tmp_path = tmp_path
+        self.fake = fake or FakeStore()
+        self.retry = retry or RetryPolicy.none()
+        self.sync_kw = sync_kw
+        self.read_only = read_only
+        self.http = make_http_client(ClientConfig("http://store.test"),
+                                     transport=httpx.MockTransport(self.fake.handle))
+        self._open()
+
+    def _open(self) -> None:
+        self.cache = CacheDir(self.tmp_path / "cache", STORE)
+        self.tree = Tree(uid=0, gid=0)
+        self.state = StoreState(self.tree, STORE, "", self.cache, read_only=self.read_only)
+        self.notifier = NullNotifier()
+        self.client = StoreClient(self.http, retry=self.retry)
+        self.sync = StoreSync(self.state, self.client, self.notifier, **self.sync_kw)
+
+    def restart(self, *, read_only: bool | None = None) -> None:
+        """Drop every in-memory structure (a kill -9) and reopen the cache directory."""
+        self.cache.close()
+        if read_only is not None:
+            self.read_only = read_only
+        self._open()
+
+    async def aclose(self) -> None:
+        self.cache.close()
+        await self.http.aclose()
+
+    async def start(self) -> None:
+        await self.sync.start()
+
+    async def sync_once(self, *, final: bool = False) -> PassResult:
+        return await self.sync._pass(initial=False, final=final)
+
+    # -- local file operations, as the FUSE handlers make them ------------------------
+    def node(self, path: str) -> Node:
+        node = self.state.root
+        for name in path.strip("/").split("/"):
+            assert node.children is not None, path
+            node = node.children[name]
+        return node
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.node(path)
+        except KeyError:
+            return False
+        return True
+
+    def mkdirs(self, path: str) -> Node:
+        node = self.state.root
+        for name in path.strip("/").split("/"):
+            if not name:
+                continue
+            assert node.children is not None
+            child = node.children.get(name)
+            node = child if child is not None else self.state.mkdir(node, name, 0o755)
+        return node
+
+    def write(self, path: str, text: str, *, keep_open: bool = False) -> Node:
+        parent_path, name = path.rsplit("/", 1)
+        parent = self.mkdirs(parent_path)
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None:
+            node = self.state.create_file(parent, name, 0o644)
+        self.state.truncate(node, 0)
+        self.state.write(node, 0, text.encode())
+        if keep_open:
+            node.open_handles += 1
+            node.open_writers += 1
+        return node
+
+    def close(self, node: Node) -> None:
+        node.open_handles -= 1
+        node.open_writers -= 1
+
+    def read(self, path: str) -> str | None:
+        data = self.state.content(self.node(path))
+        return None if data is None else data.decode()
+
+    def unlink(self, path: str) -> None:
+        parent_path, name = path.rsplit("/", 1)
+        self.state.unlink(self.node(parent_path) if parent_path else self.state.root, name)
+
+    def rename(self, old: str, new: str) -> None:
+        op, on = old.rsplit("/", 1)
+        np_, nn = new.rsplit("/", 1)
+        self.state.rename(self.node(op) if op else self.state.root, on,
+                          self.mkdirs(np_) if np_ else self.state.root, nn, noreplace=False)
+
+    def local_files(self) -> dict[str, str | None]:
+        return {n.store_path(): (lambda d: None if d is None else d.decode())(
+            self.state.content(n)) for n in self.state.walk_files()}
+
+
+@pytest.fixture
+async def h(tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(tmp_path)
+    yield harness
+    await harness.aclose()
+
+
+async def synced(h: Harness, files: dict[str, str]) -> dict[str, str]:
+    """Seed the store, start, fetch every content; returns path -> memory id."""
+    for path, text in files.items():
+        h.fake.add(path, text)
+    await h.start()
+    await h.sync._background_fetch()  # what `run()` does first: contents stream in
+    for path in files:
+        assert h.read(path) == files[path]
+    return {path: h.fake.id_of(path) for path in files}
+
+
+@asynccontextmanager
+async def running(h: Harness) -> AsyncIterator[None]:
+    """`start()` then `run()` in the background, as the daemon does."""
+    await h.start()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.sync.run)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+def trio_clock_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tree's and the engine's `time.monotonic` follow trio's (autojump) clock."""
+    fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
+                                    if not k.startswith("__")})
+    fake.monotonic = trio.current_time
+    monkeypatch.setattr(memfs.sync, "time", fake)
+    monkeypatch.setattr(memfs.tree, "time", fake)
+
+
+# --------------------------------------------------------------------------- pulls
+
+
+async def test_start_lists_without_content_then_streams_it(h: Harness) -> None:
+    h.fake.add("/a.md", "alpha")
+    h.fake.add("/dir/b.md", "beta")
+    await h.start()
+    assert set(h.local_files()) == {"/a.md", "/dir/b.md"}
+    assert h.local_files()["/a.md"] is None  # listed, content not here yet
+    assert [s.op for s in h.fake.requests] == ["list"]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.sync.run)
+        with trio.fail_after(5):
+            await h.sync.wait_content(h.node("/a.md"))
+            await h.sync.wait_content(h.node("/dir/b.md"))
+        nursery.cancel_scope.cancel()
+    assert h.local_files() == {"/a.md": "alpha", "/dir/b.md": "beta"}
+    assert h.node("/a.md").memory_id == h.fake.id_of("/a.md")
+
+
+async def test_pull_create_change_rename_delete(h: Harness) -> None:
+    ids = await synced(h, {"/keep.md": "k", "/edit.md": "v1", "/old/name.md": "n",
+                           "/gone.md": "g"})
+    edit_ino = h.node("/edit.md").ino
+    name_node = h.node("/old/name.md")
+    old_dir_ino = h.node("/old").ino
+    gone_parent = h.state.root.ino
+    h.fake.add("/new.md", "fresh")
+    h.fake.edit(ids["/edit.md"], content="v2")
+    h.fake.edit(ids["/old/name.md"], path="/moved/name2.md")
+    h.fake.remove(ids["/gone.md"])
+    h.notifier.inodes.clear()
+    h.notifier.entries.clear()
+    result = await h.sync_once()
+    assert result.outcome == "ok"
+    assert h.local_files() == {"/keep.md": "k", "/edit.md": "v2", "/moved/name2.md": "n",
+                               "/new.md": "fresh"}
+    # The renamed file is the same inode with the same memory id.
+    assert h.node("/moved/name2.md") is name_node
+    assert name_node.memory_id == ids["/old/name.md"]
+    assert h.node("/new.md").memory_id == h.fake.id_of("/new.md")
+    # The kernel is told: changed content, the old name, the removed name.
+    assert edit_ino in h.notifier.inodes
+    assert (old_dir_ino, "name.md") in h.notifier.entries
+    assert (gone_parent, "gone.md") in h.notifier.entries
+    assert all(n.state_name() == "clean" for n in h.state.walk_files())
+    assert h.fake.writes() == []  # a pull never writes back
+
+
+# --------------------------------------------------------------------------- pushes
+
+
+async def test_push_create_then_update_with_baseline_precondition(h: Harness) -> None:
+    await h.start()
+    h.write("/notes/a.md", "one")
+    assert (await h.sync_once()).pushed == 1
+    mid = h.fake.id_of("/notes/a.md")
+    node = h.node("/notes/a.md")
+    assert node.memory_id == mid and node.state_name() == "clean"
+    h.write("/notes/a.md", "two")
+    assert node.state_name() == "dirty"
+    await h.sync_once()
+    update = h.fake.ops("update")[-1]
+    assert update.memory_id == mid
+    assert update.body == {"content": "two", "precondition": {
+        "type": "content_sha256", "content_sha256": sha("one")}}
+    assert h.fake.by_path() == {"/notes/a.md": "two"}
+    assert node.state_name() == "clean" and node.base_sha == sha("two")
+    # Clean content left the journal for the object store.
+    assert node.data is None and h.state.objects.get(sha("two")) == b"two"
+
+
+async def test_rename_file_and_directory_keep_ids(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "A", "/d/x.md": "X", "/d/sub/y.md": "Y"})
+    h.rename("/a.md", "/b.md")
+    h.rename("/d", "/e")
+    h.fake.requests.clear()
+    result = await h.sync_once()
+    assert result.outcome == "ok"
+    assert h.fake.by_path() == {"/b.md": "A", "/e/x.md": "X", "/e/sub/y.md": "Y"}
+    assert {h.fake.id_of(p) for p in ("/b.md", "/e/x.md", "/e/sub/y.md")} == set(ids.values())
+    updates = h.fake.ops("update")
+    assert len(updates) == 3 and h.fake.ops("create", "delete") == []
+    for u in updates:
+        assert u.body is not None and "content" not in u.body  # a rename sends no content
+        assert u.body["precondition"]["content_sha256"] in {sha("A"), sha("X"), sha("Y")}
+    assert all(n.state_name() == "clean" for n in h.state.walk_files())
+
+
+async def test_atomic_save_keeps_the_memory_id(h: Harness) -> None:
+    ids = await synced(h, {"/doc.md": "old"})
+    h.write("/.doc.md.tmp123", "new content")
+    h.rename("/.doc.md.tmp123", "/doc.md")
+    h.fake.requests.clear()
+    await h.sync_once()
+    assert h.fake.by_path() == {"/doc.md": "new content"}
+    assert h.fake.id_of("/doc.md") == ids["/doc.md"]
+    assert [s.op for s in h.fake.writes()] == ["update"]
+    assert h.node("/doc.md").state_name() == "clean"
+    assert h.state.tombstones == {}
+
+
+async def test_vim_style_save_keeps_the_memory_id(h: Harness) -> None:
+    ids = await synced(h, {"/doc.md": "old"})
+    h.rename("/doc.md", "/doc.md~")        # backup by rename (an excluded name)
+    h.write("/doc.md", "written by vim")    # a brand-new file at the old name
+    h.unlink("/doc.md~")                    # the backup goes
+    h.fake.requests.clear()
+    await h.sync_once()
+    assert h.fake.by_path() == {"/doc.md": "written by vim"}
+    assert h.fake.id_of("/doc.md") == ids["/doc.md"]
+    assert [s.op for s in h.fake.writes()] == ["update"]
+    assert h.state.tombstones == {} and h.node("/doc.md").state_name() == "clean"
+
+
+async def test_vim_save_with_a_pass_in_the_middle_keeps_the_id(h: Harness) -> None:
+    ids = await synced(h, {"/doc.md": "old"})
+    h.rename("/doc.md", "/doc.md~")
+    h.write("/doc.md", "written by vim")
+    await h.sync_once()                     # sees the backup and the new file at once
+    h.unlink("/doc.md~")
+    await h.sync_once()
+    await h.sync_once()
+    assert h.fake.by_path() == {"/doc.md": "written by vim"}
+    assert h.fake.id_of("/doc.md") == ids["/doc.md"]
+    assert h.fake.ops("delete") == []
+    assert h.local_files() == {"/doc.md": "written by vim"}
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+async def test_changed_both_sides_store_wins_and_keeps_a_copy(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    ids = await synced(h, {"/c.md": "base"})
+    h.write("/c.md", "local edit")
+    h.fake.edit(ids["/c.md"], content="remote edit")
+    with caplog.at_level(logging.WARNING, "memfs.sync"):
+        result = await h.sync_once()
+    assert result.conflicts == 1
+    assert h.read("/c.md") == "remote edit"
+    assert h.fake.by_path() == {"/c.md": "remote edit"} and h.fake.writes() == []
+    node = h.node("/c.md")
+    assert node.conflict is not None and read_copy(node.conflict) == "local edit"
+    assert Path(node.conflict).parent == h.cache.conflicts
+    assert node.state_name() == "conflict"
+    assert any("keeping the remote version" in r.getMessage() and node.conflict
+               in r.getMessage() for r in caplog.records)
+    stats = h.sync.statistics()
+    assert stats["conflicts"] == 1
+    assert stats["conflict_copies"][0]["path"] == "/c.md"
+    assert stats["conflict_copies"][0]["copy"] == node.conflict
+    # The next local edit pushes normally against the winner.
+    h.write("/c.md", "re-applied")
+    await h.sync_once()
+    assert h.fake.by_path() == {"/c.md": "re-applied"}
+
+
+async def test_409_on_update_local_loses_copy_kept(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    ids = await synced(h, {"/c.md": "base"})
+    h.write("/c.md", "mine")
+
+    def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update":  # someone else writes between our listing and our update
+            h.fake.edit(ids["/c.md"], content="theirs")
+    h.fake.before_write = race
+    with caplog.at_level(logging.WARNING, "memfs.sync"):
+        result = await h.sync_once()
+    assert result.outcome == "ok"
+    assert h.fake.by_path() == {"/c.md": "theirs"}
+    assert h.read("/c.md") == "theirs"
+    node = h.node("/c.md")
+    assert node.state_name() == "conflict"
+    assert node.conflict is not None and read_copy(node.conflict) == "mine"
+    assert any("the upload was refused and the local edit loses" in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_404_on_update_recreates(h: Harness) -> None:
+    ids = await synced(h, {"/r.md": "base"})
+    h.write("/r.md", "edited")
+
+    def vanish(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update" and mid in h.fake.memories:
+            h.fake.remove(ids["/r.md"])
+    h.fake.before_write = vanish
+    await h.sync_once()
+    assert h.fake.by_path() == {"/r.md": "edited"}
+    new_id = h.fake.id_of("/r.md")
+    assert new_id != ids["/r.md"]
+    assert h.node("/r.md").memory_id == new_id
+    assert h.node("/r.md").state_name() == "clean"
+    assert [s.op for s in h.fake.writes()] == ["update", "create"]
+
+
+@pytest.mark.parametrize(("status", "etype"), [(400, "invalid_request_error"),
+                                               (413, "request_too_large")])
+async def test_rejected_upload_is_refused_until_content_changes(
+        h: Harness, status: int, etype: str, caplog: pytest.LogCaptureFixture) -> None:
+    await h.start()
+    h.write("/big.md", "refused bytes")
+    h.fake.fail("create", status, etype, times=10)
+    with caplog.at_level(logging.WARNING, "memfs.sync"):
+        result = await h.sync_once()
+    assert result.outcome == "ok"
+    node = h.node("/big.md")
+    assert node.state_name() == "refused" and node.refused_why
+    assert any("stays un-synced until its content changes" in r.getMessage()
+               for r in caplog.records)
+    assert h.sync.statistics()["refused_files"] == [{"path": "/big.md",
+                                                     "why": node.refused_why}]
+    # Not retried while the content is the same, even across a restart.
+    await h.sync_once()
+    h.restart()
+    await h.start()
+    await h.sync_once()
+    assert len(h.fake.ops("create")) == 1
+    assert h.node("/big.md").state_name() == "refused"
+    # A change makes it eligible again.
+    h.fake.faults.clear()
+    h.write("/big.md", "acceptable now")
+    await h.sync_once()
+    assert h.fake.by_path() == {"/big.md": "acceptable now"}
+    assert h.node("/big.md").state_name() == "clean"
+
+
+async def test_rejected_update_is_refused_too(h: Harness) -> None:
+    await synced(h, {"/u.md": "base"})
+    h.write("/u.md", "too big, say")
+    h.fake.fail("update", 413, "request_too_large", times=10)
+    await h.sync_once()
+    await h.sync_once()
+    assert len(h.fake.ops("update")) == 1
+    assert h.node("/u.md").state_name() == "refused"
+    assert h.fake.by_path() == {"/u.md": "base"}
+
+
+@pytest.mark.parametrize(("status", "etype"), [(500, "api_error"), (503, "api_error"),
+                                               (429, "rate_limit_error"),
+                                               (529, "overloaded_error")])
+async def test_transient_failure_fails_the_pass_and_loses_nothing(
+        h: Harness, status: int, etype: str) -> None:
+    await synced(h, {"/t.md": "base"})
+    h.write("/t.md", "edited")
+    h.write("/n.md", "new")
+    h.fake.fail("update", status, etype)
+    h.fake.fail("create", status, etype)
+    result = await h.sync_once()
+    assert result.outcome == "failed" and result.error
+    assert h.node("/t.md").state_name() == "dirty"
+    assert h.fake.by_path() == {"/t.md": "base"}
+    # Survives a crash: the journal still holds both.
+    h.fake.faults.clear()
+    h.restart()
+    await h.start()
+    assert h.fake.by_path() == {"/t.md": "edited", "/n.md": "new"}
+    assert all(n.state_name() == "clean" for n in h.state.walk_files())
+
+
+async def test_transient_failures_back_off_and_retry_within_a_pass(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    h = Harness(tmp_path, retry=RetryPolicy())
+    try:
+        await synced(h, {"/t.md": "base"})
+        h.write("/t.md", "edited")
+        h.fake.fail("update", 429, "rate_limit_error", times=2,
+                    headers={"retry-after": "7"})
+        t0 = trio.current_time()
+        result = await h.sync_once()
+        assert result.outcome == "ok"
+        assert trio.current_time() - t0 >= 14  # honoured retry-after twice
+        assert h.fake.by_path() == {"/t.md": "edited"}
+        assert len(h.fake.ops("update")) == 3
+    finally:
+        await h.aclose()
+
+
+async def test_offline_then_catches_up(tmp_path: Path, autojump_clock: trio.testing.MockClock,
+                                       trio_clock_time: None) -> None:
+    h = Harness(tmp_path, retry=RetryPolicy(max_attempts=3, deadline=10), interval=15.0)
+    try:
+        await synced(h, {"/t.md": "base"})
+        async with trio.open_nursery() as nursery:
+            await nursery.start(h.sync.run)
+            h.fake.fail("list", 503, times=1000)  # the server is gone
+            h.write("/t.md", "offline edit")
+            h.write("/o.md", "offline create")
+            await trio.sleep(60)
+            assert h.sync.last_pass is not None and h.sync.last_pass.outcome == "failed"
+            assert h.fake.writes() == []
+            h.fake.faults.clear()                 # it is back
+            await trio.sleep(20)
+            assert h.sync.last_pass.outcome == "ok"
+            nursery.cancel_scope.cancel()
+        assert h.fake.by_path() == {"/t.md": "offline edit", "/o.md": "offline create"}
+    finally:
+        await h.aclose()
+
+
+# --------------------------------------------------------------------------- lost answers
+
+
+async def test_lost_create_answer_is_settled_by_the_listing(h: Harness) -> None:
+    await h.start()
+    h.write("/l.md", "created once")
+    h.fake.lose_answer("create")
+    result = await h.sync_once()
+    assert result.outcome == "failed"
+    assert h.fake.by_path() == {"/l.md": "created once"}  # it did land
+    await h.sync_once()
+    assert len(h.fake.ops("create")) == 1 and len(h.fake.memories) == 1
+    node = h.node("/l.md")
+    assert node.memory_id == h.fake.id_of("/l.md") and node.state_name() == "clean"
+
+
+async def test_lost_update_answer_is_settled_by_the_listing(h: Harness) -> None:
+    ids = await synced(h, {"/l.md": "v1"})
+    h.write("/l.md", "v2")
+    h.fake.lose_answer("update")
+    assert (await h.sync_once()).outcome == "failed"
+    node = h.node("/l.md")
+    assert node.sent_sha == sha("v2")  # remembered, in case the answer was lost
+    h.restart()                        # ... even across a crash
+    await h.start()
+    await h.sync_once()
+    assert len(h.fake.ops("update")) == 1
+    node = h.node("/l.md")
+    assert node.memory_id == ids["/l.md"] and node.state_name() == "clean"
+    assert node.base_sha == sha("v2")
+
+
+async def test_lost_answers_with_retries_settle_within_the_pass(tmp_path: Path) -> None:
+    h = Harness(tmp_path, retry=RetryPolicy(base_delay=0.001))
+    try:
+        ids = await synced(h, {"/u.md": "v1"})
+        h.write("/u.md", "v2")
+        h.write("/c.md", "new")
+        h.fake.lose_answer("update")
+        h.fake.lose_answer("create")
+        result = await h.sync_once()
+        assert result.outcome == "ok"
+        assert h.fake.by_path() == {"/u.md": "v2", "/c.md": "new"}
+        assert h.fake.id_of("/u.md") == ids["/u.md"] and len(h.fake.memories) == 2
+        assert all(n.state_name() == "clean" for n in h.state.walk_files())
+    finally:
+        await h.aclose()
+
+
+async def test_lost_rename_answer_is_settled(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "A"})
+    h.rename("/a.md", "/b.md")
+    h.fake.lose_answer("update")
+    assert (await h.sync_once()).outcome == "failed"
+    await h.sync_once()
+    assert h.fake.by_path() == {"/b.md": "A"} and h.fake.id_of("/b.md") == ids["/a.md"]
+    assert len(h.fake.ops("update")) == 1
+    assert h.node("/b.md").state_name() == "clean"
+
+
+# --------------------------------------------------------------------------- deletes
+
+
+async def test_delete_enabled_sends_guarded_delete(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    ids = await synced(h, {"/d.md": "doomed", "/k.md": "kept"})
+    h.unlink("/d.md")
+    assert h.sync.statistics()["pending_delete_paths"] == ["/d.md"]
+    with caplog.at_level(logging.INFO, "memfs.sync"):
+        result = await h.sync_once()
+    assert result.deleted == 1
+    (delete,) = h.fake.ops("delete")
+    assert delete.memory_id == ids["/d.md"]
+    assert delete.params["expected_content_sha256"] == sha("doomed")
+    assert h.fake.by_path() == {"/k.md": "kept"}
+    assert h.state.tombstones == {}
+    assert any("propagated local deletion" in r.getMessage() for r in caplog.records)
+
+
+async def test_delete_guard_keeps_a_remote_change(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    ids = await synced(h, {"/d.md": "doomed"})
+    h.unlink("/d.md")
+
+    def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "delete":
+            h.fake.edit(ids["/d.md"], content="changed meanwhile")
+    h.fake.before_write = race
+    with caplog.at_level(logging.WARNING, "memfs.sync"):
+        await h.sync_once()
+    assert h.fake.by_path() == {"/d.md": "changed meanwhile"}
+    assert h.local_files() == {"/d.md": "changed meanwhile"}  # restored locally
+    assert h.state.tombstones == {}
+    assert any("keeping the remote version" in r.getMessage() for r in caplog.records)
+
+
+async def test_deleted_locally_changed_remotely_restores(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    ids = await synced(h, {"/d.md": "doomed"})
+    h.unlink("/d.md")
+    h.fake.edit(ids["/d.md"], content="remote edit")
+    with caplog.at_level(logging.WARNING, "memfs.sync"):
+        await h.sync_once()
+    assert h.fake.ops("delete") == []
+    assert h.local_files() == {"/d.md": "remote edit"}
+    assert h.node("/d.md").memory_id == ids["/d.md"]
+    assert any("restoring the remote version" in r.getMessage() for r in caplog.records)
+
+
+async def test_delete_log_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(tmp_path, deletions="log_only")
+    try:
+        await synced(h, {"/d.md": "doomed"})
+        h.unlink("/d.md")
+        with caplog.at_level(logging.INFO, "memfs.sync"):
+            await h.sync_once()
+            await h.sync_once()
+        assert h.fake.ops("delete") == []
+        assert h.fake.by_path() == {"/d.md": "doomed"}
+        said = [r for r in caplog.records if "log-only: sync would delete" in r.getMessage()]
+        assert len(said) == 1 and "path=/d.md" in said[0].getMessage()
+        assert not h.exists("/d.md")  # the local deletion stands
+    finally:
+        await h.aclose()
+
+
+async def test_delete_disabled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(tmp_path, deletions="disabled")
+    try:
+        await synced(h, {"/d.md": "doomed"})
+        h.unlink("/d.md")
+        with caplog.at_level(logging.DEBUG, "memfs.sync"):
+            await h.sync_once()
+            await h.sync_once(final=True)
+        assert h.fake.ops("delete") == []
+        assert h.fake.by_path() == {"/d.md": "doomed"}
+        assert not any("delete" in r.getMessage() and "would" in r.getMessage()
+                       for r in caplog.records)
+    finally:
+        await h.aclose()
+
+
+@pytest.mark.parametrize("n", [12, 40, 240])
+async def test_delete_cap_per_pass(tmp_path: Path, n: int,
+                                   caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(tmp_path)
+    try:
+        await synced(h, {f"/f{i:03d}.md": f"content {i}" for i in range(n)})
+        for i in range(n):
+            h.unlink(f"/f{i:03d}.md")
+        per_pass = []
+        baseline = n
+        with caplog.at_level(logging.WARNING, "memfs.sync"):
+            while h.state.tombstones:
+                before = len(h.fake.ops("delete"))
+                result = await h.sync_once()
+                sent = len(h.fake.ops("delete")) - before
+                assert sent == result.deleted == min(delete_cap(baseline), baseline)
+                per_pass.append(sent)
+                baseline -= sent
+                assert len(per_pass) < 50
+        assert per_pass[0] == max(8, min(50, n // 4))
+        assert sum(per_pass) == n and h.fake.memories == {}
+        assert any("delete cap reached" in r.getMessage() for r in caplog.records)
+    finally:
+        await h.aclose()
+
+
+async def test_remote_delete_of_dirty_file_recreates(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    ids = await synced(h, {"/x.md": "base", "/clean.md": "c"})
+    h.write("/x.md", "edited here")
+    h.fake.remove(ids["/x.md"])
+    h.fake.remove(ids["/clean.md"])
+    with caplog.at_level(logging.INFO, "memfs.sync"):
+        await h.sync_once()
+    assert h.fake.by_path() == {"/x.md": "edited here"}
+    assert h.fake.id_of("/x.md") != ids["/x.md"]
+    assert h.local_files() == {"/x.md": "edited here"}  # clean one removed locally
+    assert any("re-creating it from the file" in r.getMessage() for r in caplog.records)
+
+
+async def test_read_only_never_pushes_and_keeps_dirty_files(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    ids = await synced(h, {"/x.md": "base", "/y.md": "y", "/z.md": "z"})
+    # Edits left in the journal by an earlier writable mount of the same cache.
+    h.write("/x.md", "edited here")
+    h.write("/new.md", "never pushed")
+    h.unlink("/z.md")
+    h.rename("/y.md", "/y2.md")
+    h.restart(read_only=True)
+    with caplog.at_level(logging.WARNING, "memfs.sync"):
+        await h.start()
+        h.fake.remove(ids["/x.md"])
+        await h.sync_once()
+        await h.sync_once(final=True)
+    assert h.fake.writes() == []
+    assert h.fake.by_path() == {"/y.md": "y", "/z.md": "z"}
+    assert h.read("/x.md") == "edited here"  # kept, unsynced
+    assert h.read("/new.md") == "never pushed"
+    assert any("which a read-only store cannot push" in r.getMessage()
+               for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+async def test_open_for_write_waits_for_close_at_most_one_more_interval(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        async with running(h):
+            await trio.sleep(1)
+            node = h.write("/open.md", "still writing", keep_open=True)
+            closed = h.write("/closed.md", "done")
+            await trio.sleep(15)   # first timed pass (t=15): only the closed file goes
+            assert h.fake.by_path() == {"/closed.md": "done"}
+            await trio.sleep(15)   # second (t=30): dirty for >= one interval, open or not
+            assert h.fake.by_path() == {"/closed.md": "done", "/open.md": "still writing"}
+            h.close(node)
+            assert closed.state_name() == "clean"
+    finally:
+        await h.aclose()
+
+
+async def test_close_releases_the_upload_at_the_next_pass(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        async with running(h):
+            await trio.sleep(1)
+            node = h.write("/open.md", "writing", keep_open=True)
+            await trio.sleep(15)
+            assert h.fake.memories == {}
+            h.close(node)
+            await h.sync.sync_now()
+            assert h.fake.by_path() == {"/open.md": "writing"}
+    finally:
+        await h.aclose()
+
+
+async def test_final_pass_does_not_wait_for_open_files(h: Harness) -> None:
+    await h.start()
+    h.write("/open.md", "at unmount", keep_open=True)
+    await h.sync_once()
+    assert h.fake.memories == {}
+    result = await h.sync.final_sync()
+    assert result.outcome == "ok"
+    assert h.fake.by_path() == {"/open.md": "at unmount"}
+
+
+async def test_temp_files_between_passes_never_reach_the_store(h: Harness) -> None:
+    ids = await synced(h, {"/doc.md": "a"})
+    # sed -i: temp file written, renamed over; and a scratch file created and removed.
+    h.write("/sedAbC123", "b")
+    h.rename("/sedAbC123", "/doc.md")
+    h.write("/scratch.tmp", "gone soon")
+    h.unlink("/scratch.tmp")
+    h.mkdirs("/tmpdir")
+    h.write("/tmpdir/t", "x")
+    h.rename("/tmpdir/t", "/tmpdir/u")
+    h.unlink("/tmpdir/u")
+    h.fake.requests.clear()
+    await h.sync_once()
+    assert [(s.op, s.memory_id) for s in h.fake.writes()] == [("update", ids["/doc.md"])]
+    paths = {str((s.body or {}).get("path")) for s in h.fake.requests}
+    assert not {"/sedAbC123", "/scratch.tmp", "/tmpdir/t", "/tmpdir/u"} & paths
+    assert h.fake.by_path() == {"/doc.md": "b"}
+
+
+async def test_excluded_globs_stay_local(tmp_path: Path) -> None:
+    h = Harness(tmp_path, excludes=(*DEFAULT_EXCLUDES, "*.tmp"))
+    try:
+        await h.start()
+        for path in ("/.notes.md.swp", "/notes.md~", "/d/4913", "/x.tmp", "/#a#"):
+            h.write(path, "local only")
+        h.write("/notes.md", "synced")
+        await h.sync_once()
+        await h.sync_once(final=True)
+        assert h.fake.by_path() == {"/notes.md": "synced"}
+        assert h.read("/x.tmp") == "local only"
+        stats = h.sync.statistics()
+        # Excluded files are not "waiting to be pushed": the flush must not report them.
+        assert stats["dirty_files"] == [] and stats["dirty"] == 0
+    finally:
+        await h.aclose()
+
+
+async def test_change_during_own_upload_stays_dirty(h: Harness) -> None:
+    ids = await synced(h, {"/w.md": "v1"})
+    h.write("/w.md", "v2")
+    h.write("/n.md", "n1")
+
+    def meanwhile(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update" and body and body.get("content") == "v2":
+            h.write("/w.md", "v3")  # the agent writes again while v2 is on the wire
+        if op == "create" and body and body.get("content") == "n1":
+            h.write("/n.md", "n2")
+    h.fake.before_write = meanwhile
+    await h.sync_once()
+    assert h.fake.by_path() == {"/w.md": "v2", "/n.md": "n1"}
+    assert h.node("/w.md").state_name() == "dirty"
+    assert h.node("/n.md").state_name() == "dirty"
+    h.restart()  # and the journal agrees
+    await h.start()
+    assert h.fake.by_path() == {"/w.md": "v3", "/n.md": "n2"}
+    (last,) = [u for u in h.fake.ops("update")
+               if u.memory_id == ids["/w.md"] and u.body and u.body["content"] == "v3"]
+    assert last.body == {  # v3 sent against v2, the new baseline
+        "content": "v3", "precondition": {"type": "content_sha256",
+                                          "content_sha256": sha("v2")}}
+    assert h.fake.id_of("/w.md") == ids["/w.md"] and len(h.fake.memories) == 2
+
+
+async def test_unlink_during_own_create_becomes_a_delete(h: Harness) -> None:
+    await h.start()
+    h.write("/brief.md", "short-lived")
+
+    def meanwhile(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "create":
+            h.unlink("/brief.md")
+    h.fake.before_write = meanwhile
+    await h.sync_once()
+    await h.sync_once()
+    assert h.fake.memories == {} and h.state.tombstones == {}
+
+
+# --------------------------------------------------------------------------- restart
+
+
+async def test_restart_pushes_journal_first_with_preconditions(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "base", "/b.md": "b"})
+    h.write("/a.md", "edited before the crash")
+    h.write("/c.md", "created before the crash")
+    h.unlink("/b.md")
+    h.restart()
+    await h.start()  # the initial pass pushes what the journal holds
+    assert h.fake.by_path() == {"/a.md": "edited before the crash",
+                                "/c.md": "created before the crash"}
+    update = h.fake.ops("update")[-1]
+    assert update.memory_id == ids["/a.md"]
+    assert update.body is not None
+    assert update.body["precondition"]["content_sha256"] == sha("base")
+
+
+async def test_restart_with_remote_change_store_wins(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "base"})
+    h.write("/a.md", "local")
+    h.restart()
+    h.fake.edit(ids["/a.md"], content="remote")
+    await h.start()
+    await h.sync._background_fetch()
+    assert h.read("/a.md") == "remote"
+    assert h.fake.writes() == []
+    node = h.node("/a.md")
+    assert node.conflict is not None and read_copy(node.conflict) == "local"
+
+
+# --------------------------------------------------------------------------- idle cost
+
+
+@pytest.mark.parametrize("n", [10, 250, 1000])
+async def test_idle_pass_only_lists(tmp_path: Path, n: int, monkeypatch: pytest.MonkeyPatch
+                                    ) -> None:
+    h = Harness(tmp_path)
+    try:
+        files = {f"/d{i % 7}/f{i:04d}.md": f"content of {i}" for i in range(n)}
+        await synced(h, files)
+        await h.sync_once()
+        reads = {"content": 0, "get": 0, "hash": 0}
+
+        def counting(name: str, fn: Any) -> Any:
+            def wrapper(*a: Any, **kw: Any) -> Any:
+                reads[name] += 1
+                return fn(*a, **kw)
+            return wrapper
+        monkeypatch.setattr(h.state, "content", counting("content", h.state.content))
+        monkeypatch.setattr(h.state.objects, "get", counting("get", h.state.objects.get))
+        monkeypatch.setattr(memfs.sync, "sha256_hex", counting("hash", memfs.sync.sha256_hex))
+        monkeypatch.setattr(memfs.tree, "sha256_hex", counting("hash", memfs.tree.sha256_hex))
+        h.fake.requests.clear()
+        h.notifier.inodes.clear()
+        h.notifier.entries.clear()
+        t0 = time.perf_counter()
+        result = await h.sync_once()
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+        assert result.outcome == "ok" and result.pulled == result.pushed == 0
+        assert [s.op for s in h.fake.requests] == ["list"] * math.ceil(n / 100)
+        assert all(s.params["view"] == "basic" for s in h.fake.requests)
+        assert reads == {"content": 0, "get": 0, "hash": 0}
+        assert h.notifier.inodes == [] and h.notifier.entries == []
+        print(f"idle pass n={n}: {len(h.fake.requests)} requests, {elapsed_ms:.1f} ms")
+    finally:
+        await h.aclose()
+
+
+
+# --------------------------------------------------------------------------- edge cases
+
+
+async def test_remote_swap_of_two_paths_converges(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B"})
+    node_a = h.node("/a.md")
+    h.fake.edit(ids["/a.md"], path="/tmp.md")
+    h.fake.edit(ids["/b.md"], path="/a.md")
+    h.fake.edit(ids["/a.md"], path="/b.md")
+    await h.sync_once()
+    assert h.local_files() == {"/a.md": "B", "/b.md": "A"}
+    assert h.node("/b.md") is node_a and node_a.memory_id == ids["/a.md"]
+    assert h.fake.writes() == []
+    h.restart()  # the journal agrees
+    await h.start()
+    assert h.local_files() == {"/a.md": "B", "/b.md": "A"}
+    assert h.fake.writes() == []
+
+
+async def test_remote_file_replaces_an_empty_local_directory(h: Harness) -> None:
+    ids = await synced(h, {"/x/only.md": "in a dir"})
+    h.fake.remove(ids["/x/only.md"])
+    await h.sync_once()
+    assert h.exists("/x") and h.node("/x").is_dir  # left empty locally
+    h.fake.add("/x", "now a file")
+    await h.sync_once()
+    assert h.local_files() == {"/x": "now a file"}
+
+
+async def test_new_local_file_where_the_store_created_one(h: Harness) -> None:
+    await h.start()
+    h.write("/same.md", "identical")
+    h.write("/diff.md", "mine")
+    h.fake.add("/same.md", "identical")
+    h.fake.add("/diff.md", "theirs")
+    await h.sync_once()
+    await h.sync_once()
+    assert h.fake.ops("create") == [] and len(h.fake.memories) == 2
+    assert h.local_files() == {"/same.md": "identical", "/diff.md": "theirs"}
+    copy = h.node("/diff.md").conflict
+    assert copy is not None and read_copy(copy) == "mine"
+    assert h.node("/same.md").conflict is None
+
+
+async def test_local_rename_onto_a_path_the_store_just_took(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "A"})
+    h.rename("/a.md", "/b.md")
+    h.fake.add("/b.md", "B from elsewhere")
+    for _ in range(3):
+        await h.sync_once()
+    # Store wins the path; the local rename is undone, nothing is lost or duplicated.
+    assert h.fake.by_path() == {"/a.md": "A", "/b.md": "B from elsewhere"}
+    assert h.local_files() == {"/a.md": "A", "/b.md": "B from elsewhere"}
+    assert h.node("/a.md").memory_id == ids["/a.md"]
+    assert all(n.state_name() in ("clean", "conflict") for n in h.state.walk_files())
+
+
+async def test_remote_rename_and_local_edit_merge(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "base"})
+    h.write("/a.md", "local edit")
+    h.fake.edit(ids["/a.md"], path="/renamed.md")
+    await h.sync_once()
+    await h.sync_once()
+    assert h.fake.by_path() == {"/renamed.md": "local edit"}
+    assert h.local_files() == {"/renamed.md": "local edit"}
+    assert h.node("/renamed.md").conflict is None
+    assert h.fake.id_of("/renamed.md") == ids["/a.md"]
+
+
+async def test_local_rename_and_remote_edit_merge(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "base"})
+    h.rename("/a.md", "/mine.md")
+    h.fake.edit(ids["/a.md"], content="remote edit")
+    await h.sync_once()
+    await h.sync._background_fetch()
+    await h.sync_once()
+    assert h.fake.by_path() == {"/mine.md": "remote edit"}
+    assert h.local_files() == {"/mine.md": "remote edit"}
+    assert h.node("/mine.md").conflict is None
+    assert h.fake.id_of("/mine.md") == ids["/a.md"]
+
+
+async def test_deleted_locally_renamed_remotely_is_restored(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "A"})
+    h.unlink("/a.md")
+    h.fake.edit(ids["/a.md"], path="/moved.md")
+    await h.sync_once()
+    assert h.fake.by_path() == {"/moved.md": "A"}
+    assert h.local_files() == {"/moved.md": "A"}
+
+
+async def test_conflict_mark_clears_once_a_new_edit_is_pushed(h: Harness) -> None:
+    ids = await synced(h, {"/c.md": "base"})
+    h.write("/c.md", "local")
+    h.fake.edit(ids["/c.md"], content="remote")
+    await h.sync_once()
+    assert h.node("/c.md").state_name() == "conflict"
+    h.write("/c.md", "merged by hand")
+    await h.sync_once()
+    assert h.node("/c.md").state_name() == "clean"
+    assert h.sync.statistics()["conflicts"] == 0
