@@ -497,6 +497,22 @@ async def test_lost_create_answer_is_settled_by_the_listing(h: Harness) -> None:
     assert node.memory_id == h.fake.id_of("/l.md") and node.state_name() == "clean"
 
 
+async def test_lost_create_answer_then_an_edit_pushes_the_edit(h: Harness) -> None:
+    """The lost create is ours (sent sha), so the newer bytes update it: no conflict."""
+    await h.start()
+    h.write("/l.md", "first")
+    h.fake.lose_answer("create")
+    assert (await h.sync_once()).outcome == "failed"
+    h.write("/l.md", "second")
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.conflicts == 0
+    assert h.fake.by_path() == {"/l.md": "second"}
+    assert len(h.fake.ops("create")) == 1
+    assert h.read("/l.md") == "second" and h.node("/l.md").state_name() == "clean"
+    conflicts = h.cache.conflicts
+    assert not conflicts.exists() or not any(conflicts.iterdir())
+
+
 async def test_lost_update_answer_is_settled_by_the_listing(h: Harness) -> None:
     ids = await synced(h, {"/l.md": "v1"})
     h.write("/l.md", "v2")
@@ -981,3 +997,26 @@ async def test_conflict_mark_clears_once_a_new_edit_is_pushed(h: Harness) -> Non
     await h.sync_once()
     assert h.node("/c.md").state_name() == "clean"
     assert h.sync.statistics()["conflicts"] == 0
+
+
+async def test_read_only_pull_invalidates_the_kernel_cache(h: Harness) -> None:
+    ids = await synced(h, {"/r.md": "old"})
+    h.restart(read_only=True)
+    await h.start()
+    await h.sync._background_fetch()
+    ino = h.node("/r.md").ino
+    h.notifier.inodes.clear()
+    h.fake.edit(ids["/r.md"], content="new")
+    assert (await h.sync_once()).outcome == "ok"
+    assert h.read("/r.md") == "new"
+    assert ino in h.notifier.inodes
+
+
+def test_a_bug_beside_a_network_error_is_not_a_failed_pass() -> None:
+    from memfs.errors import StoreUnavailable
+    from memfs.sync import _expected_failure
+
+    net = StoreUnavailable("down")
+    assert _expected_failure(ExceptionGroup("pass", [net, OSError("disk")])) is net
+    assert _expected_failure(ExceptionGroup("pass", [net, KeyError("bug")])) is None
+    assert _expected_failure(KeyError("bug")) is None
