@@ -200,14 +200,21 @@ class Journal:
 
 
 class _Transaction:
+    """BEGIN … COMMIT (ROLLBACK on an exception). Nested use joins the outer one, so a
+    caller may batch many journal writes (a big pull) around code that has its own."""
+
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
+        self._outer = False
 
     def __enter__(self) -> None:
-        self._db.execute("BEGIN")
+        self._outer = not self._db.in_transaction
+        if self._outer:
+            self._db.execute("BEGIN")
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if self._outer:
+            self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
 
 
 class CacheDir:

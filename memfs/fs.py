@@ -50,7 +50,7 @@ class FileHandle:
 @dataclass(eq=False)
 class DirHandle:
     node: Node
-    entries: list[tuple[bytes, Node]] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
 
 
 class ContentWaiter(Protocol):
@@ -96,6 +96,9 @@ class MemFs(pyfuse3.Operations):
         a.entry_timeout = CACHE_TIMEOUT
         a.attr_timeout = CACHE_TIMEOUT
         a.st_mode = stat_mode(node)
+        if node.store is not None and node.store.read_only:
+            # 0444/0555 whatever the journal remembers from a writable mount.
+            a.st_mode &= ~0o222
         a.st_nlink = 2 + sum(1 for c in (node.children or {}).values() if c.is_dir) \
             if node.is_dir else (1 if node.linked else 0)
         a.st_uid = self.tree.uid
@@ -204,6 +207,9 @@ class MemFs(pyfuse3.Operations):
         if fields.update_size:
             if node.is_dir:
                 raise FsError(errno.EISDIR)
+            if node.data is None and attr.st_size > 0:
+                await self._content(node)  # like a write: wait for content on its way
+                store = self._mutable(node)  # re-check after the await
             store.truncate(node, attr.st_size)
         if fields.update_mode:
             store.set_mode(node, attr.st_mode)
@@ -337,6 +343,7 @@ class MemFs(pyfuse3.Operations):
         store = self._mutable(node)
         if node.data is None:
             await self._content(node)  # a write into content still downloading waits
+            store = self._mutable(node)  # re-check after the await
         if handle.append:
             off = node.size
         return store.write(node, off, buf)
@@ -375,22 +382,36 @@ class MemFs(pyfuse3.Operations):
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         node = self._dir(inode)
         assert node.children is not None
-        # A snapshot makes offsets stable for the life of the handle.
-        entries = sorted((name.encode("utf-8", "surrogateescape"), child)
-                         for name, child in node.children.items())
-        return self._fh(DirHandle(node, entries))
+        # A snapshot of the names makes offsets stable for the life of the handle.
+        names = [".", "..", *sorted(node.children,
+                                    key=lambda n: n.encode("utf-8", "surrogateescape"))]
+        return self._fh(DirHandle(node, names))
 
     @_guard
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         handle = self._handles.get(fh)
         if not isinstance(handle, DirHandle):
             raise FsError(errno.EBADF)
-        entries = handle.entries
-        for index in range(start_id, len(entries)):
-            name, child = entries[index]
-            if not pyfuse3.readdir_reply(token, name, self.attrs(child), index + 1):
+        node = handle.node
+        names = handle.names
+        for index in range(start_id, len(names)):
+            name = names[index]
+            dots = name in (".", "..")
+            if dots:
+                child = node if name == "." else (node.parent or node)
+            else:
+                # What the name means now: an entry removed since opendir is skipped
+                # (never handed to the kernel as a live dentry); a replaced one shows
+                # its replacement. Either way no other entry moves.
+                current = (node.children or {}).get(name)
+                if current is None:
+                    continue
+                child = current
+            if not pyfuse3.readdir_reply(token, name.encode("utf-8", "surrogateescape"),
+                                         self.attrs(child), index + 1):
                 return
-            child.lookups += 1
+            if not dots:  # the kernel takes no reference for . and ..
+                child.lookups += 1
 
     @_guard
     async def releasedir(self, fh: int) -> None:
