@@ -159,7 +159,8 @@ class Journal:
     def is_empty(self) -> bool:
         return self._db.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
 
-    def insert(self, *, path: str, kind: str, mode: int, mtime_ns: int, **fields: object) -> int:
+    def insert(self, *, path: str | None, kind: str, mode: int, mtime_ns: int,
+               **fields: object) -> int:
         names = ["path", "kind", "mode", "mtime_ns", *fields]
         self._check(fields)
         cur = self._db.execute(

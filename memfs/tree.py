@@ -434,13 +434,13 @@ class StoreState:
         node.linked = False
         if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
             del self.by_memory[node.memory_id]
-            self._bury(node)
+            self.bury(node)
         elif node.entry_id is not None:
             self.journal.delete(node.entry_id)
             node.entry_id = None
         self.tree.maybe_drop(node)
 
-    def _bury(self, node: Node) -> None:
+    def bury(self, node: Node) -> None:
         assert node.memory_id is not None
         old = self.tombstones.get(node.memory_id)
         if old is not None and old is not node and old.entry_id is not None:
@@ -448,6 +448,10 @@ class StoreState:
         self.tombstones[node.memory_id] = node
         if node.entry_id is not None:
             self.journal.update(node.entry_id, path=None)
+        else:  # unlinked before its memory existed: the tombstone needs its own row
+            node.entry_id = self.journal.insert(
+                path=None, kind="file", mode=node.mode, mtime_ns=node.mtime_ns,
+                memory_id=node.memory_id, base_sha=node.base_sha, base_path=node.base_path)
 
     def rmdir(self, parent: Node, name: str) -> Node:
         self.writable()

@@ -822,8 +822,13 @@ async def test_unlink_during_own_create_becomes_a_delete(h: Harness) -> None:
             h.unlink("/brief.md")
     h.fake.before_write = meanwhile
     await h.sync_once()
+    assert len(h.fake.memories) == 1 and len(h.state.tombstones) == 1
+    h.restart()  # a kill -9 here must not bring the deleted file back
+    h.fake.before_write = None
+    await h.start()
     await h.sync_once()
     assert h.fake.memories == {} and h.state.tombstones == {}
+    assert h.local_files() == {}
 
 
 # --------------------------------------------------------------------------- restart
