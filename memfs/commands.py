@@ -78,10 +78,15 @@ def sync(args: Any) -> int:
     info = _mount_for(args.path)
     if info is None:
         return EXIT_FAILED
-    answer = control.request(info, "sync", timeout=args.timeout)
+    try:
+        answer = control.request(info, "sync", timeout=args.timeout)
+    except OSError as e:
+        return _fail(f"the daemon did not answer: {e}")
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
+        if answer.get("error"):
+            print(f"memfs: {answer['error']}", file=sys.stderr)
         for store_id, r in answer.get("stores", {}).items():
             line = (f"{store_id}: {r['outcome']} pulled={r['pulled']} pushed={r['pushed']} "
                     f"deleted={r['deleted']} conflicts={r['conflicts']} "
@@ -90,6 +95,16 @@ def sync(args: Any) -> int:
                 line += f" error={r['error']}"
             print(line)
     return EXIT_OK if answer.get("ok") else EXIT_FAILED
+
+
+def _clock(at: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(float(at))) if at else "-"
+
+
+def _next_pass(at: Any) -> str:
+    if not at:
+        return "-"
+    return f"{_clock(at)} (in {max(0.0, float(at) - time.time()):.0f}s)"
 
 
 def status(args: Any) -> int:
@@ -119,18 +134,22 @@ def status(args: Any) -> int:
             continue
         for s in answer["stores"]:
             lp = s.get("last_pass") or {}
-            when = time.strftime("%H:%M:%S", time.localtime(lp["at"])) if lp else "-"
-            print(f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}")
+            print(f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}"
+                  + (f"  ({s['name']})" if s.get("name") else ""))
             print(f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
                   f"conflicts={s['conflicts']} refused={s['refused']} "
                   f"pending_deletes={s['pending_deletes']}")
-            print(f"    last pass: {when} {lp.get('outcome', '-')} "
-                  f"{lp.get('duration_s', '-')}s" + (f" error={lp['error']}"
-                                                     if lp.get("error") else ""))
+            last = (f"{_clock(lp.get('at'))} {lp.get('outcome', '-')} "
+                    f"{lp.get('duration_s', '-')}s" if lp else "-")
+            if lp.get("error"):
+                last += f" error={lp['error']}"
+            print(f"    last pass: {last}; next pass: {_next_pass(s.get('next_pass_at'))}")
             for c in s.get("conflict_copies", []):
                 print(f"    conflict: {c['path']} -> {c['copy']}")
             for r in s.get("refused_files", []):
                 print(f"    refused: {r['path']} ({r['why']})")
+            for p in s.get("pending_delete_paths", []):
+                print(f"    pending delete: {p}")
     return EXIT_OK
 
 
@@ -144,12 +163,10 @@ def unmount(args: Any) -> int:
         return _fail(f"the daemon did not answer: {e}")
     pid = int(info.get("pid", 0))
     deadline = time.monotonic() + 15
-    while pid and time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
+    while pid and control.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
+    if answer.get("error"):
+        print(f"memfs: {answer['error']}", file=sys.stderr)
     unpushed = answer.get("unpushed") or {}
     for store_id, paths in unpushed.items():
         print(f"memfs: {len(paths)} changed files of {store_id} could not be pushed; they "

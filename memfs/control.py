@@ -96,7 +96,7 @@ def live_mounts() -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         pid = int(info.get("pid", 0))
-        if pid <= 0 or not _alive(pid):
+        if pid <= 0 or not pid_alive(pid):
             info_path.unlink(missing_ok=True)
             Path(str(info.get("socket", ""))).unlink(missing_ok=True)
             continue
@@ -104,14 +104,20 @@ def live_mounts() -> list[dict[str, Any]]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie waiting to be reaped is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def find_mount(path: str) -> dict[str, Any] | None:
@@ -139,7 +145,10 @@ def request(info: dict[str, Any], op: str, timeout: float = 60.0, **fields: Any
             if not chunk:
                 break
             buf += chunk
-    answer = json.loads(buf) if buf else {"ok": False, "error": "no answer"}
+    try:
+        answer = json.loads(buf) if buf else {"ok": False, "error": "no answer"}
+    except ValueError:
+        return {"ok": False, "error": "the daemon sent a broken answer"}
     if not isinstance(answer, dict):
         return {"ok": False, "error": "bad answer"}
     return answer

@@ -265,6 +265,9 @@ class Daemon:
         async def fuse_main() -> None:
             try:
                 await pyfuse3.main()
+                if not self._stop.is_set():
+                    log.info("the mount was unmounted from outside (fusermount3 -u); "
+                             "running the final sync mountpoint=%s", mountpoint)
             finally:
                 fuse_gone.set()
                 self._stop.set()
@@ -406,14 +409,20 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
             print(f"memfs: mounted at {mountpoint}; stop with Ctrl-C or "
                   f"`memfs unmount {mountpoint}`", file=sys.stderr, flush=True)
 
+        daemon = Daemon(config)
         try:
-            return trio.run(Daemon(config).run, say_ready)
+            code = trio.run(daemon.run, say_ready)
         except StartError as e:
             print(f"memfs: {e}", file=sys.stderr)
             return e.exit_code
         except ConfigError as e:
             print(f"memfs: {e}", file=sys.stderr)
             return 2
+        for store_id, paths in (daemon._flush_report.get("unpushed") or {}).items():
+            print(f"memfs: {len(paths)} changed files of {store_id} could not be pushed; "
+                  f"they stay in the journal for the next start: {', '.join(paths[:10])}",
+                  file=sys.stderr)
+        return code
 
     read_fd, write_fd = os.pipe()
     pid = os.fork()

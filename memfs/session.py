@@ -7,10 +7,13 @@ is mounted, with one clear line each (the reference worker's wording where it ha
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import posixpath
+import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 import trio
 
 from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
-from memfs.daemon import StartError, StoreSpec
+from memfs.daemon import StartError, StoreSpec, _dead_memfs_mount
 from memfs.errors import ConfigError, NotFound, StoreAuthError, StoreUnavailable
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
 
@@ -53,7 +56,8 @@ def parse_spec(data: Any) -> list[Attachment]:
             raise StartError(f"resource #{index} of the session spec is not an object", 2)
         kind = resource.get("type", "memory_store")
         if kind != "memory_store":
-            log.info("ignoring a session resource that is not a memory store type=%s", kind)
+            log.info("ignoring a session resource that is not a memory store type=%s id=%s",
+                     kind, resource.get("id") or resource.get("file_id") or "-")
             continue
         store_id = resource.get("memory_store_id")
         if not isinstance(store_id, str) or not store_id:
@@ -94,32 +98,74 @@ def load_spec(path: str) -> list[Attachment]:
 
 
 def check_root(root: str) -> str:
-    """The session root must exist, be a writable directory, and not be a mount yet."""
+    """The session root must exist, be a writable directory, and not be a mount yet.
+
+    A dead FUSE mount left at the root by a killed daemon (ENOTCONN) is cleared first,
+    the way `memfs mount` clears one at its mount point.
+    """
     if not os.path.isabs(root) or posixpath.normpath(root) != root.rstrip("/") or root == "/":
         raise StartError(f"the session root {root!r} is not a clean absolute path", 2)
-    if not os.path.exists(root):
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
         raise StartError(f"the session root {root} does not exist; prepare the host with: "
-                         f"sudo mkdir -p {root} && sudo chown \"$USER\" {root}", 2)
-    if not os.path.isdir(root):
+                         f"sudo mkdir -p {root} && sudo chown \"$USER\" {root}", 2) from None
+    except OSError as e:
+        if e.errno == errno.ENOTCONN and _dead_mount_at(root):
+            return check_root(root)
+        raise StartError(f"the session root {root} cannot be used: {e.strerror}", 2) from None
+    if not stat.S_ISDIR(st.st_mode):
         raise StartError(f"the session root {root} is not a directory", 2)
     if os.path.ismount(root):
-        raise StartError(f"the session root {root} is already a mount", 2)
+        if _dead_mount_at(root):
+            return check_root(root)
+        raise StartError(f"the session root {root} is already a mount (is another session "
+                         "running? see `memfs status`)", 2)
     if not os.access(root, os.W_OK | os.X_OK):
         raise StartError(f"cannot create the memory store's folder under {root}: "
                          "permission denied; the worker host must make this mount path "
-                         "writable", 2)
+                         f"writable (sudo chown \"$USER\" {root})", 2)
     return os.path.realpath(root)
 
 
-def check_mount_path(mount_path: str, root: str, store_id: str) -> str:
-    """The store's directory name, if `mount_path` is one clean level under the root."""
+def _dead_mount_at(root: str) -> bool:
+    """Clear a dead FUSE mount (its daemon was killed) at `root`; True if one was cleared.
+
+    The kernel may still answer `stat` from its attribute cache, so ask `statvfs`, which
+    always reaches the (gone) daemon and fails with ENOTCONN.
+    """
+    real = os.path.realpath(root)
+    try:
+        os.statvfs(real)
+        return False
+    except OSError as e:
+        if e.errno != errno.ENOTCONN or not _dead_memfs_mount(real):
+            return False
+    subprocess.run(["fusermount3", "-u", "-z", real], check=False, capture_output=True)
+    if os.path.ismount(real):
+        subprocess.run(["umount", "-l", real], check=False, capture_output=True)
+    if os.path.ismount(real):
+        return False
+    log.info("cleared a dead mount left by a killed daemon mountpoint=%s", real)
+    return True
+
+
+def check_mount_path(mount_path: str, roots: tuple[str, ...], store_id: str) -> str:
+    """The store's directory name, if `mount_path` is one clean level under the root.
+
+    `roots` are the root as given and as resolved (they differ when it is a symlink);
+    a mount path under either is accepted.
+    """
     clean = posixpath.normpath(mount_path)
+    name = posixpath.basename(clean)
     if (not mount_path.startswith("/") or clean != mount_path
-            or posixpath.dirname(clean) != root or not posixpath.basename(clean)):
+            or posixpath.dirname(clean) not in roots or not name
+            or len(name.encode("utf-8", "surrogatepass")) > 255
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)):
         raise StartError(f"memory store mount_path is not a clean absolute path: "
                          f"'{mount_path}' (memory_store_id={store_id}); it must be "
-                         f"{root}/<name>", 2)
-    return posixpath.basename(clean)
+                         f"{roots[0]}/<name>", 2)
+    return name
 
 
 async def fetch_stores(attachments: list[Attachment], config: ClientConfig
@@ -140,15 +186,16 @@ async def fetch_stores(attachments: list[Attachment], config: ClientConfig
     return infos
 
 
-def build_specs(attachments: list[Attachment], infos: dict[str, StoreInfo], root: str
-                ) -> list[StoreSpec]:
+def build_specs(attachments: list[Attachment], infos: dict[str, StoreInfo], root: str,
+                given_root: str | None = None) -> list[StoreSpec]:
     """Decide each store's directory and access; refuse clashes before anything mounts."""
+    roots = tuple(dict.fromkeys([posixpath.normpath(given_root or root), root]))
     specs: list[StoreSpec] = []
     by_dir: dict[str, str] = {}
     for a in attachments:
         info = infos[a.store_id]
-        mount_path = a.mount_path or posixpath.join(root, slugify(a.name or info.name))
-        dir_name = check_mount_path(mount_path, root, a.store_id)
+        mount_path = a.mount_path or posixpath.join(roots[0], slugify(a.name or info.name))
+        dir_name = check_mount_path(mount_path, roots, a.store_id)
         other = by_dir.get(dir_name.lower())
         if other is not None:
             raise StartError(f"memory stores {other} and {a.store_id} would share the "
@@ -183,4 +230,4 @@ def prepare(spec_path: str, root: str, api_url: str | None,
     if config.auth_header is None:
         raise StartError(NO_TOKEN, 2)
     infos = trio.run(fetch_stores, attachments, config)
-    return real_root, build_specs(attachments, infos, real_root)
+    return real_root, build_specs(attachments, infos, real_root, root)
