@@ -37,6 +37,7 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
         flush_timeout=args.flush_timeout,
         api_url=args.api_url,
         allow_other=args.allow_other,
+        log_file=getattr(args, "log_file", None),
     )
 
 

@@ -13,11 +13,14 @@ import json
 import logging
 import os
 import socket
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import trio
+
+from memfs.errors import ConfigError
 
 log = logging.getLogger("memfs.control")
 
@@ -25,9 +28,14 @@ Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def runtime_dir() -> Path:
+    """The per-user registry of live mounts; refused if someone else could plant files."""
     base = os.environ.get("XDG_RUNTIME_DIR")
     path = Path(base) / "memfs" if base else Path(f"/tmp/memfs-{os.getuid()}")
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.lstat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"the runtime directory {path} is not a private directory of "
+                          "this user; remove it or set XDG_RUNTIME_DIR")
     return path
 
 
@@ -48,6 +56,13 @@ class ControlServer:
         self.info = {**info, "mountpoint": self.mountpoint, "pid": os.getpid(),
                      "socket": str(self.sock_path)}
         self.handler = handler
+        self._in_flight = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Until every request received so far has had its answer sent."""
+        await self._idle.wait()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                     ) -> None:
@@ -67,6 +82,16 @@ class ControlServer:
             self.info_path.unlink(missing_ok=True)
 
     async def _serve_one(self, stream: trio.SocketStream) -> None:
+        self._in_flight += 1
+        self._idle = trio.Event()
+        try:
+            await self._answer(stream)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def _answer(self, stream: trio.SocketStream) -> None:
         async with stream:
             buf = b""
             while not buf.endswith(b"\n"):

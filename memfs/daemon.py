@@ -31,9 +31,10 @@ import httpx
 import pyfuse3
 import trio
 
+from memfs import logs
 from memfs.cache import CacheDir
 from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
-from memfs.control import ControlServer
+from memfs.control import ControlServer, runtime_dir
 from memfs.errors import ConfigError, MemfsError, NotFound, StoreAuthError, StoreUnavailable
 from memfs.fs import MemFs
 from memfs.notify import KernelNotifier, Notifier
@@ -73,6 +74,7 @@ class MountConfig:
     content_timeout: float = 30.0
     api_url: str | None = None
     allow_other: bool = False
+    log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -105,19 +107,37 @@ def _dead_memfs_mount(path: str) -> bool:
     return False
 
 
+def clear_dead_mount(path: str) -> bool:
+    """Clear a dead FUSE mount (its daemon was killed) at `path`; True if one was cleared.
+
+    The kernel may still answer `stat` from its attribute cache, so ask `statvfs`, which
+    always reaches the (gone) daemon and fails with ENOTCONN.
+    """
+    real = os.path.realpath(path)
+    try:
+        os.statvfs(real)
+        return False
+    except OSError as e:
+        if e.errno != errno.ENOTCONN or not _dead_memfs_mount(real):
+            return False
+    subprocess.run(["fusermount3", "-u", "-z", real], check=False, capture_output=True)
+    if os.path.ismount(real):
+        subprocess.run(["umount", "-l", real], check=False, capture_output=True)
+    if os.path.ismount(real):
+        return False
+    log.info("cleared a dead mount left by a killed daemon mountpoint=%s", real)
+    return True
+
+
 def prepare_mountpoint(path: str, *, allow_nonempty: bool = False) -> str:
     """Refuse a mount point memfs can't use; clear a dead mount a killed daemon left."""
     real = os.path.realpath(path)
+    clear_dead_mount(real)
     try:
         st = os.stat(real)
     except FileNotFoundError:
         raise StartError(f"mount point {path} does not exist", 2) from None
     except OSError as e:
-        if e.errno == errno.ENOTCONN and _dead_memfs_mount(real):
-            subprocess.run(["fusermount3", "-u", "-z", real], check=False,
-                           capture_output=True)
-            log.info("cleared a dead mount left by a killed daemon mountpoint=%s", real)
-            return prepare_mountpoint(path, allow_nonempty=allow_nonempty)
         raise StartError(f"mount point {path} cannot be used: {e.strerror}", 2) from None
     if not stat.S_ISDIR(st.st_mode):
         raise StartError(f"mount point {path} is not a directory", 2)
@@ -126,6 +146,27 @@ def prepare_mountpoint(path: str, *, allow_nonempty: bool = False) -> str:
     if not allow_nonempty and os.listdir(real):
         raise StartError(f"mount point {path} is not empty", 2)
     return real
+
+
+def check_outside(mountpoint: str, what: str, path: Path) -> None:
+    """The daemon writes its cache and control files itself: inside its own mount that
+    would be a request to itself from the event loop, a deadlock."""
+    real = os.path.realpath(path)
+    if real == mountpoint or real.startswith(mountpoint.rstrip("/") + "/"):
+        raise StartError(f"the {what} {path} is inside the mount point {mountpoint}; "
+                         "choose one outside it", 2)
+
+
+async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
+    """The store's record, or the start-up error a user can act on."""
+    try:
+        return await client.retrieve_store(store_id)
+    except NotFound:
+        raise StartError(f"memory store {store_id} does not exist") from None
+    except StoreUnavailable as e:
+        raise StartError(f"cannot reach the store server: {e}", 3) from None
+    except StoreAuthError as e:
+        raise StartError(f"the store server refused the credentials: {e}", 2) from None
 
 
 class Daemon:
@@ -160,14 +201,7 @@ class Daemon:
         cfg = self.config
         cache_root = cfg.cache_dir or default_cache_root()
         for spec in cfg.stores:
-            try:
-                info = await client.retrieve_store(spec.store_id)
-            except NotFound:
-                raise StartError(f"memory store {spec.store_id} does not exist") from None
-            except StoreUnavailable as e:
-                raise StartError(f"cannot reach the store server: {e}", 3) from None
-            except StoreAuthError as e:
-                raise StartError(f"the store server refused the credentials: {e}", 2) from None
+            info = await lookup_store(client, spec.store_id)
             self.infos[spec.store_id] = info
             read_only = spec.read_only
             if info.archived_at is not None and not read_only:
@@ -227,6 +261,8 @@ class Daemon:
         check_fuse()
         mountpoint = self.mountpoint = prepare_mountpoint(
             cfg.mountpoint, allow_nonempty=not cfg.single)
+        check_outside(mountpoint, "cache directory", cfg.cache_dir or default_cache_root())
+        check_outside(mountpoint, "runtime directory", runtime_dir())
         client_config = ClientConfig.from_env(cfg.api_url, cfg.environ)
         self.http = make_http_client(client_config)
         mounted = False
@@ -285,7 +321,7 @@ class Daemon:
 
             nursery.start_soon(run_syncs)
             await nursery.start(control.serve)
-            nursery.start_soon(self._watch_signals)
+            await nursery.start(self._watch_signals)  # a SIGTERM right after ready is heard
             if ready is not None:
                 ready(mountpoint)
             await self._stop.wait()
@@ -295,7 +331,8 @@ class Daemon:
             with trio.CancelScope(shield=True):
                 code = await self._final_flush()
                 self._flushed.set()
-                await trio.sleep(0.05)  # let an `unmount` request send its answer
+                with trio.move_on_after(2):  # let an `unmount` request send its answer
+                    await control.wait_idle()
             if not fuse_gone.is_set():
                 pyfuse3.terminate()
                 with trio.move_on_after(5):
@@ -304,8 +341,10 @@ class Daemon:
         log.info("unmounted mountpoint=%s", mountpoint)
         return code
 
-    async def _watch_signals(self) -> None:
+    async def _watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                             ) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
             async for signum in signals:
                 log.info("stopping on signal=%s", signal.Signals(signum).name)
                 self._stop.set()
@@ -434,7 +473,9 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
         os.close(read_fd)
         message = b"".join(chunks).decode(errors="replace")
         if message.startswith("ok "):
-            print(f"memfs: mounted at {message[3:]} (pid {pid})", file=sys.stderr)
+            where = config.log_file or (config.cache_dir or default_cache_root()) / "memfs.log"
+            print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}",
+                  file=sys.stderr)
             return 0
         exit_word, _, text = message.partition(" ")
         print(f"memfs: {text or 'the daemon exited before the mount was live'}",
@@ -447,6 +488,11 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    if config.log_file is None:  # stderr is gone: keep the logs where a user finds them
+        log_path = (config.cache_dir or default_cache_root()) / "memfs.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        logs.configure(logging.getLevelName(logging.getLogger().level).lower(),
+                       str(log_path))
 
     def signal_ready(mountpoint: str) -> None:
         os.write(write_fd, f"ok {mountpoint}".encode())

@@ -13,7 +13,6 @@ import logging
 import os
 import posixpath
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from typing import Any
 import trio
 
 from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
-from memfs.daemon import StartError, StoreSpec, _dead_memfs_mount
-from memfs.errors import ConfigError, NotFound, StoreAuthError, StoreUnavailable
+from memfs.daemon import StartError, StoreSpec, clear_dead_mount, lookup_store
+from memfs.errors import ConfigError
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
 
 log = logging.getLogger("memfs.session")
@@ -111,13 +110,13 @@ def check_root(root: str) -> str:
         raise StartError(f"the session root {root} does not exist; prepare the host with: "
                          f"sudo mkdir -p {root} && sudo chown \"$USER\" {root}", 2) from None
     except OSError as e:
-        if e.errno == errno.ENOTCONN and _dead_mount_at(root):
+        if e.errno == errno.ENOTCONN and clear_dead_mount(root):
             return check_root(root)
         raise StartError(f"the session root {root} cannot be used: {e.strerror}", 2) from None
     if not stat.S_ISDIR(st.st_mode):
         raise StartError(f"the session root {root} is not a directory", 2)
     if os.path.ismount(root):
-        if _dead_mount_at(root):
+        if clear_dead_mount(root):
             return check_root(root)
         raise StartError(f"the session root {root} is already a mount (is another session "
                          "running? see `memfs status`)", 2)
@@ -126,28 +125,6 @@ def check_root(root: str) -> str:
                          "permission denied; the worker host must make this mount path "
                          f"writable (sudo chown \"$USER\" {root})", 2)
     return os.path.realpath(root)
-
-
-def _dead_mount_at(root: str) -> bool:
-    """Clear a dead FUSE mount (its daemon was killed) at `root`; True if one was cleared.
-
-    The kernel may still answer `stat` from its attribute cache, so ask `statvfs`, which
-    always reaches the (gone) daemon and fails with ENOTCONN.
-    """
-    real = os.path.realpath(root)
-    try:
-        os.statvfs(real)
-        return False
-    except OSError as e:
-        if e.errno != errno.ENOTCONN or not _dead_memfs_mount(real):
-            return False
-    subprocess.run(["fusermount3", "-u", "-z", real], check=False, capture_output=True)
-    if os.path.ismount(real):
-        subprocess.run(["umount", "-l", real], check=False, capture_output=True)
-    if os.path.ismount(real):
-        return False
-    log.info("cleared a dead mount left by a killed daemon mountpoint=%s", real)
-    return True
 
 
 def check_mount_path(mount_path: str, roots: tuple[str, ...], store_id: str) -> str:
@@ -175,14 +152,7 @@ async def fetch_stores(attachments: list[Attachment], config: ClientConfig
     async with make_http_client(config) as http:
         client = StoreClient(http)
         for a in attachments:
-            try:
-                infos[a.store_id] = await client.retrieve_store(a.store_id)
-            except NotFound:
-                raise StartError(f"memory store {a.store_id} does not exist") from None
-            except StoreUnavailable as e:
-                raise StartError(f"cannot reach the store server: {e}", 3) from None
-            except StoreAuthError as e:
-                raise StartError(f"the store server refused the credentials: {e}", 2) from None
+            infos[a.store_id] = await lookup_store(client, a.store_id)
     return infos
 
 
