@@ -15,6 +15,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+STORE_IMPORT_CONCURRENCY = 16
 
 
 def _add_api_options(parser: argparse.ArgumentParser) -> None:
@@ -55,9 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     store = command("store", help="manage memory stores")
     _add_api_options(store)
-    from memfs import storecli
-
-    storecli.add_arguments(store)
+    _add_store_arguments(store)
 
     mount = command("mount", help="mount one memory store at a directory")
     _add_api_options(mount)
@@ -92,6 +91,36 @@ def build_parser() -> argparse.ArgumentParser:
     unmount.add_argument("path", metavar="PATH")
     unmount.add_argument("--timeout", type=float, default=90.0)
     return parser
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="store_command", required=True, metavar="ACTION")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="print JSON for scripts")
+        return p
+
+    p = command("create", "create a memory store")
+    p.add_argument("name")
+    p.add_argument("--description", default="", help="shown to agents (≤1024 chars)")
+    p = command("list", "list memory stores, newest first")
+    p.add_argument("--archived", action="store_true", help="include archived stores")
+    p = command("show", "show a store and how many memories it holds")
+    p.add_argument("store_id", metavar="ID")
+    p = command("archive", "archive a store (read-only, one-way)")
+    p.add_argument("store_id", metavar="ID")
+    p = command("delete", "delete a store and all its memories and versions")
+    p.add_argument("store_id", metavar="ID")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p = command("import", "upload a folder tree as memories (skips identical files)")
+    p.add_argument("store_id", metavar="ID")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--concurrency", type=int, default=STORE_IMPORT_CONCURRENCY,
+                   help=f"uploads in flight (default {STORE_IMPORT_CONCURRENCY})")
+    p = command("export", "write every memory as a file under DIR")
+    p.add_argument("store_id", metavar="ID")
+    p.add_argument("directory", metavar="DIR")
 
 
 def _add_mount_options(parser: argparse.ArgumentParser) -> None:

@@ -7,11 +7,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memfs import control
-from memfs.daemon import MountConfig, StartError, StoreSpec, launch
-from memfs.sync import DEFAULT_EXCLUDES, check_interval
+
+if TYPE_CHECKING:
+    from memfs.daemon import MountConfig, StoreSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -23,6 +24,9 @@ def _fail(message: str, code: int = EXIT_FAILED) -> int:
 
 def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
             ) -> MountConfig:
+    from memfs.daemon import MountConfig
+    from memfs.sync import DEFAULT_EXCLUDES, check_interval
+
     interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
         raise ValueError("--flush-timeout must be positive")
@@ -42,6 +46,9 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
 
 
 def mount(args: Any) -> int:
+    # Imported here: `status`, `sync` and `unmount` stay quick without FUSE and HTTP.
+    from memfs.daemon import StoreSpec, launch
+
     try:
         config = _config(args, args.mountpoint,
                          [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
@@ -51,7 +58,9 @@ def mount(args: Any) -> int:
 
 
 def session(args: Any) -> int:
+    from memfs.daemon import StartError, launch
     from memfs.session import prepare
+    from memfs.sync import check_interval
 
     try:
         check_interval(float(args.sync_interval))

@@ -67,36 +67,6 @@ class CommandFailed(Exception):
 # --------------------------------------------------------------------------- arguments
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="store_command", required=True, metavar="ACTION")
-
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--json", action="store_true", help="print JSON for scripts")
-        return p
-
-    p = command("create", "create a memory store")
-    p.add_argument("name")
-    p.add_argument("--description", default="", help="shown to agents (≤1024 chars)")
-    p = command("list", "list memory stores, newest first")
-    p.add_argument("--archived", action="store_true", help="include archived stores")
-    p = command("show", "show a store and how many memories it holds")
-    p.add_argument("store_id", metavar="ID")
-    p = command("archive", "archive a store (read-only, one-way)")
-    p.add_argument("store_id", metavar="ID")
-    p = command("delete", "delete a store and all its memories and versions")
-    p.add_argument("store_id", metavar="ID")
-    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    p = command("import", "upload a folder tree as memories (skips identical files)")
-    p.add_argument("store_id", metavar="ID")
-    p.add_argument("directory", metavar="DIR")
-    p.add_argument("--concurrency", type=int, default=IMPORT_CONCURRENCY,
-                   help=f"uploads in flight (default {IMPORT_CONCURRENCY})")
-    p = command("export", "write every memory as a file under DIR")
-    p.add_argument("store_id", metavar="ID")
-    p.add_argument("directory", metavar="DIR")
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "log_level", "info") != "debug":
         # Retry notices would only precede the one-line error; --log-level debug shows them.
