@@ -253,6 +253,9 @@ class CacheDir:
         self.conflicts.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         flat = path.strip("/").replace("/", "__")
+        if len(flat.encode()) > 180:  # a memory path may be 1,024 bytes; a file name 255
+            tail = flat.encode()[-120:].decode("utf-8", "ignore")
+            flat = f"{sha256_hex(path.encode())[:16]}-{tail}"
         target = self.conflicts / f"{stamp}-{flat}"
         n = 1
         while target.exists():

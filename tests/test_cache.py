@@ -107,3 +107,15 @@ def test_conflict_copies_never_overwrite(tmp_path: Path) -> None:
     assert (first.read_bytes(), second.read_bytes()) == (b"one", b"two")
     assert "notes__a.md" in first.name and first.parent == tmp_path / "c" / "conflicts"
     cache.close()
+
+
+def test_conflict_copy_of_a_long_path_fits_a_file_name(tmp_path: Path) -> None:
+    """A 1,000-byte memory path must not make the copy (and so every pass) fail."""
+    cache = CacheDir(tmp_path / "c", "memstore_1")
+    path = "/" + "/".join(["d" * 240] * 4) + "/é-final.md"
+    copy = cache.save_conflict(path, b"kept")
+    assert copy.read_bytes() == b"kept"
+    assert len(copy.name.encode()) <= 255 and copy.name.endswith("final.md")
+    other = cache.save_conflict(path.replace("d", "e", 1), b"other")
+    assert other != copy
+    cache.close()
