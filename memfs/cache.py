@@ -113,13 +113,19 @@ class ObjectStore:
 
     def put(self, data: bytes, sha: str | None = None) -> str:
         sha = sha or sha256_hex(data)
+        if sha in self._lru:
+            return sha
         path = self._path(sha)
         if not path.exists():
-            path.parent.mkdir(exist_ok=True)
-            tmp = path.with_name(f".{sha}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as f:
+            # Written in place, no temp file and rename (a cold start writes thousands):
+            # a torn object fails the sha check in `get` and is fetched again.
+            try:
+                f = open(path, "wb")
+            except FileNotFoundError:
+                path.parent.mkdir(exist_ok=True)
+                f = open(path, "wb")
+            with f:
                 f.write(data)
-            os.replace(tmp, path)
         self._remember(sha, data)
         return sha
 

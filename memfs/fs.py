@@ -99,8 +99,9 @@ class MemFs(pyfuse3.Operations):
         if node.store is not None and node.store.read_only:
             # 0444/0555 whatever the journal remembers from a writable mount.
             a.st_mode &= ~0o222
-        a.st_nlink = 2 + sum(1 for c in (node.children or {}).values() if c.is_dir) \
-            if node.is_dir else (1 if node.linked else 0)
+        # Directories report 1 link, as btrfs does ("not counted"; find and ls cope):
+        # counting subdirectories made every getattr of a large directory O(children).
+        a.st_nlink = 1 if node.is_dir else (1 if node.linked else 0)
         a.st_uid = self.tree.uid
         a.st_gid = self.tree.gid
         a.st_rdev = 0

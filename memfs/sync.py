@@ -46,6 +46,9 @@ DeletionMode = Literal["enabled", "log_only", "disabled"]
 DEFAULT_EXCLUDES = (".*.swp", ".*.swo", ".*.swx", "*~", ".#*", "#*#", "4913", ".nfs*",
                     ".fuse_hidden*")
 MIN_INTERVAL = 5.0
+# An idle pass asks only for the store's newest version; every this many passes it lists
+# the whole store anyway, as a guard against a server that changed without a version.
+FULL_LISTING_EVERY = 20
 
 
 @dataclass
@@ -58,6 +61,7 @@ class PassResult:
     pushed: int = 0
     deleted: int = 0
     conflicts: int = 0
+    listed: bool = True  # False: nothing changed on either side, the listing was skipped
 
 
 @dataclass
@@ -120,6 +124,12 @@ class StoreSync:
         self._log_only_said: set[str] = set()
         self._missing: dict[str, str] = {}  # sha -> memory id, content not yet local
         self._pending_inodes: list[int] = []
+        # The idle-pass shortcut (see _idle): what the last full pass saw.
+        self._head_supported = True
+        self._listed_head: str | None = ""
+        self._listed_generation = -1
+        self._left_over = True
+        self._lean_passes = 0
         self._urgent_send, self._urgent_recv = trio.open_memory_channel[tuple[str, str]](
             10_000)
 
@@ -176,7 +186,8 @@ class StoreSync:
             stats["last_pass"] = {"at": lp.started_at, "duration_s": round(lp.duration_s, 3),
                                   "outcome": lp.outcome, "error": lp.error,
                                   "pulled": lp.pulled, "pushed": lp.pushed,
-                                  "deleted": lp.deleted, "conflicts": lp.conflicts}
+                                  "deleted": lp.deleted, "conflicts": lp.conflicts,
+                                  "listed": lp.listed}
         else:
             stats["last_pass"] = None
         stats["next_pass_at"] = self.next_pass_at
@@ -245,7 +256,35 @@ class StoreSync:
                       result.pulled, result.pushed)
             return result
 
+    async def _store_head(self) -> str | None:
+        """The store's newest version id: every create, change and delete appends one.
+
+        Asked before the listing, so a change made while listing shows up as a newer
+        head next time. "" when the store cannot say (then every pass lists).
+        """
+        if not self._head_supported:
+            return ""
+        try:
+            versions = await self.client.list_versions(self.store_id, limit=1)
+        except (NotFound, Rejected):
+            self._head_supported = False
+            return ""
+        return versions[0].id if versions else None
+
+    def _idle(self, head: str | None) -> bool:
+        """Nothing changed on either side since the last full pass: skip the listing."""
+        return (head != "" and head == self._listed_head
+                and self.state.generation == self._listed_generation
+                and not self._left_over
+                and self._lean_passes < FULL_LISTING_EVERY)
+
     async def _run_pass(self, result: PassResult, *, initial: bool, final: bool) -> None:
+        head = await self._store_head()
+        if not initial and self._idle(head):
+            self._lean_passes += 1
+            result.listed = False
+            return
+        generation = self.state.generation
         remote: dict[str, RemoteMemory] = {}
         for memory in await self.client.list_memories(self.store_id):
             if memory.path == MARKER_PATH:
@@ -268,6 +307,26 @@ class StoreSync:
         await self.flush_invalidations()
         if not self.state.read_only:
             await self._push(plan, result)
+        self._listed_head, self._listed_generation = head, generation
+        self._lean_passes = 0
+        self._left_over = self._has_left_over()
+
+    def _has_left_over(self) -> bool:
+        """Anything a later pass still has to push, even with no new local change."""
+        state = self.state
+        if state.read_only:
+            return False
+        if self.deletions == "enabled" and state.tombstones:
+            return True
+        for node in state.walk_files():
+            if self._excluded(node):
+                continue
+            if node.memory_id is None or node.dirty or node.sent_sha or node.sent_path:
+                if node.refused_sha is None or node.refused_sha != node.current_sha():
+                    return True
+            elif node.base_path is not None and node.base_path != node.store_path():
+                return True
+        return False
 
     # -- deciding -------------------------------------------------------------------
     def _excluded(self, node: Node) -> bool:

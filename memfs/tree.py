@@ -201,7 +201,6 @@ class StoreState:
         self.objects = cache.objects
         self.by_memory: dict[str, Node] = {}     # linked files with a memory id
         self.tombstones: dict[str, Node] = {}    # unlinked files with a memory id
-        self.pending_content: dict[str, int] = {}  # sha -> waiting readers
         now = time.time_ns()
         if parent is None:
             self.root = tree.root
@@ -213,7 +212,8 @@ class StoreState:
         self.marker.data = bytearray(marker)
         self.marker.size = len(marker)
         self.marker_bytes = marker
-        self.events: list[tuple[str, str]] = []  # (level, message) not yet logged
+        # Bumped by every local change a pass may have to push (the idle-pass shortcut).
+        self.generation = 0
 
     # -- loading ------------------------------------------------------------------
     def load_journal(self) -> int:
@@ -324,6 +324,7 @@ class StoreState:
             raise FsError(errno.EROFS, "read-only memory store")
 
     def create_file(self, parent: Node, name: str, mode: int) -> Node:
+        self.generation += 1
         self.writable()
         path = _join(parent.store_path(), name)
         check_depth(path, is_dir=False)
@@ -339,6 +340,7 @@ class StoreState:
         return node
 
     def mkdir(self, parent: Node, name: str, mode: int) -> Node:
+        self.generation += 1
         self.writable()
         path = _join(parent.store_path(), name)
         check_depth(path, is_dir=True)
@@ -383,6 +385,7 @@ class StoreState:
         self._changed(node)
 
     def _changed(self, node: Node) -> None:
+        self.generation += 1
         assert node.data is not None
         now = time.time_ns()
         node.size = len(node.data)
@@ -429,6 +432,7 @@ class StoreState:
 
     def _remove_file(self, node: Node) -> None:
         """Unlink a file; a synced one becomes a tombstone the next pass deletes."""
+        self.generation += 1
         assert node.parent is not None and node.parent.children is not None
         del node.parent.children[node.name]
         node.linked = False
@@ -454,6 +458,7 @@ class StoreState:
                 memory_id=node.memory_id, base_sha=node.base_sha, base_path=node.base_path)
 
     def rmdir(self, parent: Node, name: str) -> Node:
+        self.generation += 1
         self.writable()
         assert parent.children is not None
         node = parent.children.get(name)
@@ -480,6 +485,7 @@ class StoreState:
         Replacing a synced file with a new one (an editor's atomic save) hands the
         replaced file's memory id to the new one, so the memory keeps its history.
         """
+        self.generation += 1
         self.writable()
         assert old_parent.children is not None and new_parent.children is not None
         node = old_parent.children.get(old_name)

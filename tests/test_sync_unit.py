@@ -190,7 +190,7 @@ async def test_start_lists_without_content_then_streams_it(h: Harness) -> None:
     await h.start()
     assert set(h.local_files()) == {"/a.md", "/dir/b.md"}
     assert h.local_files()["/a.md"] is None  # listed, content not here yet
-    assert [s.op for s in h.fake.requests] == ["list"]
+    assert [s.op for s in h.fake.requests] == ["versions", "list"]
     async with trio.open_nursery() as nursery:
         await nursery.start(h.sync.run)
         with trio.fail_after(5):
@@ -865,10 +865,13 @@ async def test_restart_with_remote_change_store_wins(h: Harness) -> None:
 # --------------------------------------------------------------------------- idle cost
 
 
+@pytest.mark.parametrize("versions", [True, False], ids=["head-check", "no-versions"])
 @pytest.mark.parametrize("n", [10, 250, 1000])
-async def test_idle_pass_only_lists(tmp_path: Path, n: int, monkeypatch: pytest.MonkeyPatch
-                                    ) -> None:
+async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle: one request for the store's head version; without versions, the listing."""
     h = Harness(tmp_path)
+    h.fake.versions_supported = versions
     try:
         files = {f"/d{i % 7}/f{i:04d}.md": f"content of {i}" for i in range(n)}
         await synced(h, files)
@@ -891,14 +894,52 @@ async def test_idle_pass_only_lists(tmp_path: Path, n: int, monkeypatch: pytest.
         result = await h.sync_once()
         elapsed_ms = (time.perf_counter() - t0) * 1000
         assert result.outcome == "ok" and result.pulled == result.pushed == 0
-        assert [s.op for s in h.fake.requests] == ["list"] * math.ceil(n / 100)
-        assert all(s.params["view"] == "basic" for s in h.fake.requests)
+        if versions:
+            assert [s.op for s in h.fake.requests] == ["versions"] and not result.listed
+        else:
+            assert [s.op for s in h.fake.requests] == ["list"] * math.ceil(n / 100)
+            assert all(s.params["view"] == "basic" for s in h.fake.requests)
         assert reads == {"content": 0, "get": 0, "hash": 0}
         assert h.notifier.inodes == [] and h.notifier.entries == []
         print(f"idle pass n={n}: {len(h.fake.requests)} requests, {elapsed_ms:.1f} ms")
     finally:
         await h.aclose()
 
+
+async def test_idle_shortcut_never_hides_a_change(h: Harness) -> None:
+    """A remote change, a local change, or enough lean passes bring the listing back."""
+    from memfs.sync import FULL_LISTING_EVERY
+
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B"})
+    await h.sync_once()
+
+    async def lists() -> bool:
+        h.fake.requests.clear()
+        result = await h.sync_once()
+        assert result.outcome == "ok"
+        return any(s.op == "list" for s in h.fake.requests)
+
+    assert not await lists()                       # idle
+    h.fake.edit(ids["/a.md"], content="A2")        # remote change
+    assert await lists() and h.read("/a.md") == "A2"
+    assert not await lists()
+    h.write("/b.md", "B2")                         # local change
+    assert await lists() and h.fake.by_path()["/b.md"] == "B2"
+    assert await lists()                           # our own push moved the head
+    for _ in range(FULL_LISTING_EVERY):
+        assert not await lists()
+    assert await lists()                           # the periodic full listing
+
+
+async def test_refused_file_does_not_keep_the_pass_listing(h: Harness) -> None:
+    await synced(h, {"/a.md": "A"})
+    node = h.write("/bad.md", "x")
+    node.refused_sha = node.current_sha()          # held back: nothing to push
+    await h.sync_once()
+    await h.sync_once()
+    h.fake.requests.clear()
+    await h.sync_once()
+    assert [s.op for s in h.fake.requests] == ["versions"]
 
 
 # --------------------------------------------------------------------------- edge cases

@@ -50,6 +50,7 @@ class FakeStore:
         self.requests: list[Seen] = []
         self.faults: list[Fault] = []
         self._ids = itertools.count(1)
+        self.versions_supported = True
         # Called with (op, memory_id, body) before a write is applied: lets a test race it.
         self.before_write: Callable[[str, str | None, dict[str, Any] | None], None] | None = None
 
@@ -111,9 +112,23 @@ class FakeStore:
                 return mid
         return None
 
+    def head(self) -> str:
+        """The newest version id: changes with every real change of the store's state."""
+        state = sorted((mid, m["path"], m["content"]) for mid, m in self.memories.items())
+        return "memver_" + sha256_hex(repr(state).encode())[:24]
+
     def handle(self, request: httpx.Request) -> httpx.Response:
         prefix = f"/v1/memory_stores/{self.store_id}/memories"
         url_path = request.url.path
+        if url_path == f"/v1/memory_stores/{self.store_id}/memory_versions":
+            self.requests.append(Seen("versions", "GET", None, dict(request.url.params), None))
+            if not self.versions_supported:
+                return self._error(404, "not_found_error", "no versions here")
+            data = [{"type": "memory_version", "id": self.head(), "memory_id": "mem_x",
+                     "memory_store_id": self.store_id, "operation": "modified",
+                     "created_at": "2026-01-01T00:00:00Z", "created_by": {}}]
+            return httpx.Response(200, json={"data": data if self.memories else [],
+                                             "next_page": None})
         if not url_path.startswith(prefix):
             return self._error(404, "not_found_error", "unknown store")
         rest = url_path[len(prefix):].strip("/")
