@@ -98,7 +98,7 @@ class StoreSync:
     def __init__(self, state: StoreState, client: StoreClient, notifier: Notifier, *,
                  interval: float = 15.0, deletions: DeletionMode = "enabled",
                  excludes: Iterable[str] = DEFAULT_EXCLUDES, fetch_concurrency: int = 16,
-                 push_concurrency: int = 32, flush_timeout: float = 30.0) -> None:
+                 push_concurrency: int = 8, flush_timeout: float = 30.0) -> None:
         self.state = state
         self.client = client
         self.notifier = notifier
@@ -110,6 +110,9 @@ class StoreSync:
         self._exclude_re = re.compile("|".join(
             f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
         self.fetch_limit = trio.CapacityLimiter(fetch_concurrency)
+        # 8 uploads in flight: the store serialises writes anyway, and more concurrent
+        # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
+        # 8 -> 9.0 s, 4 -> 8.0 s, measured side by side on the same server).
         self.push_limit = trio.CapacityLimiter(push_concurrency)
         self.store_id = state.store_id
         self.last_pass: PassResult | None = None
