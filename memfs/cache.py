@@ -28,7 +28,7 @@ from pathlib import Path
 from cachetools import LRUCache
 
 from memfs.errors import ConfigError
-from memfs.paths import sha256_hex
+from memfs.paths import is_sha256_hex, sha256_hex
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -92,6 +92,8 @@ class ObjectStore:
         self._lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_budget, getsizeof=len)
 
     def _path(self, sha: str) -> Path:
+        if not is_sha256_hex(sha):  # the name of a file we open, read and delete
+            raise ValueError(f"not a sha256: {sha[:80]!r}")
         return self.root / sha[:2] / sha
 
     def has(self, sha: str) -> bool:
@@ -230,7 +232,10 @@ class CacheDir:
     def __init__(self, root: Path, store_id: str) -> None:
         self.root = root
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            # Unpushed bytes and pulled contents live here: private to the mounting user,
+            # whatever the mount itself shows to others.
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(root, 0o700)
             self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as e:
             raise ConfigError(f"cannot use cache directory {root}: {e.strerror}") from e

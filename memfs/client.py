@@ -50,7 +50,13 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY, RemoteMemory, sha256_hex
+from memfs.paths import (
+    ANTHROPIC_VERSION,
+    BETA_MEMORY,
+    RemoteMemory,
+    is_sha256_hex,
+    sha256_hex,
+)
 
 log = logging.getLogger("memfs.client")
 
@@ -367,11 +373,20 @@ def _parse_store(data: Any) -> StoreInfo:
     )
 
 
+def _sha(obj: Mapping[str, Any], key: str) -> str:
+    """A content sha exactly as the API defines it: it names files in the local cache,
+    so anything else (a path, `..`) from a hostile server must never get through."""
+    value = _str(obj, key)
+    if not is_sha256_hex(value):
+        raise _Malformed(f"{key} is not 64 lowercase hex characters")
+    return value
+
+
 def _parse_memory(obj: Mapping[str, Any]) -> RemoteMemory:
     return RemoteMemory(
         id=_str(obj, "id"),
         path=_str(obj, "path"),
-        content_sha256=_str(obj, "content_sha256"),
+        content_sha256=_sha(obj, "content_sha256"),
         content_size_bytes=_int(obj, "content_size_bytes"),
         memory_version_id=_str(obj, "memory_version_id", ""),
         created_at=_str(obj, "created_at", ""),
@@ -401,7 +416,8 @@ def _parse_version(data: Any) -> MemoryVersion:
         operation=_str(obj, "operation"),
         path=_opt_str(obj, "path"),
         content=_opt_str(obj, "content"),
-        content_sha256=_opt_str(obj, "content_sha256"),
+        content_sha256=None if obj.get("content_sha256") is None
+        else _sha(obj, "content_sha256"),
         content_size_bytes=_opt_int(obj, "content_size_bytes"),
         created_at=_str(obj, "created_at", ""),
         created_by=created_by,
@@ -766,7 +782,13 @@ class StoreClient:
                         "list_memories", lambda o: _str(o, "path"), item)))
             elif kind == "memory":
                 parser = _parse_full if view == "full" else _parse_memory
-                out.append(self._parse("list_memories", parser, item))
+                try:
+                    out.append(parser(item))
+                except _Malformed as e:
+                    # One bad record must not stop a whole store from syncing.
+                    log.warning("the server listed a malformed memory; skipping it "
+                                "memory_store_id=%s memory_id=%r: %s", store_id,
+                                str(item.get("id"))[:80], e)
             else:
                 log.debug("skipping unknown list item type=%s memory_store_id=%s",
                           kind, store_id)

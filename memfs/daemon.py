@@ -445,6 +445,7 @@ def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError
 
 def launch(config: MountConfig, *, daemonize: bool) -> int:
     """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
+    os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
     if not daemonize:
         def say_ready(mountpoint: str) -> None:
             print(f"memfs: mounted at {mountpoint}; stop with Ctrl-C or "

@@ -115,6 +115,11 @@ def sha256_hex(data: bytes) -> str:
 
 
 EMPTY_SHA256 = sha256_hex(b"")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256_hex(value: str) -> bool:
+    return _SHA256_HEX.fullmatch(value) is not None
 
 _SLUG_RUN = re.compile(r"[^a-z0-9]+")
 

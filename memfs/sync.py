@@ -18,6 +18,7 @@ import logging
 import math
 import re
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -49,6 +50,9 @@ MIN_INTERVAL = 5.0
 # An idle pass asks only for the store's newest version; every this many passes it lists
 # the whole store anyway, as a guard against a server that changed without a version.
 FULL_LISTING_EVERY = 20
+# A read of content whose download just failed answers EIO at once for this long, so the
+# kernel's retry of the read does not wait out the content timeout a second time.
+FETCH_RETRY_AFTER = 5.0
 
 
 @dataclass
@@ -127,6 +131,7 @@ class StoreSync:
         self._log_only_said: set[str] = set()
         self._missing: dict[str, str] = {}  # sha -> memory id, content not yet local
         self._pending_inodes: list[int] = []
+        self._failed: dict[str, float] = {}  # sha -> when its download last failed
         # The idle-pass shortcut (see _idle): what the last full pass saw.
         self._head_supported = True
         self._listed_head: str | None = ""
@@ -154,6 +159,9 @@ class StoreSync:
         sha = node.sha
         if sha is None or self.state.objects.has(sha):
             return
+        failed_at = self._failed.get(sha)
+        if failed_at is not None and time.monotonic() - failed_at < FETCH_RETRY_AFTER:
+            return  # it just failed: answer now (EIO) instead of waiting out the bound
         event = self._arrived.setdefault(sha, trio.Event())
         if node.memory_id is not None:
             self._missing[sha] = node.memory_id
@@ -161,7 +169,13 @@ class StoreSync:
             self._urgent_send.send_nowait((sha, node.memory_id or ""))
         except trio.WouldBlock:
             pass  # the background download brings it anyway
-        await event.wait()
+        try:
+            await event.wait()
+        except trio.Cancelled:
+            # The reader's bound ran out (a store that never answers): the kernel's
+            # retry of the same read gets EIO at once instead of a second full wait.
+            self._failed[sha] = time.monotonic()
+            raise
 
     def statistics(self) -> dict[str, Any]:
         stats: dict[str, Any] = dict(self.state.statistics())
@@ -544,12 +558,16 @@ class StoreSync:
             try:
                 full = await self.client.retrieve_memory(self.store_id, memory_id)
             except NotFound:
+                self._give_up(sha)  # deleted since the listing; the next pass removes it
                 return None
             except StoreError as e:
                 log.warning("failed to fetch memory content memory_store_id=%s memory_id=%s: "
                             "%s", self.store_id, memory_id, e)
+                self._give_up(sha)
                 return None
             self._store_content(full)
+            if not self.state.objects.has(sha):
+                self._give_up(sha)  # unusable, or changed since the listing
             return full
 
     def _store_content(self, full: FullMemory) -> None:
@@ -567,7 +585,15 @@ class StoreSync:
                         "memory_store_id=%s path=%s", self.store_id, full.memory.path)
         self._arrive(full.memory.content_sha256)
 
+    def _give_up(self, sha: str) -> None:
+        """Wake the readers waiting for `sha` now; they answer EIO instead of waiting."""
+        self._failed[sha] = time.monotonic()
+        event = self._arrived.pop(sha, None)
+        if event is not None:
+            event.set()
+
     def _arrive(self, sha: str) -> None:
+        self._failed.pop(sha, None)
         self._missing.pop(sha, None)
         event = self._arrived.pop(sha, None)
         if event is not None:
@@ -583,28 +609,43 @@ class StoreSync:
 
     async def _background_fetch(self) -> None:
         """Stream every missing content in after start-up, full-view pages first."""
-        missing = {n.sha: n.memory_id for n in self.state.walk_files()
-                   if n.sha is not None and n.memory_id is not None and n.data is None
-                   and not self.state.objects.has(n.sha)}
-        self._missing.update({k: v for k, v in missing.items() if v is not None})
+        groups: Counter[str] = Counter()
+        for n in self.state.walk_files():
+            if (n.sha is not None and n.memory_id is not None and n.data is None
+                    and not self.state.objects.has(n.sha)):
+                self._missing[n.sha] = n.memory_id
+                path = n.store_path()
+                groups[path[:path.index("/", 1) + 1] if path.count("/") > 1 else ""] += 1
         if not self._missing:
             return
         t0 = time.monotonic()
         count = len(self._missing)
         if count > 64:
-            try:
-                async for item in self.client.iter_memories(self.store_id, view="full"):
-                    if isinstance(item, FullMemory) and item.memory.content_sha256 in \
-                            self._missing:
-                        self._store_content(item)
-            except StoreError as e:
-                log.warning("failed to download memory contents memory_store_id=%s: %s",
-                            self.store_id, e)
+            # Full-view pages (20 memories a request) beat single retrieves; several
+            # top-level directories stream side by side, since one cursor is sequential.
+            prefixes = sorted(p for p, k in groups.items() if p and k >= 20)
+            streams: list[str | None] = list(prefixes) if len(prefixes) > 1 else [None]
+            limit = trio.CapacityLimiter(4)
+            async with trio.open_nursery() as nursery:
+                for prefix in streams:
+                    nursery.start_soon(self._stream_contents, prefix, limit)
         async with trio.open_nursery() as nursery:
             for sha, memory_id in list(self._missing.items()):
                 nursery.start_soon(self._fetch_one, memory_id, sha)
         log.info("downloaded %d memories memory_store_id=%s ms=%d", count, self.store_id,
                  int((time.monotonic() - t0) * 1000))
+
+    async def _stream_contents(self, prefix: str | None, limit: trio.CapacityLimiter) -> None:
+        async with limit:
+            try:
+                async for item in self.client.iter_memories(self.store_id, view="full",
+                                                            path_prefix=prefix):
+                    if (isinstance(item, FullMemory)
+                            and item.memory.content_sha256 in self._missing):
+                        self._store_content(item)
+            except StoreError as e:
+                log.warning("failed to download memory contents memory_store_id=%s: %s",
+                            self.store_id, e)
 
     # -- applying pulls ---------------------------------------------------------------
     def _apply_pulls(self, plan: _Plan, result: PassResult, *, require_content: bool) -> None:
