@@ -1487,16 +1487,46 @@ def report(r: dict[str, Any]) -> str:
           f"passes: VmHWM {mem['vmhwm_mb_after_idle']:.0f} MB, VmRSS "
           f"{mem['vmrss_mb_after_idle']:.0f} MB.")
         a("")
-    a("## Trade-offs that buy speed")
+    a("## Optimisations this harness drove")
+    a("")
+    a("Each is in the code with a comment that says why; the numbers are from side-by-side "
+      "runs on the same machine.")
+    a("")
+    a("- Idle passes ask the store only for its newest version (1 request) and skip the "
+      "listing when nothing changed on either side; every 20th pass lists anyway "
+      "(`StoreSync._idle`). Before: ⌈N/100⌉ requests and ~530 ms CPU at N = 10,000.")
+    a("- Eight uploads in flight and a 16-connection pool: the client's per-request CPU was "
+      "the flush bottleneck (2,000 files: 17.5 s with 32 in flight, 9.0 s with 8).")
+    a("- One journal transaction per batch of pulls: a cold start of 5,000 memories spent "
+      "2.8 s in 10,000 commits; 0.23 s in one.")
+    a("- Missing contents stream in as full-view listings of several top-level directories "
+      "side by side, instead of one sequential listing.")
+    a("- Directories report `st_nlink` 1 (as btrfs does): counting subdirectories made every "
+      "getattr of a 2,000-entry directory O(children).")
+    a("- Content objects are written in place (no temp file and rename); a torn object fails "
+      "its sha check and is fetched again.")
+    a("")
+    a("## Trade-offs that buy speed, and the tests that keep them safe")
     a("")
     a("- Kernel caching: memfs answers lookups and attributes with a 300 s entry/attribute "
       "timeout and opens files with `keep_cache`. This is safe because every local change "
       "passes through the daemon, and a sync pass that changes a file or a name invalidates "
-      "the kernel's copy (`memfs/notify.py`, `StoreSync._notify`).")
+      "the kernel's copy before the pass reports done (`memfs/notify.py`, "
+      "`StoreSync.flush_invalidations`). Tested by `tests/test_sync_mount.py` (caches "
+      "warmed with `ls`/`cat`/`stat` before remote creates, edits, renames and deletes; "
+      "stale answers fail) and the differential model test `tests/test_model.py`.")
+    a("- The idle shortcut trusts the store's newest version id to move on every change. "
+      "Tested by `tests/test_sync_unit.py::test_idle_shortcut_never_hides_a_change` "
+      "(remote change, local change, our own push, the periodic full listing); a store "
+      "without versions falls back to listing every pass.")
     a("- Content streams in behind a live mount: the mount is usable once the listing is "
-      "merged; a read of a file whose content is still on its way waits, bounded, for it.")
+      "merged; a read of a file whose content is still on its way waits, bounded, for it "
+      "(`tests/test_tree.py`, `tests/test_security.py` for a store that never answers).")
     a("- Writes are acknowledged once they are in the local journal (SQLite WAL, "
-      "synchronous=NORMAL); the store sees them at the next pass or at unmount.")
+      "synchronous=NORMAL, a full checkpoint on fsync); the store sees them at the next "
+      "pass or at unmount. Tested by the kill -9 trials of `tests/test_crash.py`.")
+    a("- No write-back cache: the kernel sends every write to the daemon, so size, "
+      "O_APPEND and EFBIG are exact; it costs throughput on many small writes.")
     a("")
     a("## How to reproduce")
     a("")
