@@ -84,14 +84,22 @@ def _mount_for(path: str) -> dict[str, Any] | None:
     return info
 
 
-def sync(args: Any) -> int:
-    info = _mount_for(args.path)
+def _ask(path: str, op: str, timeout: float) -> tuple[dict[str, Any], dict[str, Any]] | int:
+    """The mount at `path` and its daemon's answer to `op`, or the exit code of failing."""
+    info = _mount_for(path)
     if info is None:
         return EXIT_FAILED
     try:
-        answer = control.request(info, "sync", timeout=args.timeout)
+        return info, control.request(info, op, timeout=timeout)
     except OSError as e:
         return _fail(f"the daemon did not answer: {e}")
+
+
+def sync(args: Any) -> int:
+    asked = _ask(args.path, "sync", args.timeout)
+    if isinstance(asked, int):
+        return asked
+    _, answer = asked
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
@@ -164,13 +172,10 @@ def status(args: Any) -> int:
 
 
 def unmount(args: Any) -> int:
-    info = _mount_for(args.path)
-    if info is None:
-        return EXIT_FAILED
-    try:
-        answer = control.request(info, "unmount", timeout=args.timeout)
-    except OSError as e:
-        return _fail(f"the daemon did not answer: {e}")
+    asked = _ask(args.path, "unmount", args.timeout)
+    if isinstance(asked, int):
+        return asked
+    info, answer = asked
     pid = int(info.get("pid", 0))
     deadline = time.monotonic() + 15
     while pid and control.pid_alive(pid) and time.monotonic() < deadline:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import deadline
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
@@ -15,6 +16,19 @@ from tests.support.server import ServerProcess, start_server
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true",
                      help="long-running modes of the model and stress tests (hours)")
+
+
+@pytest.fixture(autouse=True)
+def bounded(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`@pytest.mark.deadline(S)`: the test fails after S seconds (10× with --long)
+    instead of hanging CI on a system call stuck in a mount."""
+    marker = request.node.get_closest_marker("deadline")
+    if marker is None:
+        yield
+        return
+    seconds = int(marker.args[0]) * (10 if request.config.getoption("--long") else 1)
+    with deadline(seconds):
+        yield
 
 
 @pytest.fixture

@@ -322,9 +322,6 @@ async def test_transport_errors_are_unavailable(exc: Exception) -> None:
     b"<html>oops</html>",
     b'{"data": 5}',
     b'{"next_page": null}',
-    b'{"data": [{"id": "mem_1", "type": "memory"}], "next_page": null}',
-    b'{"data": [{"id": "mem_1", "path": "/a", "content_sha256": "x", '
-    b'"content_size_bytes": "12"}], "next_page": null}',
     b'{"data": ["nope"], "next_page": null}',
     b'{"data": [], "next_page": 12}',
     b'["a list"]',
@@ -336,6 +333,26 @@ async def test_garbage_success_bodies(body: bytes) -> None:
         await client.list_memories(STORE)
     assert type(info.value) is StoreError
     assert "store" in str(info.value)
+
+
+@pytest.mark.parametrize("record", [
+    {"id": "mem_1", "type": "memory"},
+    {"id": "mem_1", "path": "/a", "content_sha256": "x", "content_size_bytes": "12"},
+    {"id": "mem_1", "path": "/a", "content_sha256": "../../etc/passwd",
+     "content_size_bytes": 12},
+    {"id": "mem_1", "path": "/a", "content_sha256": "/tmp/victim", "content_size_bytes": 1},
+])
+async def test_malformed_records_are_skipped_with_a_warning(
+        record: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """One bad record must not stop a store from syncing; its sha names a cache file,
+    so anything but 64 hex characters is never let through."""
+    good = memory_json("mem_2", "/ok.md", "fine")
+    body = {"data": [record, good], "next_page": None}
+    client = client_for(Recorder(httpx.Response(200, json=body)), retry=NO_RETRY)
+    with caplog.at_level(logging.WARNING, "memfs.client"):
+        got = await client.list_memories(STORE)
+    assert [m.id for m in got] == ["mem_2"]
+    assert "the server listed a malformed memory; skipping it" in caplog.text
 
 
 async def test_garbage_store_and_memory() -> None:
@@ -590,7 +607,7 @@ async def test_store_calls() -> None:
 async def test_versions() -> None:
     version = {"id": "memver_1", "type": "memory_version", "memory_store_id": STORE,
                "memory_id": "mem_1", "operation": "created", "path": "/a", "content": None,
-               "content_sha256": "00", "content_size_bytes": 1,
+               "content_sha256": "0" * 64, "content_size_bytes": 1,
                "created_by": {"type": "api_actor", "api_key_id": "apikey_1"},
                "created_at": "2026-01-01T00:00:00Z", "redacted_at": None,
                "redacted_by": None}

@@ -24,46 +24,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.deadline import deadline
+from tests.support.files import local_files, store_files
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
-pytestmark = pytest.mark.fuse
+pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
-
-@pytest.fixture(autouse=True)
-def bounded(request: pytest.FixtureRequest) -> Iterator[None]:
-    """No test here may outlive 600 s (10× with --long), even if a system call
-    on a mount hangs."""
-    with deadline(600 * (10 if request.config.getoption("--long") else 1)):
-        yield
 
 
 MARKER = ".anthropic-memory-store"
 PATHS = [f"{d}/f{i}.md" for d in ("a", "b", "a/deep") for i in range(4)]
 SEED = int(os.environ.get("MEMFS_CRASH_SEED", "20261202"))
-
-
-def local_files(root: Path) -> dict[str, str]:
-    out = {}
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            p = Path(dirpath, name)
-            rel = str(p.relative_to(root))
-            if rel != MARKER:
-                out[rel] = p.read_text()
-    return out
-
-
-def store_files(api: Api, store_id: str) -> dict[str, str]:
-    return {m["path"][1:]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
 
 
 class Writer(threading.Thread):

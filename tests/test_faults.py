@@ -24,50 +24,25 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.deadline import deadline
+from tests.support.files import local_files, store_files
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
-pytestmark = pytest.mark.fuse
+pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
 
-@pytest.fixture(autouse=True)
-def bounded(request: pytest.FixtureRequest) -> Iterator[None]:
-    """No test here may outlive 900 s (10× with --long), even if a system call
-    on a mount hangs."""
-    with deadline(900 * (10 if request.config.getoption("--long") else 1)):
-        yield
 
-
-MARKER = ".anthropic-memory-store"
 SEED = int(os.environ.get("MEMFS_FAULT_SEED", "8"))
 FAULTS = f"error=0.2,drop_before=0.05,drop_after=0.05,seed={SEED}"
 SHARED = [f"shared/s{k}.md" for k in range(6)]
 CONFLICT_LINE = re.compile(r"keeping the remote version memory_store_id=\S+ path=(\S+) "
                            r"conflict_copy=(\S+)")
-
-
-def local_files(root: Path) -> dict[str, str]:
-    out = {}
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            p = Path(dirpath, name)
-            rel = str(p.relative_to(root))
-            if rel != MARKER:
-                out[rel] = p.read_text()
-    return out
-
-
-def store_files(api: Api, store_id: str) -> dict[str, str]:
-    return {m["path"][1:]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
 
 
 def version_contents(api: Api, store_id: str) -> set[str]:

@@ -31,19 +31,11 @@ import pytest
 
 from memfs.paths import MARKER_NAME, MAX_CONTENT_BYTES, marker_content
 from tests.support.api import Api
-from tests.support.deadline import deadline
 from tests.support.mount import MountProcess, is_mounted, require_fuse
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.fuse
+pytestmark = [pytest.mark.fuse, pytest.mark.deadline(240)]
 
-
-@pytest.fixture(autouse=True)
-def bounded(request: pytest.FixtureRequest) -> Iterator[None]:
-    """No test here may outlive 240 s (10× with --long), even if a system call
-    on a mount hangs."""
-    with deadline(240 * (10 if request.config.getoption("--long") else 1)):
-        yield
 
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

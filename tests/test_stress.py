@@ -19,25 +19,16 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.deadline import deadline
 from tests.support.mount import MountProcess, xattrs
 
-pytestmark = pytest.mark.fuse
+pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
-
-@pytest.fixture(autouse=True)
-def bounded(request: pytest.FixtureRequest) -> Iterator[None]:
-    """No test here may outlive 900 s (10× with --long), even if a system call
-    on a mount hangs."""
-    with deadline(900 * (10 if request.config.getoption("--long") else 1)):
-        yield
 
 
 STRESSORS = ["dentry", "dir", "rename", "open", "fstat", "chmod", "utime", "link"]
