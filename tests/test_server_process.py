@@ -177,7 +177,9 @@ def test_default_database_location(tmp_path: Path) -> None:
             proc.stdout.close()
 
 
-def test_listing_10000_memories_is_fast(tmp_path: Path) -> None:
+def test_listing_10000_memories_pages_through_all(tmp_path: Path) -> None:
+    """Every one of 10,000 memories, once, across 100 pages. How fast is measured by
+    scripts/bench (timing targets live in the benchmark, not in tests)."""
     db_path = tmp_path / "big.db"
     db = Database.open(db_path)
     store = db.create_store("big", "", {})
@@ -190,16 +192,9 @@ def test_listing_10000_memories_is_fast(tmp_path: Path) -> None:
     proc = start_server(db_path)
     try:
         with Api(proc.url) as api:
-            api.list_memories(store["id"])  # warm up connections and caches
-            timings = []
-            for _ in range(2):  # best of two: the machine may be busy with other work
-                started = time.perf_counter()
-                items = api.list_memories(store["id"])
-                timings.append(time.perf_counter() - started)
-            elapsed = min(timings)
+            items = api.list_memories(store["id"])
     finally:
         proc.stop()
     assert len(items) == 10_000
     assert len({m["id"] for m in items}) == 10_000
-    print(f"listed 10000 memories (basic, limit=100) in {elapsed:.3f}s")
-    assert elapsed < 1.0
+    assert [m["path"] for m in items] == sorted(m["path"] for m in items)
