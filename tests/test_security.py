@@ -557,7 +557,8 @@ def cache_files_are_expected(cache: Path) -> None:
 
 
 BAD_PATHS = [
-    "/../escape.md", "/a/../../escape2.md", "/..", "/.", "/./dot.md", "//double.md",
+    "/../memfs-escape-f3a9.md", "/a/../../memfs-escape-f3a9-2.md",
+    "/..", "/.", "/./dot.md", "//double.md",
     "/a//b.md", "/trailing/", "relative.md", "", "/", "/ctl\x01.md", "/nul\x00.md",
     "/nl\n.md", "/del\x7f.md", "/zw\u200b.md", "/ls\u2028.md", "/cafe\u0301.md",
     "/" + "x" * 1030, "/" + "/".join(["s"] * 21), "/" + "é" * 600,
@@ -593,7 +594,7 @@ def test_hostile_paths_never_escape_the_mount(open_dir: Path) -> None:
             # nothing appeared outside the mount point and the cache directory
             after = tree_listing(open_dir, skip=(root, open_dir / "mnt-cache"))
             assert after - before <= {"mnt", "mnt-cache", "mnt.log"}
-            assert not any("escape" in p for p in tree_listing(Path("/tmp"), skip=(
+            assert not any("memfs-escape-f3a9" in p for p in tree_listing(Path("/tmp"), skip=(
                 Path("/tmp/pytest-of-root"), root)))
             cache_files_are_expected(open_dir / "mnt-cache")
             no_daemon_errors(proc)

@@ -621,9 +621,10 @@ def expect_refusals_in_process(monkeypatch: pytest.MonkeyPatch,
     command and every check are the real ones, only the interpreter start-up (about a
     second each on a busy host) is saved. Mounting is made impossible."""
     from memfs import cli as memfs_cli
-    from memfs import commands
+    from memfs import commands, daemon
 
-    monkeypatch.setattr(commands, "launch", _must_not_mount)
+    # `commands` imports `launch` from the daemon module when it runs.
+    monkeypatch.setattr(daemon, "launch", _must_not_mount)
 
     def run(cases: list[Case]) -> None:
         for env, args, code, pattern in cases:
