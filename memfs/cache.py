@@ -113,14 +113,13 @@ class ObjectStore:
         self._remember(sha, data)
         return data
 
-    def put(self, data: bytes, sha: str | None = None) -> str:
-        sha = sha or sha256_hex(data)
-        if sha in self._lru:
-            return sha
-        path = self._path(sha)
-        if not path.exists():
-            # Written in place, no temp file and rename (a cold start writes thousands):
-            # a torn object fails the sha check in `get` and is fetched again.
+    def write_files(self, items: list[tuple[str, bytes]]) -> None:
+        """Create object files for `items` (sha, data); safe from a worker thread, since
+        it touches only the file system, never the in-memory cache."""
+        for sha, data in items:
+            path = self._path(sha)
+            if path.exists():
+                continue
             try:
                 f = open(path, "wb")
             except FileNotFoundError:
@@ -128,6 +127,14 @@ class ObjectStore:
                 f = open(path, "wb")
             with f:
                 f.write(data)
+
+    def put(self, data: bytes, sha: str | None = None) -> str:
+        sha = sha or sha256_hex(data)
+        if sha in self._lru:
+            return sha
+        # Written in place, no temp file and rename (a cold start writes thousands):
+        # a torn object fails the sha check in `get` and is fetched again.
+        self.write_files([(sha, data)])
         self._remember(sha, data)
         return sha
 
