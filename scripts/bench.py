@@ -1472,7 +1472,7 @@ def report(r: dict[str, Any]) -> str:
           f"{fl['all_stored']} |")
         a("")
         a("'Server alone': the same creates sent straight to `memfs serve` by 16 threads "
-          "(the daemon's push concurrency), so the ratio shows what the daemon adds over "
+          "(twice the daemon's 8 uploads in flight), so the ratio shows what the daemon adds over "
           "the server's own cost (SQLite with synchronous=FULL commits each create).")
         a("")
         a("The mount ran with `--sync-interval 3600`, so every file was still dirty when "
