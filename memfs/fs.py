@@ -31,9 +31,6 @@ log = logging.getLogger("memfs.fs")
 P = ParamSpec("P")
 R = TypeVar("R")
 
-XATTR_PREFIX = b"user.memfs."
-XATTR_NAMES = (b"user.memfs.memory_id", b"user.memfs.sha256", b"user.memfs.state",
-               b"user.memfs.store_id")
 
 # The kernel may cache names and attributes this long. Safe because every local change
 # passes through this process, and the sync task invalidates what a pull changes.
@@ -428,11 +425,15 @@ class MemFs(pyfuse3.Operations):
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         s = pyfuse3.StatvfsData()
         stores = self.stores()
-        used_files = sum(1 for st in stores for _ in st.walk_files())
+        used_files = used_bytes = 0
+        for store in stores:  # one walk for both counts
+            for node in store.walk_files():
+                used_files += 1
+                used_bytes += node.size
         capacity = MAX_MEMORIES_PER_STORE * max(1, len(stores))
         s.f_bsize = s.f_frsize = 4096
         s.f_blocks = capacity * MAX_CONTENT_BYTES // 4096
-        used = sum(n.size for st in stores for n in st.walk_files()) // 4096
+        used = used_bytes // 4096
         s.f_bfree = s.f_bavail = max(0, s.f_blocks - used)
         s.f_files = capacity
         s.f_ffree = s.f_favail = max(0, capacity - used_files)

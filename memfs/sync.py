@@ -911,17 +911,9 @@ class StoreSync:
         return node
 
     def _unlink_local(self, node: Node, entries: list[tuple[int, str]]) -> None:
-        state = self.state
-        assert node.parent is not None and node.parent.children is not None
+        assert node.parent is not None
         entries.append((node.parent.ino, node.name))
-        del node.parent.children[node.name]
-        node.linked = False
-        if node.memory_id is not None and state.by_memory.get(node.memory_id) is node:
-            del state.by_memory[node.memory_id]
-        if node.entry_id is not None:
-            state.journal.delete(node.entry_id)
-            node.entry_id = None
-        state.tree.maybe_drop(node)
+        self.state.remove_file(node, local=False)
 
     def _apply_removals(self, plan: _Plan) -> None:
         entries: list[tuple[int, str]] = []

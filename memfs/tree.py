@@ -426,18 +426,23 @@ class StoreState:
             raise FsError(errno.EISDIR)
         if node.kind is Kind.MARKER:
             raise FsError(errno.EPERM, "the marker file cannot be removed")
-        self._remove_file(node)
+        self.remove_file(node)
         self._touch_dir(parent, time.time_ns())
         return node
 
-    def _remove_file(self, node: Node) -> None:
-        """Unlink a file; a synced one becomes a tombstone the next pass deletes."""
-        self.generation += 1
+    def remove_file(self, node: Node, *, local: bool = True) -> None:
+        """Unlink a file. A local unlink of a synced file leaves a tombstone the next pass
+        deletes; `local=False` (the store already deleted it) leaves nothing behind."""
         assert node.parent is not None and node.parent.children is not None
         del node.parent.children[node.name]
         node.linked = False
+        synced = False
         if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
             del self.by_memory[node.memory_id]
+            synced = True
+        if local:
+            self.generation += 1
+        if synced and local:
             self.bury(node)
         elif node.entry_id is not None:
             self.journal.delete(node.entry_id)
@@ -537,7 +542,7 @@ class StoreState:
                    and target.memory_id is not None)
         memory_id, base_sha, base_path = target.memory_id, target.base_sha, target.base_path
         sent_sha = target.sent_sha
-        self._remove_file(target)
+        self.remove_file(target)
         if inherit:
             assert memory_id is not None
             old = self.tombstones.pop(memory_id, None)
