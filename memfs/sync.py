@@ -131,6 +131,7 @@ class StoreSync:
         self._log_only_said: set[str] = set()
         self._missing: dict[str, str] = {}  # sha -> memory id, content not yet local
         self._pending_inodes: list[int] = []
+        self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)
         self._failed: dict[str, float] = {}  # sha -> when its download last failed
         # The idle-pass shortcut (see _idle): what the last full pass saw.
         self._head_supported = True
@@ -937,13 +938,44 @@ class StoreSync:
     async def _push(self, plan: _Plan, result: PassResult) -> None:
         await self.flush_invalidations()
         await self._push_deletes(plan.deletes, result)
+        self._renames_to_retry = []
         async with trio.open_nursery() as nursery:
             for node in plan.updates:
+                nursery.start_soon(self._push_update, node, result)
+        retry, self._renames_to_retry = self._renames_to_retry, []
+        async with trio.open_nursery() as nursery:  # those that stepped aside, now freed
+            for node in retry:
                 nursery.start_soon(self._push_update, node, result)
         async with trio.open_nursery() as nursery:
             for node in plan.creates:
                 nursery.start_soon(self._push_create, node, result)
         await self.flush_invalidations()
+
+    async def _step_aside(self, node: Node, e: PathConflict) -> bool:
+        """A rename blocked by another of our own memories that is itself moving away
+        (a local swap: `mv a t; mv b a; mv t b`) would wait forever, each blocking the
+        other. Park this memory at a unique path so the other can move; it takes its
+        final path in the retry round of the same pass."""
+        other = self.state.by_memory.get(e.conflicting_memory_id)
+        if (other is None or other is node or node.memory_id is None
+                or other.base_path != e.conflicting_path
+                or other.store_path() == other.base_path):
+            return False
+        parked = f"/.memfs-moving-{node.memory_id}"
+        try:
+            memory = await self.client.update_memory(
+                self.store_id, node.memory_id, path=parked,
+                precondition_sha256=node.base_sha)
+        except StoreError as err:
+            log.warning("failed to move memory aside memory_store_id=%s path=%s: %s",
+                        self.store_id, node.base_path, err)
+            return False
+        node.base_path = memory.path
+        if node.entry_id is not None:
+            self.state.journal.update(node.entry_id, base_path=memory.path)
+        log.debug("moved memory aside to free a path memory_store_id=%s path=%s parked=%s",
+                  self.store_id, e.conflicting_path, parked)
+        return True
 
     async def _push_deletes(self, tombs: list[Node], result: PassResult) -> None:
         if not tombs or self.deletions == "disabled":
@@ -1062,6 +1094,9 @@ class StoreSync:
                 self._refuse(node, sha, e)
                 return
             except PathConflict as e:
+                if await self._step_aside(node, e):
+                    self._renames_to_retry.append(node)
+                    return
                 log.warning("failed to upload memory memory_store_id=%s path=%s: the path is "
                             "taken in the store (%s); will retry", self.store_id, path,
                             e.conflicting_path)

@@ -1066,3 +1066,19 @@ def test_a_bug_beside_a_network_error_is_not_a_failed_pass() -> None:
     assert _expected_failure(ExceptionGroup("pass", [net, OSError("disk")])) is net
     assert _expected_failure(ExceptionGroup("pass", [net, KeyError("bug")])) is None
     assert _expected_failure(KeyError("bug")) is None
+
+
+async def test_local_swap_converges_in_one_pass(h: Harness) -> None:
+    """`mv a t; mv b a; mv t b`: each rename is blocked by the other until one memory
+    steps aside; both keep their ids and nothing is left parked."""
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B", "/c.md": "C"})
+    h.rename("/a.md", "/t.md")
+    h.rename("/b.md", "/a.md")
+    h.rename("/t.md", "/b.md")
+    result = await h.sync_once()
+    assert result.outcome == "ok"
+    assert h.fake.by_path() == {"/a.md": "B", "/b.md": "A", "/c.md": "C"}
+    assert h.fake.id_of("/a.md") == ids["/b.md"] and h.fake.id_of("/b.md") == ids["/a.md"]
+    assert h.node("/a.md").state_name() == h.node("/b.md").state_name() == "clean"
+    await h.sync_once()
+    assert h.fake.by_path() == {"/a.md": "B", "/b.md": "A", "/c.md": "C"}
