@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
 
 from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY
+
+REQ_ID = re.compile(r"^req_[0-9A-Za-z]{24}$")
 
 
 class ApiCallFailed(AssertionError):
@@ -87,3 +90,13 @@ class Api:
             if not page["next_page"]:
                 return items
             params["page"] = page["next_page"]
+
+def assert_error(resp: httpx.Response, status: int, error_type: str) -> dict[str, Any]:
+    assert resp.status_code == status, resp.text
+    body: dict[str, Any] = resp.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == error_type
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert body["request_id"] == resp.headers["request-id"]
+    assert REQ_ID.match(body["request_id"])
+    return body

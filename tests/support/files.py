@@ -8,6 +8,9 @@ from pathlib import Path
 from memfs.paths import MARKER_NAME
 from tests.support.api import Api
 
+# The spec's marker name, written out so a change to memfs's constant fails tests.
+MARKER = ".anthropic-memory-store"
+
 
 def local_files(root: Path) -> dict[str, str]:
     """Every file under a mount (relative path -> text), the marker left out."""

@@ -17,10 +17,9 @@ import pytest
 
 from memfs.server.db import Database
 from tests.support.api import Api
+from tests.support.files import MARKER
 from tests.support.mount import MountProcess, is_mounted, mount_store, require_fuse, xattrs
 from tests.support.server import ServerProcess, start_server
-
-MARKER = ".anthropic-memory-store"
 
 
 def tree_of(root: Path) -> dict[str, Any]:

@@ -33,12 +33,12 @@ import pytest
 from memfs.paths import marker_content
 from memfs.server.db import Database
 from tests.support.api import Api
+from tests.support.files import MARKER
 from tests.support.mount import MountProcess, is_mounted, require_fuse
 from tests.support.server import ServerProcess, start_server
 
 pytestmark = pytest.mark.fuse
 
-MARKER = ".anthropic-memory-store"
 CREDENTIALS = {"ANTHROPIC_API_KEY": "anything"}
 SEED_ACTOR = ("api_actor", "apikey_seed")
 

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.api import Api
-from tests.test_server_protocol import assert_error
+from tests.support.api import Api, assert_error
 
 STORE_ID = re.compile(r"^memstore_[0-9A-Za-z]{24}$")
 PAGE = re.compile(r"^page_[0-9A-Za-z_\-]+$")

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
-from tests.support.files import local_files, store_files
+from tests.support.files import MARKER, local_files, store_files
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
@@ -37,7 +37,6 @@ pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
 
 
-MARKER = ".anthropic-memory-store"
 PATHS = [f"{d}/f{i}.md" for d in ("a", "b", "a/deep") for i in range(4)]
 SEED = int(os.environ.get("MEMFS_CRASH_SEED", "20261202"))
 

@@ -10,10 +10,8 @@ import httpx
 import pytest
 
 from memfs.paths import BETA_MANAGED_AGENTS, BETA_MEMORY
-from tests.support.api import Api
+from tests.support.api import REQ_ID, Api, assert_error
 from tests.support.server import ServerProcess, start_server
-
-REQ_ID = re.compile(r"^req_[0-9A-Za-z]{24}$")
 
 
 def raw(url: str, method: str, path: str, *, headers: dict[str, str] | None = None,
@@ -22,15 +20,6 @@ def raw(url: str, method: str, path: str, *, headers: dict[str, str] | None = No
         return client.request(method, path, headers=headers or {}, **kw)
 
 
-def assert_error(resp: httpx.Response, status: int, error_type: str) -> dict[str, Any]:
-    assert resp.status_code == status, resp.text
-    body: dict[str, Any] = resp.json()
-    assert body["type"] == "error"
-    assert body["error"]["type"] == error_type
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    assert body["request_id"] == resp.headers["request-id"]
-    assert REQ_ID.match(body["request_id"])
-    return body
 
 
 def test_request_id_on_every_response(shared_api: Api) -> None:

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from memfs.paths import sha256_hex
-from tests.support.api import Api
+from tests.support.api import Api, assert_error
 from tests.support.server import start_server
-from tests.test_server_protocol import assert_error
 
 MEM_ID = re.compile(r"^mem_[0-9A-Za-z]{24}$")
 VER_ID = re.compile(r"^memver_[0-9A-Za-z]{24}$")

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from memfs.paths import sha256_hex
-from tests.support.api import Api
-from tests.test_server_protocol import assert_error
+from tests.support.api import Api, assert_error
 
 SESSION = "sesn_011CZkZDLs7fYzm1hXNPeRjv"
 

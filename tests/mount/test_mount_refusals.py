@@ -18,10 +18,9 @@ import pytest
 
 from memfs.paths import MAX_CONTENT_BYTES, sha256_hex
 from tests.support.api import Api
+from tests.support.files import MARKER
 from tests.support.mount import MountProcess, mount_store, require_fuse, xattrs
 from tests.support.server import ServerProcess
-
-MARKER = ".anthropic-memory-store"
 
 
 def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:

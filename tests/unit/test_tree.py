@@ -19,7 +19,8 @@ from memfs.cache import CacheDir
 from memfs.fs import MemFs
 from memfs.paths import MAX_CONTENT_BYTES, marker_content, sha256_hex
 from memfs.tree import StoreState, Tree
-from tests.fsharness import (
+from tests.support.files import MARKER as MARKER_TEXT
+from tests.support.fsharness import (
     CTX,
     O_RD,
     O_RW,
@@ -34,7 +35,7 @@ from tests.fsharness import (
 )
 
 ROOT = pyfuse3.ROOT_INODE
-MARKER = b".anthropic-memory-store"
+MARKER = MARKER_TEXT.encode()
 
 
 @pytest.fixture
@@ -487,7 +488,7 @@ def test_killed_process_loses_nothing(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import os, signal, stat, trio
         from pathlib import Path
-        from tests.fsharness import Harness, CTX, O_WR
+        from tests.support.fsharness import Harness, CTX, O_WR
         async def main():
             h = Harness(Path({str(tmp_path)!r}))
             await h.mkdir("/d")
