@@ -11,10 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
+from memfs.config import ExitCode
+
 STORE_IMPORT_CONCURRENCY = 16
 
 
@@ -162,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is not None:
         return handler(args)
     parser.error(f"unknown command {args.command}")
-    return EXIT_USAGE
+    return ExitCode.USAGE
 
 
 if __name__ == "__main__":

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memfs import control
+from memfs.config import ExitCode
 
 if TYPE_CHECKING:
     from memfs.daemon import MountConfig, StoreSpec
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _fail(message: str, code: int = EXIT_FAILED) -> int:
+def _fail(message: str, code: int = ExitCode.FAILED) -> int:
     print(f"memfs: {message}", file=sys.stderr)
     return code
 
@@ -53,7 +53,7 @@ def mount(args: Any) -> int:
         config = _config(args, args.mountpoint,
                          [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
     except ValueError as e:
-        return _fail(str(e), EXIT_USAGE)
+        return _fail(str(e), ExitCode.USAGE)
     return launch(config, daemonize=args.daemon)
 
 
@@ -67,7 +67,7 @@ def session(args: Any) -> int:
         root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ))
         config = _config(args, root, stores, single=False)
     except ValueError as e:
-        return _fail(str(e), EXIT_USAGE)
+        return _fail(str(e), ExitCode.USAGE)
     except StartError as e:
         return _fail(str(e), e.exit_code)
     for spec in stores:
@@ -88,7 +88,7 @@ def _ask(path: str, op: str, timeout: float) -> tuple[dict[str, Any], dict[str, 
     """The mount at `path` and its daemon's answer to `op`, or the exit code of failing."""
     info = _mount_for(path)
     if info is None:
-        return EXIT_FAILED
+        return ExitCode.FAILED
     try:
         return info, control.request(info, op, timeout=timeout)
     except OSError as e:
@@ -112,7 +112,7 @@ def sync(args: Any) -> int:
             if r.get("error"):
                 line += f" error={r['error']}"
             print(line)
-    return EXIT_OK if answer.get("ok") else EXIT_FAILED
+    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
 
 
 def _clock(at: Any) -> str:
@@ -129,7 +129,7 @@ def status(args: Any) -> int:
     if args.path:
         info = _mount_for(args.path)
         if info is None:
-            return EXIT_FAILED
+            return ExitCode.FAILED
         mounts = [info]
     else:
         mounts = control.live_mounts()
@@ -142,7 +142,7 @@ def status(args: Any) -> int:
                             "error": f"daemon not answering: {e}"})
     if args.json or not sys.stdout.isatty():
         print(json.dumps({"mounts": answers}, indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     if not answers:
         print("no live memfs mounts")
     for answer in answers:
@@ -168,7 +168,7 @@ def status(args: Any) -> int:
                 print(f"    refused: {r['path']} ({r['why']})")
             for p in s.get("pending_delete_paths", []):
                 print(f"    pending delete: {p}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def unmount(args: Any) -> int:
@@ -187,4 +187,4 @@ def unmount(args: Any) -> int:
         print(f"memfs: {len(paths)} changed files of {store_id} could not be pushed; they "
               f"stay in the journal for the next start: {', '.join(paths[:10])}",
               file=sys.stderr)
-    return EXIT_OK if answer.get("ok") else EXIT_FAILED
+    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED

@@ -30,6 +30,7 @@ from memfs.client import (
     StoreInfo,
     make_http_client,
 )
+from memfs.config import ExitCode
 from memfs.errors import (
     ConfigError,
     NotFound,
@@ -48,8 +49,6 @@ from memfs.paths import (
     sha256_hex,
 )
 
-# The exit codes of memfs.cli (not imported: cli imports this module, never the reverse).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 PROG = "memfs store"
 IMPORT_CONCURRENCY = 16
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
@@ -59,7 +58,7 @@ CLI_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=10.0, deadlin
 class CommandFailed(Exception):
     """A one-line error for the user, with the exit code it deserves."""
 
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+    def __init__(self, message: str, code: int = ExitCode.FAILED) -> None:
         super().__init__(message)
         self.code = code
 
@@ -79,16 +78,16 @@ def run(args: argparse.Namespace) -> int:
         return exc.code
     except ConfigError as exc:
         _error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except StoreUnavailable as exc:
         _error(f"{exc} (is the server running? check --api-url or ANTHROPIC_BASE_URL)")
-        return EXIT_UNREACHABLE
+        return ExitCode.UNREACHABLE
     except StoreAuthError as exc:
         _error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except StoreError as exc:
         _error(str(exc))
-        return EXIT_FAILED
+        return ExitCode.FAILED
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
@@ -134,7 +133,7 @@ async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
     if args.store_command == "delete" and not args.yes and not sys.stdin.isatty():
         raise CommandFailed(
             f"refusing to delete {args.store_id} without --yes (stdin is not a terminal)",
-            EXIT_USAGE)
+            ExitCode.USAGE)
     async with make_http_client(config) as http:
         return await handler(StoreClient(http, retry=CLI_RETRY), args)
 
@@ -167,23 +166,23 @@ async def _create(client: StoreClient, args: argparse.Namespace) -> int:
         _emit_json(store.to_json())
     else:
         print(store.id)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 async def _list(client: StoreClient, args: argparse.Namespace) -> int:
     stores = await client.list_stores(include_archived=args.archived)
     if args.json:
         _emit_json([s.to_json() for s in stores])
-        return EXIT_OK
+        return ExitCode.OK
     if not stores:
         print("no memory stores", file=sys.stderr)
-        return EXIT_OK
+        return ExitCode.OK
     width = max(len(s.id) for s in stores)
     print(f"{'ID':<{width}}  {'CREATED':<20}  {'STATE':<8}  NAME")
     for s in stores:
         state = "archived" if s.archived_at else "active"
         print(_printable(f"{s.id:<{width}}  {s.created_at[:19]:<20}  {state:<8}  {s.name}"))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 async def _show(client: StoreClient, args: argparse.Namespace) -> int:
@@ -196,7 +195,7 @@ async def _show(client: StoreClient, args: argparse.Namespace) -> int:
     else:
         print("\n".join(_store_lines(store)))
         print(f"memories:    {count}\nbytes:       {size}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 async def _archive(client: StoreClient, args: argparse.Namespace) -> int:
@@ -206,7 +205,7 @@ async def _archive(client: StoreClient, args: argparse.Namespace) -> int:
         _emit_json(store.to_json())
     else:
         print(f"archived {store.id} ({_printable(store.name)}); it is now read-only")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 async def _delete(client: StoreClient, args: argparse.Namespace) -> int:
@@ -222,7 +221,7 @@ async def _delete(client: StoreClient, args: argparse.Namespace) -> int:
         _emit_json({"id": store.id, "deleted": True})
     else:
         print(f"deleted {store.id}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _ask(prompt: str) -> str:
@@ -355,9 +354,9 @@ def _read_limited(path: str) -> bytes:
 async def _import(client: StoreClient, args: argparse.Namespace) -> int:
     root = args.directory
     if not await trio.to_thread.run_sync(os.path.isdir, root):
-        raise CommandFailed(f"{root!r} is not a directory", EXIT_USAGE)
+        raise CommandFailed(f"{root!r} is not a directory", ExitCode.USAGE)
     if args.concurrency < 1:
-        raise CommandFailed("--concurrency must be at least 1", EXIT_USAGE)
+        raise CommandFailed("--concurrency must be at least 1", ExitCode.USAGE)
     store = await _get_store(client, args.store_id)
     if store.archived_at:
         raise CommandFailed(f"memory store {store.id} is archived (read-only)")
@@ -404,8 +403,8 @@ async def _import(client: StoreClient, args: argparse.Namespace) -> int:
             for item in result.failed:
                 print(_printable(f"  {item['file']}: {item['error']}"), file=sys.stderr)
     if result.unreachable:
-        return EXIT_UNREACHABLE
-    return EXIT_FAILED if result.refused or result.failed else EXIT_OK
+        return ExitCode.UNREACHABLE
+    return ExitCode.FAILED if result.refused or result.failed else ExitCode.OK
 
 
 async def _import_one(client: StoreClient, store_id: str, candidate: _Candidate,
@@ -494,7 +493,7 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
         root_fd = await trio.to_thread.run_sync(_open_export_root, root)
     except OSError as exc:
         raise CommandFailed(f"cannot use {root!r} as the export directory: {exc.strerror}",
-                            EXIT_USAGE) from None
+                            ExitCode.USAGE) from None
     written = 0
     total_bytes = 0
     refused: list[dict[str, str]] = []
@@ -544,7 +543,7 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
         if refused:
             print(f"{PROG}: {len(refused)} memory(ies) not exported (see warnings above)",
                   file=sys.stderr)
-    return EXIT_FAILED if refused else EXIT_OK
+    return ExitCode.FAILED if refused else ExitCode.OK
 
 
 def _open_export_root(root: str) -> int:

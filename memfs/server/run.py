@@ -16,13 +16,12 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from memfs.config import ExitCode
 from memfs.server.app import RequestHook, create_app
 from memfs.server.db import Database, DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXIT_OK = 0
-EXIT_USAGE = 2
 
 log = logging.getLogger("memfs.server")
 
@@ -35,7 +34,7 @@ def default_db_path() -> Path:
 
 def _refuse(message: str) -> int:
     print(f"memfs serve: {message}", file=sys.stderr, flush=True)
-    return EXIT_USAGE
+    return ExitCode.USAGE
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -133,4 +132,4 @@ def run_server(
                 signal.signal(sig, handler)
     finally:
         database.close()
-    return EXIT_OK
+    return ExitCode.OK

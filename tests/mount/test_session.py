@@ -68,7 +68,7 @@ def cli(env: dict[str, str], *args: str, user: bool = False, timeout: float = 60
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if user else []
     cmd = [*prefix, sys.executable, "-m", "memfs.cli", "--log-level", "error", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=Path(__file__).resolve().parents[2])
 
 
 def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str,

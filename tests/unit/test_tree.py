@@ -498,7 +498,7 @@ def test_killed_process_loses_nothing(tmp_path: Path) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         trio.run(main)
     """)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     h = Harness(tmp_path)
