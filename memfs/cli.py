@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, **kw: Any) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kw)
 
-    serve = command("serve", help="run a Memory Stores API server on SQLite")
-    serve.add_argument("--db", help="database file (default: the user's data directory)")
+    serve = command("serve", help="run a Memory Stores API server (SQLite or PostgreSQL)")
+    serve.add_argument("--db", help="SQLite file (default: the user's data directory) "
+                       "or postgresql://… URL")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--api-key", help="require this key (x-api-key or Bearer)")
@@ -51,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--faults", metavar="SPEC",
                        help="test only: inject faults, e.g. error=0.2,drop_after=0.05,seed=1 "
                        "(see docs/server.md)")
+    serve.add_argument("--pool-size", type=int, default=8,
+                       help="database connections and worker threads (default 8)")
+    serve.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="on SIGTERM, how long requests in flight may finish (default 10)")
 
     store = command("store", help="manage memory stores")
     _add_api_options(store)
@@ -148,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_server(
             db=args.db, host=args.host, port=args.port,
             api_key=args.api_key, max_memories=args.max_memories, faults=args.faults,
+            pool_size=args.pool_size, shutdown_timeout=args.shutdown_timeout,
         )
     if args.command == "store":
         from memfs import storecli

@@ -12,6 +12,8 @@ from tests.support.deadline import deadline
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
+pytest_plugins = ["tests.support.postgres"]  # the session's PostgreSQL cluster fixture
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true",

@@ -38,7 +38,7 @@ from memfs.paths import (
     check_memory_path,
 )
 from memfs.server import errors
-from memfs.server.db import Database
+from memfs.server.db import DatabaseUnavailable, Storage
 from memfs.server.errors import ApiError
 from memfs.server.wire import Actor, api_key_id, new_id, parse_timestamp
 
@@ -106,10 +106,11 @@ class Gate:
                         scope, receive, send_with_id
                     )
         finally:
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "method=%s path=%s status=%d ms=%.1f",
-                    scope["method"], scope["path"], status,
+            level = logging.WARNING if status >= 500 or status == 0 else logging.DEBUG
+            if log.isEnabledFor(level):
+                log.log(
+                    level, "request_id=%s method=%s path=%s status=%d ms=%.1f",
+                    request_id, scope["method"], scope["path"], status,
                     (time.perf_counter() - started) * 1000,
                 )
 
@@ -183,8 +184,8 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _on_crash(request: Request, exc: Exception) -> Response:
-    log.error("unhandled error method=%s path=%s", request.method, request.url.path,
-              exc_info=exc)
+    log.error("unhandled error request_id=%s method=%s path=%s", _request_id(request),
+              request.method, request.url.path, exc_info=exc)
     return _error_response(errors.internal(), _request_id(request))
 
 
@@ -367,7 +368,7 @@ def _page_response(items: list[dict[str, Any]], next_page: str | None) -> Respon
 class Handlers:
     """One method per route; each validates, then makes one Database call off-thread."""
 
-    def __init__(self, db: Database, threads: int = 8) -> None:
+    def __init__(self, db: Storage, threads: int = 8) -> None:
         self.db = db
         self.limiter = trio.CapacityLimiter(threads)
 
@@ -376,8 +377,11 @@ class Handlers:
         return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self.limiter)
 
     async def _read(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-        """Reads run inline: WAL readers never wait for writers, and a read is far
-        shorter than a thread hand-off (which would double a listing's latency)."""
+        """On SQLite reads run inline: WAL readers never wait for writers, and a read is
+        far shorter than a thread hand-off (which would double a listing's latency).
+        A networked database's read waits on a socket, so it goes to a thread."""
+        if not self.db.inline_reads:
+            return await self._run(fn, *args, **kwargs)
         await trio.lowlevel.checkpoint()
         return fn(*args, **kwargs)
 
@@ -536,11 +540,41 @@ class Handlers:
         ))
 
 
+class Health:
+    """`/healthz` (the process answers) and `/readyz` (the database answers), before the
+    gate: a load balancer probes them without credentials or beta headers."""
+
+    def __init__(self, app: ASGIApp, db: Storage, limiter: trio.CapacityLimiter) -> None:
+        self.app = app
+        self.db = db
+        self.limiter = limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path") if scope["type"] == "http" else None
+        if path not in ("/healthz", "/readyz") or scope["method"] not in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        body: dict[str, Any] = {"status": "ok"}
+        status = 200
+        if path == "/readyz":
+            try:
+                await trio.to_thread.run_sync(self.db.ping, limiter=self.limiter)
+                body["database"] = "ok"
+            except DatabaseUnavailable as exc:
+                log.warning("not ready backend=%s reason=%s", self.db.backend, exc)
+                status, body = 503, {"status": "unavailable", "database": str(exc)}
+        await JSONResponse(body, status_code=status)(scope, receive, send)
+
+
 def create_app(
-    db: Database, *, api_key: str | None = None, hooks: Sequence[RequestHook] = ()
+    db: Storage,
+    *,
+    api_key: str | None = None,
+    hooks: Sequence[RequestHook] = (),
+    threads: int = 8,
 ) -> ASGIApp:
     """The whole server as one ASGI app (routes of spec §3–§5 behind the gate)."""
-    h = Handlers(db)
+    h = Handlers(db, threads)
     s = "/v1/memory_stores/{store_id}"
     routes = [
         Route("/v1/memory_stores", h.create_store, methods=["POST"]),
@@ -567,4 +601,4 @@ def create_app(
         },
     )
     inner.router.redirect_slashes = False
-    return Gate(inner, api_key=api_key, hooks=hooks)
+    return Health(Gate(inner, api_key=api_key, hooks=hooks), db, h.limiter)

@@ -1,7 +1,17 @@
-"""SQLite storage for the store server: every rule that needs the data lives here.
+"""Storage for the store server: every rule that needs the data lives here.
+
+`Storage` holds the API's rules once, in SQL both engines speak (`?` placeholders; the
+PostgreSQL backend in `memfs.server.pg` rewrites them). A backend supplies connections
+and transactions. The rules every backend must keep:
+- every write to a store begins by locking that store (`_write(store_id)`), so a
+  precondition, a path-uniqueness check and the 10,000-memory cap are each one atomic
+  step with the write they guard, across any number of server processes;
+- a version's `created_at` is taken under that lock and is strictly later than the
+  store's previous one (`stores.last_version_at`), so versions sort in commit order and
+  the "newest version" an idle pass trusts never goes backwards or skips a commit.
 
 Synchronous on purpose: each call is one short transaction, run on a worker thread by the
-HTTP layer. Durability and atomicity come from SQLite itself:
+HTTP layer. On SQLite, durability and atomicity come from SQLite itself:
 - WAL with `synchronous=FULL`, so a write that was answered survives `kill -9`;
 - writes run in `BEGIN IMMEDIATE`, so a precondition check and the write it guards are
   one atomic step even against another server process on the same file;
@@ -15,10 +25,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 from memfs.paths import (
     MAX_MEMORIES_PER_STORE,
@@ -27,60 +37,16 @@ from memfs.paths import (
     check_memory_path,
     sha256_hex,
 )
-from memfs.server import errors
-from memfs.server.wire import Actor, actor_json, decode_cursor, encode_cursor, new_id, now
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS stores (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    name TEXT NOT NULL,
-    description TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    archived_at TEXT
-);
-CREATE INDEX IF NOT EXISTS stores_by_created ON stores (created_at, seq);
--- content is the last column: a basic-view listing never reads its overflow pages.
-CREATE TABLE IF NOT EXISTS memories (
-    id TEXT PRIMARY KEY,
-    store_id TEXT NOT NULL,
-    path TEXT NOT NULL,
-    sha TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    version_id TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    content TEXT NOT NULL,
-    UNIQUE (store_id, path)
-);
-CREATE TABLE IF NOT EXISTS versions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    store_id TEXT NOT NULL,
-    memory_id TEXT NOT NULL,
-    operation TEXT NOT NULL,
-    path TEXT,
-    sha TEXT,
-    size INTEGER,
-    actor_type TEXT NOT NULL,
-    actor_id TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    redacted_at TEXT,
-    redactor_type TEXT,
-    redactor_id TEXT,
-    content TEXT
-);
-CREATE INDEX IF NOT EXISTS versions_by_store ON versions (store_id, created_at, seq);
-CREATE INDEX IF NOT EXISTS versions_by_memory ON versions (memory_id, created_at, seq);
-"""
+from memfs.server import errors, migrations
+from memfs.server.wire import (
+    Actor,
+    actor_json,
+    after,
+    decode_cursor,
+    encode_cursor,
+    new_id,
+    now,
+)
 
 _STORE_COLS = "id, name, description, metadata, created_at, updated_at, archived_at, seq"
 _MEM_BASIC = "id, store_id, path, sha, size, version_id, created_at, updated_at"
@@ -147,110 +113,81 @@ def _sha256(content: str) -> tuple[str, int]:
     return sha256_hex(data), len(data)
 
 
-class Database:
-    """One SQLite file, a small pool of connections, and the API's operations on them."""
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
 
-    def __init__(self, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE) -> None:
-        self.path = path
+
+class Conn(Protocol):
+    """What the rules need of a connection: `?`-placeholder SQL in, rows as tuples out."""
+
+    def execute(self, sql: str, args: Sequence[Any] = ..., /) -> Cursor: ...
+
+
+class Storage:
+    """The API's operations; a backend subclass supplies connections and transactions."""
+
+    backend = "abstract"
+    inline_reads = False
+    """True when a read is so short that a thread hand-off would cost more (SQLite)."""
+
+    def __init__(self, *, max_memories: int = MAX_MEMORIES_PER_STORE) -> None:
         self.max_memories = max_memories
-        self._pool: list[sqlite3.Connection] = []
-        self._pool_lock = threading.Lock()
-        self._write_lock = threading.Lock()
 
-    @classmethod
-    def open(cls, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE) -> Database:
-        """Open (creating if needed) and prove the file writable, or raise DatabaseUnavailable."""
-        db = cls(path, max_memories=max_memories)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = db._connect()
-        except (sqlite3.Error, OSError) as exc:
-            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
-        try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise DatabaseUnavailable(f"cannot switch the database to WAL mode ({mode})")
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(SCHEMA_VERSION),),
-            )
-            conn.execute("COMMIT")
-        except (sqlite3.Error, OSError) as exc:
-            conn.close()
-            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
-        except DatabaseUnavailable:
-            conn.close()
-            raise
-        db._release(conn)
-        return db
+    def _read(self) -> AbstractContextManager[Conn]:
+        """A read-only transaction: one consistent snapshot for multi-query listings."""
+        raise NotImplementedError
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-        )
-        conn.execute("PRAGMA synchronous=FULL")
-        return conn
+    def _write(self, store_id: str | None = None) -> AbstractContextManager[Conn]:
+        """A write transaction; with `store_id`, that store is locked before anything else
+        is read, so every check in the transaction sees the latest committed state."""
+        raise NotImplementedError
 
-    def _acquire(self) -> sqlite3.Connection:
-        with self._pool_lock:
-            if self._pool:
-                return self._pool.pop()
-        return self._connect()
-
-    def _release(self, conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        with self._pool_lock:
-            self._pool.append(conn)
+    def _blob(self, content: str) -> Any:
+        """How content is bound as a parameter (text on SQLite, UTF-8 bytes on PostgreSQL)."""
+        return content
 
     def close(self) -> None:
-        with self._pool_lock:
-            pool, self._pool = self._pool, []
-        for conn in pool:
-            conn.close()
+        raise NotImplementedError
 
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: a consistent snapshot for listings that take several queries."""
-        conn = self._acquire()
+    def ping(self) -> None:
+        """Raise DatabaseUnavailable unless the database answers a query now."""
         try:
-            conn.execute("BEGIN")
-            yield conn
-            conn.execute("COMMIT")
-        finally:
-            self._release(conn)
+            with self._read() as conn:
+                conn.execute("SELECT 1").fetchone()
+        except errors.ApiError as exc:
+            raise DatabaseUnavailable(exc.message) from exc
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction holding SQLite's write lock from its first statement."""
-        with self._write_lock:
-            conn = self._acquire()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            finally:
-                self._release(conn)
+    def describe(self) -> str:
+        """Where the data lives, for logs (never a password)."""
+        raise NotImplementedError
+
+    def _stamp(self, conn: Conn, store_id: str) -> str:
+        """The next version time of a (locked) store: now, or just after its last one.
+
+        Clocks of different hosts disagree; this keeps a store's versions in commit order
+        anyway, which is what an idle pass that trusts the newest version relies on.
+        """
+        row = conn.execute(
+            "SELECT last_version_at FROM stores WHERE id = ?", (store_id,)
+        ).fetchone()
+        ts = now()
+        if row is not None and row[0] and ts <= row[0]:
+            ts = after(row[0])
+        conn.execute("UPDATE stores SET last_version_at = ? WHERE id = ?", (ts, store_id))
+        return ts
 
     # ----------------------------------------------------------------- stores
 
-    def _store_row(self, conn: sqlite3.Connection, store_id: str) -> tuple[Any, ...]:
+    def _store_row(self, conn: Conn, store_id: str) -> tuple[Any, ...]:
         row = conn.execute(f"SELECT {_STORE_COLS} FROM stores WHERE id = ?", (store_id,)).fetchone()
         if row is None:
             raise errors.not_found(f"memory store {store_id} not found")
         result: tuple[Any, ...] = row
         return result
 
-    def _writable_store(self, conn: sqlite3.Connection, store_id: str) -> None:
+    def _writable_store(self, conn: Conn, store_id: str) -> None:
         if self._store_row(conn, store_id)[6] is not None:
             raise errors.conflict(f"memory store {store_id} is archived and read-only")
 
@@ -278,7 +215,7 @@ class Database:
         created_gte: str | None,
         created_lte: str | None,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        where = ["1"]
+        where = ["1 = 1"]
         args: list[Any] = []
         if not include_archived:
             where.append("archived_at IS NULL")
@@ -311,7 +248,7 @@ class Database:
         description: str | None,
         metadata_patch: dict[str, str | None] | None,
     ) -> dict[str, Any]:
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             row = self._store_row(conn, store_id)
             if row[6] is not None:
                 raise errors.conflict(f"memory store {store_id} is archived and read-only")
@@ -335,7 +272,7 @@ class Database:
 
     def archive_store(self, store_id: str) -> dict[str, Any]:
         """Archive once; archiving an archived store returns it unchanged (safe to retry)."""
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             row = self._store_row(conn, store_id)
             if row[6] is None:
                 ts = now()
@@ -346,7 +283,7 @@ class Database:
             return _store_obj(self._store_row(conn, store_id))
 
     def delete_store(self, store_id: str) -> dict[str, Any]:
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             self._store_row(conn, store_id)
             conn.execute("DELETE FROM versions WHERE store_id = ?", (store_id,))
             conn.execute("DELETE FROM memories WHERE store_id = ?", (store_id,))
@@ -356,7 +293,7 @@ class Database:
     # --------------------------------------------------------------- memories
 
     def _memory_row(
-        self, conn: sqlite3.Connection, store_id: str, memory_id: str
+        self, conn: Conn, store_id: str, memory_id: str
     ) -> tuple[Any, ...]:
         row = conn.execute(
             f"SELECT {_MEM_FULL} FROM memories WHERE id = ? AND store_id = ?",
@@ -369,7 +306,7 @@ class Database:
         return result
 
     def _check_overlap(
-        self, conn: sqlite3.Connection, store_id: str, path: str, exclude: str | None = None
+        self, conn: Conn, store_id: str, path: str, exclude: str | None = None
     ) -> None:
         """409 if `path` equals, is under, or is above another memory's path."""
         skip = exclude or ""
@@ -403,7 +340,7 @@ class Database:
 
     def _insert_version(
         self,
-        conn: sqlite3.Connection,
+        conn: Conn,
         *,
         store_id: str,
         memory_id: str,
@@ -419,11 +356,12 @@ class Database:
         conn.execute(
             "INSERT INTO versions (id, store_id, memory_id, operation, path, sha, size, "
             "actor_type, actor_id, created_at, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (version_id, store_id, memory_id, operation, path, sha, size, *actor, ts, content),
+            (version_id, store_id, memory_id, operation, path, sha, size, *actor, ts,
+             None if content is None else self._blob(content)),
         )
         return version_id
 
-    def _count(self, conn: sqlite3.Connection, store_id: str) -> int:
+    def _count(self, conn: Conn, store_id: str) -> int:
         count: int = conn.execute(
             "SELECT count(*) FROM memories WHERE store_id = ?", (store_id,)
         ).fetchone()[0]
@@ -431,7 +369,7 @@ class Database:
 
     def _create_in(
         self,
-        conn: sqlite3.Connection,
+        conn: Conn,
         store_id: str,
         path: str,
         content: str,
@@ -451,20 +389,21 @@ class Database:
             )
         memory_id = new_id("mem_")
         sha, size = _sha256(content)
-        ts = now()
+        ts = self._stamp(conn, store_id)
         version_id = self._insert_version(
             conn, store_id=store_id, memory_id=memory_id, operation="created", path=path,
             content=content, sha=sha, size=size, actor=actor, ts=ts,
         )
         row = (memory_id, store_id, path, sha, size, version_id, ts, ts, content)
-        conn.execute(f"INSERT INTO memories ({_MEM_FULL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        conn.execute(f"INSERT INTO memories ({_MEM_FULL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (*row[:8], self._blob(content)))
         return row
 
     def create_memory(
         self, store_id: str, path: str, content: str, actor: Actor, *, full: bool
     ) -> dict[str, Any]:
         """Create never overwrites: a taken or overlapping path is a 409 path conflict."""
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             self._writable_store(conn, store_id)
             return _memory_obj(self._create_in(conn, store_id, path, content, actor), full)
 
@@ -473,7 +412,7 @@ class Database:
     ) -> int:
         """Create many memories in one transaction, same rules as create (seeding, tests)."""
         n = 0
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             self._writable_store(conn, store_id)
             count = self._count(conn, store_id)
             for path, content in items:
@@ -516,7 +455,7 @@ class Database:
         with self._read() as conn:
             self._store_row(conn, store_id)
 
-            def scan(lo: str, inclusive: bool, n: int) -> sqlite3.Cursor:
+            def scan(lo: str, inclusive: bool, n: int) -> Cursor:
                 op = ">=" if inclusive else ">"
                 return conn.execute(
                     f"SELECT {cols} FROM memories WHERE store_id = ? AND path {op} ? "
@@ -570,7 +509,7 @@ class Database:
         full: bool,
     ) -> dict[str, Any]:
         """Spec §10's order: 404, precondition (with the idempotent-200 carve-out), path, apply."""
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             row = self._memory_row(conn, store_id, memory_id)
             self._writable_store(conn, store_id)
             cur_path: str = row[2]
@@ -596,7 +535,7 @@ class Database:
             if new_path == cur_path and new_content == cur_content:
                 return _memory_obj(row, full)
             sha, size = _sha256(new_content)
-            ts = now()
+            ts = self._stamp(conn, store_id)
             version_id = self._insert_version(
                 conn, store_id=store_id, memory_id=memory_id, operation="modified",
                 path=new_path, content=new_content, sha=sha, size=size, actor=actor, ts=ts,
@@ -604,7 +543,7 @@ class Database:
             conn.execute(
                 "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, "
                 "updated_at = ? WHERE id = ?",
-                (new_path, new_content, sha, size, version_id, ts, memory_id),
+                (new_path, self._blob(new_content), sha, size, version_id, ts, memory_id),
             )
             new_row = (memory_id, store_id, new_path, sha, size, version_id, row[6], ts,
                        new_content)
@@ -614,7 +553,7 @@ class Database:
         self, store_id: str, memory_id: str, *, expected_sha: str | None, actor: Actor
     ) -> dict[str, Any]:
         """Deletes are allowed in an archived store (the hosted API allows them too)."""
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             row = self._memory_row(conn, store_id, memory_id)
             if expected_sha is not None and expected_sha != row[3]:
                 raise errors.precondition_failed(
@@ -622,7 +561,7 @@ class Database:
                 )
             self._insert_version(
                 conn, store_id=store_id, memory_id=memory_id, operation="deleted", path=row[2],
-                content=None, sha=None, size=None, actor=actor, ts=now(),
+                content=None, sha=None, size=None, actor=actor, ts=self._stamp(conn, store_id),
             )
             conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
         return {"id": memory_id, "type": "memory_deleted"}
@@ -677,7 +616,7 @@ class Database:
         return [_version_obj(r, full) for r in rows], next_page
 
     def _version_row(
-        self, conn: sqlite3.Connection, store_id: str, version_id: str
+        self, conn: Conn, store_id: str, version_id: str
     ) -> tuple[Any, ...]:
         row = conn.execute(
             f"SELECT {_VER_FULL} FROM versions WHERE id = ? AND store_id = ?",
@@ -698,7 +637,7 @@ class Database:
 
         Redacting an already redacted version returns it unchanged (safe to retry).
         """
-        with self._write() as conn:
+        with self._write(store_id) as conn:
             row = self._version_row(conn, store_id, version_id)
             if row[10] is None:
                 head = conn.execute(
@@ -716,3 +655,121 @@ class Database:
                 )
                 row = self._version_row(conn, store_id, version_id)
             return _version_obj(row, True)
+
+
+class Database(Storage):
+    """One SQLite file, a small pool of connections: the embedded, single-host backend."""
+
+    backend = "sqlite"
+    inline_reads = True
+
+    def __init__(self, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE) -> None:
+        super().__init__(max_memories=max_memories)
+        self.path = path
+        self._pool: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+
+    @classmethod
+    def open(
+        cls, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE, migrate: bool = True
+    ) -> Database:
+        """Open (creating if needed), migrate, prove writable, or raise DatabaseUnavailable."""
+        db = cls(path, max_memories=max_memories)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = db._connect()
+        except (sqlite3.Error, OSError) as exc:
+            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise DatabaseUnavailable(f"cannot switch the database to WAL mode ({mode})")
+            conn.execute("BEGIN IMMEDIATE")
+            current = _sqlite_schema_version(conn)
+            if migrate:
+                migrations.apply(conn.execute, current, migrations.SQLITE_STEPS)
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(migrations.LATEST),),
+                )
+            else:
+                migrations.pending(current, migrations.SQLITE_STEPS)
+            conn.execute("COMMIT")
+        except (sqlite3.Error, OSError) as exc:
+            conn.close()
+            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
+        except migrations.SchemaTooNew as exc:
+            conn.close()
+            raise DatabaseUnavailable(str(exc)) from exc
+        except DatabaseUnavailable:
+            conn.close()
+            raise
+        db._release(conn)
+        return db
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    def _acquire(self) -> sqlite3.Connection:
+        with self._pool_lock:
+            if self._pool:
+                return self._pool.pop()
+        return self._connect()
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        with self._pool_lock:
+            self._pool.append(conn)
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, []
+        for conn in pool:
+            conn.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[Conn]:
+        conn = self._acquire()
+        try:
+            conn.execute("BEGIN")
+            yield cast(Conn, conn)
+            conn.execute("COMMIT")
+        finally:
+            self._release(conn)
+
+    @contextmanager
+    def _write(self, store_id: str | None = None) -> Iterator[Conn]:
+        """`BEGIN IMMEDIATE` takes SQLite's one write lock, which covers every store."""
+        with self._write_lock:
+            conn = self._acquire()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield cast(Conn, conn)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            finally:
+                self._release(conn)
+
+
+def _sqlite_schema_version(conn: sqlite3.Connection) -> int:
+    """0 for a new file; the first release wrote '1' without a migration history."""
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if has_meta is None:
+        return 0
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None else 0

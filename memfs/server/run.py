@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import sys
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import trio
@@ -18,18 +16,17 @@ from hypercorn.trio import serve
 
 from memfs.config import ExitCode
 from memfs.server.app import RequestHook, create_app
-from memfs.server.db import Database, DatabaseUnavailable
+from memfs.server.backends import (
+    UnknownBackend,
+    describe_spec,
+    open_storage,
+)
+from memfs.server.db import DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 log = logging.getLogger("memfs.server")
-
-
-def default_db_path() -> Path:
-    """`$XDG_DATA_HOME/memfs/store.db`, else `~/.local/share/memfs/store.db`."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "memfs" / "store.db"
 
 
 def _refuse(message: str) -> int:
@@ -82,8 +79,13 @@ def run_server(
     max_memories: int = 10_000,
     hooks: Sequence[RequestHook] = (),
     faults: str | None = None,
+    pool_size: int = 8,
+    shutdown_timeout: float = 10.0,
 ) -> int:
-    """Serve the Memory Stores API on SQLite; 0 on a signal, 2 when it cannot start.
+    """Serve the Memory Stores API; 0 on a signal, 2 when it cannot start.
+
+    On a signal it stops accepting, lets requests in flight finish (up to
+    `shutdown_timeout` seconds), then closes the database.
 
     `hooks` is the fault-injection seam (see memfs.server.app); none by default.
     """
@@ -97,11 +99,17 @@ def run_server(
         return _refuse("--max-memories must be at least 1")
     if not 0 <= port <= 65535:
         return _refuse(f"--port {port} is not a TCP port")
-    db_path = Path(db).expanduser() if db else default_db_path()
+    if not 1 <= pool_size <= 1000:
+        return _refuse("--pool-size must be between 1 and 1000")
+    if shutdown_timeout < 0:
+        return _refuse("--shutdown-timeout must not be negative")
+    where = describe_spec(db)
     try:
-        database = Database.open(db_path, max_memories=max_memories)
+        database = open_storage(db, max_memories=max_memories, pool_size=pool_size)
+    except UnknownBackend as exc:
+        return _refuse(str(exc))
     except DatabaseUnavailable as exc:
-        return _refuse(f"cannot use the database {db_path}: {exc}")
+        return _refuse(f"cannot use the database {where}: {exc}")
     try:
         try:
             sock = bind_socket(host, port)
@@ -115,13 +123,14 @@ def run_server(
         config.bind = [f"fd://{sock.detach()}"]
         config.accesslog = None
         config.errorlog = logging.getLogger("hypercorn.error")
-        config.graceful_timeout = 2.0
+        config.graceful_timeout = shutdown_timeout
         config.keep_alive_timeout = 75.0
-        app = create_app(database, api_key=api_key, hooks=hooks)
+        app = create_app(database, api_key=api_key, hooks=hooks, threads=pool_size)
         if fault_spec is not None:
             log.warning("fault injection is on faults=%s", faults)
             app = FaultInjector(app, fault_spec)
-        log.info("serving db=%s url=%s", db_path, url)
+        log.info("serving backend=%s db=%s url=%s pool_size=%d", database.backend, where, url,
+                 pool_size)
         # Ignored outside the serving loop: trio's receiver re-raises a signal still
         # pending when it closes, and a second Ctrl-C must not turn into a traceback.
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}

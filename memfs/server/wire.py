@@ -10,7 +10,7 @@ import secrets
 import string
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memfs.server import errors
@@ -72,6 +72,12 @@ def now() -> str:
         us = max(time.time_ns() // 1000, _last_us + 1)
         _last_us = us
     return datetime.fromtimestamp(us / 1_000_000, UTC).strftime(_TS_FORMAT)
+
+
+def after(ts: str) -> str:
+    """The stored timestamp one microsecond after `ts`."""
+    parsed = datetime.strptime(ts, _TS_FORMAT).replace(tzinfo=UTC)
+    return (parsed + timedelta(microseconds=1)).strftime(_TS_FORMAT)
 
 
 def parse_timestamp(value: str, name: str) -> str:

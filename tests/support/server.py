@@ -24,15 +24,20 @@ class ServerProcess:
 
     def __init__(
         self,
-        db_path: Path,
+        db_path: Path | str,
         *,
         api_key: str | None = None,
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
     ) -> None:
-        self.db_path = Path(db_path)
+        # `db` is what --db gets: a SQLite path, or a postgresql:// URL (then pass log_path).
+        self.db = str(db_path)
+        self.is_url = "://" in self.db
+        self.db_path = Path(db_path) if not self.is_url else Path(str(log_path))
         self.api_key = api_key
         self.extra_args = list(extra_args)
+        if log_path is None and self.is_url:
+            raise ValueError("a server on a database URL needs a log_path")
         self.log_path = log_path or self.db_path.with_name(self.db_path.name + ".log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
@@ -40,7 +45,7 @@ class ServerProcess:
 
     def command(self, port: int) -> list[str]:
         cmd = [sys.executable, "-m", "memfs.cli", "--log-level", "debug", "serve",
-               "--port", str(port), "--db", str(self.db_path)]
+               "--port", str(port), "--db", self.db]
         if self.api_key is not None:
             cmd += ["--api-key", self.api_key]
         return cmd + self.extra_args
@@ -136,7 +141,12 @@ class ServerProcess:
 
 
 def start_server(
-    db_path: Path, *, api_key: str | None = None, extra_args: Sequence[str] = ()
+    db_path: Path | str,
+    *,
+    api_key: str | None = None,
+    extra_args: Sequence[str] = (),
+    log_path: Path | None = None,
 ) -> ServerProcess:
     """Start `memfs serve --port 0 --db db_path` and wait until it listens."""
-    return ServerProcess(db_path, api_key=api_key, extra_args=extra_args).start()
+    return ServerProcess(db_path, api_key=api_key, extra_args=extra_args,
+                         log_path=log_path).start()

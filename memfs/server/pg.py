@@ -1,0 +1,177 @@
+"""PostgreSQL backend: many stateless `memfs serve` instances on one database.
+
+The rules live in `Storage`; this supplies what makes them hold across processes:
+- every write transaction first takes `SELECT … FOR UPDATE` on its store's row, so the
+  checks that follow (precondition, path overlap, the cap) see every commit before it and
+  no other instance can commit to that store until this one ends;
+- the per-store version clock (`stores.last_version_at`) is read and advanced under that
+  lock, so version order is commit order (sequences alone are allocated before commit
+  and could let a later commit sort below a "newest" a reader already saw);
+- listings read in one REPEATABLE READ snapshot;
+- connection trouble is a 503 the client retries, never a crash.
+
+psycopg's async API is asyncio-only and the server runs on trio, so this is the sync pool,
+called from trio worker threads like the SQLite backend.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg.adapt import Loader
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from memfs.paths import MAX_MEMORIES_PER_STORE
+from memfs.server import errors, migrations
+from memfs.server.db import Conn, Cursor, DatabaseUnavailable, Storage
+
+_MIGRATION_LOCK = 0x6D656D6673  # "memfs": one instance migrates, the others wait
+_PLACEHOLDER = re.compile(r"\?")
+
+
+class _TextFromBytea(Loader):
+    """Content is stored as UTF-8 BYTEA (text cannot hold NUL) and read back as str.
+
+    PostgreSQL sends BYTEA in text results as `\\x` + hex (bytea_output=hex, the default,
+    pinned per connection in `_configure`)."""
+
+    def load(self, data: Any) -> Any:
+        raw = bytes(data)
+        return bytes.fromhex(raw[2:].decode("ascii")).decode("utf-8")
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET bytea_output = hex")
+    conn.adapters.register_loader("bytea", _TextFromBytea)
+
+
+class _PgConn:
+    """`?` placeholders in, psycopg cursors out: the `Conn` the rules are written for."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
+        query = _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
+        return cast(Cursor, self.conn.execute(query, tuple(args), prepare=True))
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs and messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    userinfo = netloc[0].split(":", 1)[0] + ":***"
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{netloc[1]}"))
+
+
+def _unavailable(exc: Exception) -> errors.ApiError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return errors.ApiError(503, "api_error", f"the database is unavailable: {first}")
+
+
+class PostgresDatabase(Storage):
+    backend = "postgresql"
+    inline_reads = False
+
+    def __init__(
+        self, url: str, *, max_memories: int = MAX_MEMORIES_PER_STORE, pool_size: int = 8
+    ) -> None:
+        super().__init__(max_memories=max_memories)
+        self.url = url
+        self.pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True},
+            configure=_configure,
+            check=ConnectionPool.check_connection,
+            timeout=10.0,
+            open=False,
+            name="memfs",
+        )
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        max_memories: int = MAX_MEMORIES_PER_STORE,
+        pool_size: int = 8,
+        migrate: bool = True,
+    ) -> PostgresDatabase:
+        """Connect, migrate (one instance at a time), or raise DatabaseUnavailable."""
+        db = cls(url, max_memories=max_memories, pool_size=pool_size)
+        try:
+            conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(_unavailable(exc).message) from exc
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                current = _pg_schema_version(conn)
+                if migrate:
+                    migrations.apply(conn.execute, current, migrations.POSTGRES_STEPS)
+                    conn.execute(
+                        "INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (str(migrations.LATEST),),
+                    )
+                else:
+                    migrations.pending(current, migrations.POSTGRES_STEPS)
+        except migrations.SchemaTooNew as exc:
+            raise DatabaseUnavailable(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(_unavailable(exc).message) from exc
+        finally:
+            conn.close()
+        try:
+            db.pool.open(wait=True, timeout=10.0)
+        except PoolTimeout as exc:
+            db.pool.close()
+            raise DatabaseUnavailable("cannot open the connection pool") from exc
+        return db
+
+    def describe(self) -> str:
+        return redact_url(self.url)
+
+    def _blob(self, content: str) -> Any:
+        return content.encode("utf-8")
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            raise _unavailable(exc) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Conn]:
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield _PgConn(conn)
+
+    @contextmanager
+    def _write(self, store_id: str | None = None) -> Iterator[Conn]:
+        with self._connection() as conn, conn.transaction():
+            if store_id is not None:
+                conn.execute("SELECT 1 FROM stores WHERE id = %s FOR UPDATE", (store_id,))
+            yield _PgConn(conn)
+
+
+def _pg_schema_version(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
+        return 0
+    found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(found[0]) if found is not None else 0
