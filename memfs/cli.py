@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="database connections and worker threads (default 8)")
     serve.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                        help="on SIGTERM, how long requests in flight may finish (default 10)")
+    from memfs.server.admin import add_arguments as add_serve_actions
+
+    add_serve_actions(serve)
 
     store = command("store", help="manage memory stores")
     _add_api_options(store)
@@ -147,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memfs import logs
 
     logs.configure(args.log_level, args.log_file)
+    if args.command == "serve" and args.serve_command is not None:
+        from memfs.server import admin
+
+        return admin.run(args)
     if args.command == "serve":
         from memfs.server import run_server
 

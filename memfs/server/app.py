@@ -37,7 +37,7 @@ from memfs.paths import (
     PathRejected,
     check_memory_path,
 )
-from memfs.server import errors
+from memfs.server import errors, tokens
 from memfs.server.db import DatabaseUnavailable, Storage
 from memfs.server.errors import ApiError
 from memfs.server.wire import Actor, api_key_id, new_id, parse_timestamp
@@ -53,6 +53,7 @@ MAX_BODY_BYTES = 1_048_576
 SESSION_HEADER = "x-memfs-session-id"
 _REQUEST_ID = "memfs.request_id"
 _ACTOR = "memfs.actor"
+_GRANT = "memfs.grant"
 _BETAS = (BETA_MEMORY, BETA_MANAGED_AGENTS)
 _T = TypeVar("_T")
 
@@ -64,11 +65,20 @@ class Gate:
     """Before routing: request id, timing log, auth and beta checks, request hooks."""
 
     def __init__(
-        self, app: ASGIApp, *, api_key: str | None, hooks: Sequence[RequestHook] = ()
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str | None,
+        hooks: Sequence[RequestHook] = (),
+        db: Storage | None = None,
+        limiter: trio.CapacityLimiter | None = None,
     ) -> None:
         self.app = app
         self.api_key = api_key
         self.hooks = tuple(hooks)
+        self.db = db
+        self.limiter = limiter
+        self.tokens = tokens.TokenCheck()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -90,7 +100,11 @@ class Gate:
         try:
             try:
                 headers = Headers(scope=scope)
-                scope[_ACTOR] = self._authenticate(headers)
+                grant = await self._token_grant(headers)
+                scope[_ACTOR] = self._authenticate(headers, token=grant is not None)
+                if grant is not None:
+                    scope[_GRANT] = grant
+                    tokens.authorize(grant, scope["method"], scope["path"])
                 _check_beta(headers)
                 for hook in self.hooks:
                     await hook(scope)
@@ -114,13 +128,27 @@ class Gate:
                     (time.perf_counter() - started) * 1000,
                 )
 
-    def _authenticate(self, headers: Headers) -> Actor:
+    async def _token_grant(self, headers: Headers) -> tokens.Grant | None:
+        """A scoped token's grant (None when the credential is not a token), or 401."""
+        presented, bearer = _credentials(headers)
+        token = next((c for c in (bearer, presented) if c and tokens.is_token(c)), None)
+        if token is None:
+            return None
+        token_id = self.tokens.token_id(token)
+        hit, record = self.tokens.cached(token_id)
+        if not hit:
+            if self.db is None:
+                raise errors.unauthorized("this server does not issue tokens")
+            record = await trio.to_thread.run_sync(
+                self.db.token_record, token_id, limiter=self.limiter
+            )
+            self.tokens.remember(token_id, record)
+        return self.tokens.grant(token, token_id, record)
+
+    def _authenticate(self, headers: Headers, *, token: bool = False) -> Actor:
         """Check the key if one is configured; name the writer for version records."""
-        presented = headers.get("x-api-key")
-        auth = headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
-        if self.api_key is not None:
+        presented, bearer = _credentials(headers)
+        if self.api_key is not None and not token:
             expected = self.api_key.encode("utf-8")
             ok = any(
                 cred is not None and hmac.compare_digest(cred.encode("utf-8"), expected)
@@ -139,6 +167,14 @@ class Gate:
             return ("session_actor", session)
         credential = presented if presented is not None else (bearer or "")
         return ("api_actor", api_key_id(credential))
+
+
+def _credentials(headers: Headers) -> tuple[str | None, str | None]:
+    """(x-api-key, bearer token) as presented."""
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return headers.get("x-api-key"), bearer
 
 
 def _check_beta(headers: Headers) -> None:
@@ -400,8 +436,11 @@ class Handlers:
 
     async def list_stores(self, request: Request) -> Response:
         gte, lte = _created_range(request)
+        grant = request.scope.get(_GRANT)
+        only = None if grant is None else sorted(grant.scopes)
         items, next_page = await self._read(
             self.db.list_stores,
+            only=only,
             limit=_limit(request, False),
             page=_page(request),
             include_archived=_bool(request, "include_archived"),
@@ -601,4 +640,5 @@ def create_app(
         },
     )
     inner.router.redirect_slashes = False
-    return Health(Gate(inner, api_key=api_key, hooks=hooks), db, h.limiter)
+    gate = Gate(inner, api_key=api_key, hooks=hooks, db=db, limiter=h.limiter)
+    return Health(gate, db, h.limiter)

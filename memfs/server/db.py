@@ -37,7 +37,7 @@ from memfs.paths import (
     check_memory_path,
     sha256_hex,
 )
-from memfs.server import errors, migrations
+from memfs.server import errors, migrations, tokens
 from memfs.server.wire import (
     Actor,
     actor_json,
@@ -214,9 +214,16 @@ class Storage:
         include_archived: bool,
         created_gte: str | None,
         created_lte: str | None,
+        only: Sequence[str] | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
+        """`only`: the stores a token may see (None: every store)."""
         where = ["1 = 1"]
         args: list[Any] = []
+        if only is not None:
+            if not only:
+                return [], None
+            where.append(f"id IN ({','.join('?' * len(only))})")
+            args.extend(only)
         if not include_archived:
             where.append("archived_at IS NULL")
         if created_gte is not None:
@@ -289,6 +296,55 @@ class Storage:
             conn.execute("DELETE FROM memories WHERE store_id = ?", (store_id,))
             conn.execute("DELETE FROM stores WHERE id = ?", (store_id,))
         return {"id": store_id, "type": "memory_store_deleted"}
+
+    # ----------------------------------------------------------------- tokens
+
+    def create_token(self, scopes: dict[str, str], ttl_seconds: int) -> dict[str, Any]:
+        """Issue a token for existing stores; the only time the token itself is seen."""
+        token_id, token = tokens.new_token()
+        created = now()
+        expires = tokens.expiry(ttl_seconds)
+        with self._write() as conn:
+            for store_id in scopes:
+                self._store_row(conn, store_id)
+            conn.execute(
+                "INSERT INTO tokens (id, hash, scopes, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (token_id, tokens.token_hash(token), json.dumps(scopes, sort_keys=True),
+                 created, expires),
+            )
+        return {"id": token_id, "token": token, "scopes": scopes, "created_at": created,
+                "expires_at": expires}
+
+    def token_record(self, token_id: str) -> dict[str, Any] | None:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT hash, scopes, expires_at, revoked_at FROM tokens WHERE id = ?",
+                (token_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return {"hash": row[0], "scopes": row[1], "expires_at": row[2], "revoked_at": row[3]}
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT id, scopes, created_at, expires_at, revoked_at FROM tokens "
+                "ORDER BY created_at, id"
+            ).fetchall()
+        return [{"id": r[0], "scopes": json.loads(r[1]), "created_at": r[2],
+                 "expires_at": r[3], "revoked_at": r[4]} for r in rows]
+
+    def revoke_token(self, token_id: str) -> bool:
+        """False when there is no such token; revoking twice keeps the first time."""
+        with self._write() as conn:
+            row = conn.execute("SELECT revoked_at FROM tokens WHERE id = ?",
+                               (token_id,)).fetchone()
+            if row is None:
+                return False
+            if row[0] is None:
+                conn.execute("UPDATE tokens SET revoked_at = ? WHERE id = ?", (now(), token_id))
+        return True
 
     # --------------------------------------------------------------- memories
 

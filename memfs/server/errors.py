@@ -63,3 +63,7 @@ def too_large(message: str) -> ApiError:
 
 def internal(message: str = "internal server error") -> ApiError:
     return ApiError(500, "api_error", message)
+
+
+def forbidden(message: str) -> ApiError:
+    return ApiError(403, "permission_error", message)
