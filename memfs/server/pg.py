@@ -92,7 +92,7 @@ class PostgresDatabase(Storage):
             kwargs={"autocommit": True},
             configure=_configure,
             check=ConnectionPool.check_connection,
-            timeout=10.0,
+            timeout=5.0,
             open=False,
             name="memfs",
         )
@@ -146,6 +146,14 @@ class PostgresDatabase(Storage):
 
     def close(self) -> None:
         self.pool.close()
+
+    def ping(self) -> None:
+        """A pooled connection within 3 s that answers `SELECT 1`, for /readyz."""
+        try:
+            with self.pool.connection(timeout=3.0) as conn:
+                conn.execute("SELECT 1").fetchone()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise DatabaseUnavailable(_unavailable(exc).message) from exc
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
