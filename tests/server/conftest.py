@@ -9,17 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.postgres import PostgresCluster
-from tests.support.server import ServerProcess, start_server
-
-BACKENDS = ("sqlite", "postgresql")
+from tests.support.postgres import BACKENDS, start_on
+from tests.support.server import ServerProcess
 
 
 def _start(request: pytest.FixtureRequest, tmp: Path) -> ServerProcess:
-    if request.param == "postgresql":
-        cluster: PostgresCluster = request.getfixturevalue("postgres")
-        return start_server(cluster.database(), log_path=tmp / "server.log")
-    return start_server(tmp / "store.db")
+    return start_on(request.param, request, tmp)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -12,7 +12,7 @@ import pytest
 
 from memfs.paths import sha256_hex
 from tests.support.api import Api, assert_error
-from tests.support.server import start_server
+from tests.support.postgres import BACKENDS, start_on
 
 MEM_ID = re.compile(r"^mem_[0-9A-Za-z]{24}$")
 VER_ID = re.compile(r"^memver_[0-9A-Za-z]{24}$")
@@ -144,9 +144,9 @@ def test_create_in_unknown_store_is_404(shared_api: Api) -> None:
                                     json={"path": "/a", "content": ""}), 404, "not_found_error")
 
 
-@pytest.fixture
-def capped(tmp_path: Path) -> Iterator[Api]:
-    proc = start_server(tmp_path / "capped.db", extra_args=["--max-memories", "3"])
+@pytest.fixture(params=BACKENDS)
+def capped(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
+    proc = start_on(request.param, request, tmp_path, extra_args=["--max-memories", "3"])
     with Api(proc.url) as api:
         yield api
     proc.stop()

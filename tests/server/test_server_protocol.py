@@ -11,6 +11,7 @@ import pytest
 
 from memfs.paths import BETA_MANAGED_AGENTS, BETA_MEMORY
 from tests.support.api import REQ_ID, Api, assert_error
+from tests.support.postgres import BACKENDS, start_on
 from tests.support.server import ServerProcess, start_server
 
 
@@ -67,10 +68,11 @@ def test_no_key_configured_means_no_auth(shared_server: ServerProcess) -> None:
     assert resp.status_code == 200
 
 
-@pytest.fixture(scope="module")
-def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    proc = start_server(tmp_path_factory.mktemp("keyed") / "store.db",
-                        api_key="sk-test-SECRET-value")
+@pytest.fixture(scope="module", params=BACKENDS)
+def keyed_server(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Any:
+    proc = start_on(request.param, request, tmp_path_factory.mktemp("keyed"),
+                    api_key="sk-test-SECRET-value")
     yield proc
     proc.stop()
 

@@ -11,14 +11,16 @@ import pytest
 from anthropic.types.beta.memory_stores import BetaManagedAgentsMemory
 
 from memfs.paths import sha256_hex
-from tests.support.server import ServerProcess, start_server
+from tests.support.postgres import BACKENDS, start_on
+from tests.support.server import ServerProcess
 
 KEY = "sk-ant-test-sdk-key"
 
 
-@pytest.fixture(scope="module")
-def sdk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = start_server(tmp_path_factory.mktemp("sdk") / "store.db", api_key=KEY)
+@pytest.fixture(scope="module", params=BACKENDS)
+def sdk_server(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = start_on(request.param, request, tmp_path_factory.mktemp("sdk"), api_key=KEY)
     yield proc
     proc.stop()
 

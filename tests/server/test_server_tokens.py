@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from memfs.paths import BETA_MEMORY
+from memfs.server import tokens
+from memfs.server.backends import open_storage
 from tests.support.api import Api, assert_error
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
@@ -29,12 +31,23 @@ def serve(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def issue(server: ServerProcess, *scopes: str, ttl: str = "1h") -> str:
-    args = [a for s in scopes for a in ("--store", s)]
-    result = serve("token", "create", "--db", server.db, *args, "--ttl", ttl)
-    assert result.returncode == 0, result.stderr
-    token = result.stdout.strip()
+    """What `memfs serve token create` does, in-process (the CLI is tested below)."""
+    db = open_storage(server.db, pool_size=1)
+    try:
+        grants = dict(tokens.parse_scope(s) for s in scopes)
+        token: str = db.create_token(grants, tokens.parse_duration(ttl))["token"]
+    finally:
+        db.close()
     assert token.startswith("memfs_tok_")
     return token
+
+
+def issue_cli(db: str, *scopes: str) -> str:
+    args = [a for s in scopes for a in ("--store", s)]
+    result = serve("token", "create", "--db", db, *args, "--ttl", "1h")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("memfs serve: token tok_")
+    return result.stdout.strip()
 
 
 def bearer(server: ServerProcess, token: str) -> httpx.Client:
@@ -136,7 +149,7 @@ def test_expired_malformed_unknown_and_revoked_tokens_are_401(
         server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]) -> None:
     mine, _ = two
     expired = issue(server, mine.store, ttl="1s")
-    revoked = issue(server, mine.store)
+    revoked = issue_cli(server.db, mine.store)
     listed = json.loads(serve("token", "list", "--db", server.db, "--json").stdout)
     revoked_id = next(t["id"] for t in listed if t["id"][4:] == revoked[10:34])
     assert serve("token", "revoke", "--db", server.db, revoked_id).returncode == 0
@@ -153,8 +166,10 @@ def test_expired_malformed_unknown_and_revoked_tokens_are_401(
         assert client.get(url).status_code == 200
 
 
-def test_token_create_refusals(server: ServerProcess, api: Api) -> None:
-    sid = api.create_store("x")["id"]
+def test_token_create_refusals(tmp_path: Path) -> None:
+    db = open_storage(str(tmp_path / "t.db"))
+    sid = db.create_store("x", "", {})["id"]
+    db.close()
     for args, code, text in (
         (["--store", "memstore_nope"], 1, "not found"),
         (["--store", "bad"], 2, "is not STORE_ID"),
@@ -162,7 +177,7 @@ def test_token_create_refusals(server: ServerProcess, api: Api) -> None:
         (["--store", sid, "--ttl", "0h"], 2, "is not a duration"),
         (["--store", sid, "--ttl", "8 hours"], 2, "is not a duration"),
     ):
-        result = serve("token", "create", "--db", server.db, *args)
+        result = serve("token", "create", "--db", str(tmp_path / "t.db"), *args)
         assert result.returncode == code, (args, result.stderr)
         assert result.stderr.count("\n") == 1 and text in result.stderr, result.stderr
         assert result.stdout == ""
@@ -175,7 +190,7 @@ def test_tokens_with_an_admin_key_sdk_and_client(tmp_path: Path) -> None:
     try:
         with Api(server.url, ADMIN) as admin:
             mine, theirs = make_store(admin, "mine"), make_store(admin, "theirs")
-            token = issue(server, f"{mine.store}:ro")
+            token = issue_cli(server.db, f"{mine.store}:ro")
             with anthropic.Anthropic(auth_token=token, base_url=server.url,
                                      max_retries=0) as sdk:
                 memories = sdk.beta.memory_stores.memories

@@ -17,9 +17,12 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+
+from tests.support.server import ServerProcess, start_server
 
 SUPERUSER = "memfs"
 
@@ -117,3 +120,17 @@ def postgres() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.destroy()
+
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def start_on(
+    backend: str, request: pytest.FixtureRequest, tmp: Path, **kw: Any
+) -> ServerProcess:
+    """`memfs serve` on a fresh database of `backend` (PostgreSQL: a new database on the
+    session cluster); `kw` as for start_server."""
+    if backend == "postgresql":
+        cluster: PostgresCluster = request.getfixturevalue("postgres")
+        return start_server(cluster.database(), log_path=tmp / "server.log", **kw)
+    return start_server(tmp / "store.db", **kw)
