@@ -96,6 +96,9 @@ def test_db_urls_of_other_schemes_are_refused(tmp_path: Path) -> None:
         assert result.stderr.count("\n") == 1
         assert "is not a database memfs speaks" in result.stderr
     assert list(tmp_path.iterdir()) == []  # no file named after a URL
+    for option in (["--pool-size", "0"], ["--shutdown-timeout", "-1"]):
+        result = serve("--port", "0", "--db", str(tmp_path / "x.db"), *option)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
 
 
 def test_unreachable_postgres_is_refused_at_start(tmp_path: Path) -> None:
