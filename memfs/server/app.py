@@ -109,6 +109,7 @@ class Gate:
                 for hook in self.hooks:
                     await hook(scope)
             except ApiError as exc:
+                await _drain(receive)
                 await _error_response(exc, request_id)(scope, receive, send_with_id)
                 return
             try:
@@ -167,6 +168,19 @@ class Gate:
             return ("session_actor", session)
         credential = presented if presented is not None else (bearer or "")
         return ("api_actor", api_key_id(credential))
+
+
+async def _drain(receive: Receive) -> None:
+    """Read a refused request's body (bounded) before answering, so the connection stays
+    usable: a client that reuses it must not find it closed under its next request."""
+    size = 0
+    while size <= MAX_BODY_BYTES:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _credentials(headers: Headers) -> tuple[str | None, str | None]:
