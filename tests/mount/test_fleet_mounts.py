@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from memfs.server import tokens
+from memfs.server.backends import open_storage
 from tests.support.api import Api
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.postgres import PostgresCluster
@@ -106,4 +108,47 @@ def test_kill_9_of_an_instance_and_a_database_restart_lose_nothing(
     finally:
         for m in mounts:
             m.cleanup()
+        api.close()
+
+
+def test_a_mount_on_a_scoped_token(tmp_path: Path, instances: list[ServerProcess]) -> None:
+    """The daemon uses a scoped token as its bearer token: it reads and writes its store,
+    a read-only token serves a --read-only mount, and another store stays out of reach."""
+    require_fuse()
+    api = Api(instances[0].url)
+    mine = str(api.create_store("mine")["id"])
+    theirs = str(api.create_store("theirs")["id"])
+    api.create_memory(mine, "/seed.md", "seed")
+    api.create_memory(theirs, "/secret.md", "secret")
+    db = open_storage(instances[0].db, pool_size=1)
+    try:
+        rw = db.create_token({mine: tokens.READ_WRITE}, 3600)["token"]
+        ro = db.create_token({mine: tokens.READ_ONLY, theirs: tokens.READ_ONLY}, 3600)["token"]
+    finally:
+        db.close()
+    writer = MountProcess(["mount", mine, str(tmp_path / "w"), "--cache-dir",
+                           str(tmp_path / "w-cache")], tmp_path / "w", url=instances[1].url,
+                          log_path=tmp_path / "w.log", env={"ANTHROPIC_AUTH_TOKEN": rw})
+    reader = MountProcess(["mount", mine, str(tmp_path / "r"), "--read-only", "--cache-dir",
+                           str(tmp_path / "r-cache")], tmp_path / "r", url=instances[2].url,
+                          log_path=tmp_path / "r.log", env={"ANTHROPIC_AUTH_TOKEN": ro})
+    try:
+        writer.start()
+        assert (writer.mountpoint / "seed.md").read_text() == "seed"
+        (writer.mountpoint / "new.md").write_text("from a token")
+        writer.sync()
+        assert store_tree(api, mine) == {"/seed.md": "seed", "/new.md": "from a token"}
+        reader.start()
+        assert local_tree(reader.mountpoint) == store_tree(api, mine)
+        refused = MountProcess(["mount", theirs, str(tmp_path / "x"), "--cache-dir",
+                                str(tmp_path / "x-cache")], tmp_path / "x",
+                               url=instances[0].url, log_path=tmp_path / "x.log",
+                               env={"ANTHROPIC_AUTH_TOKEN": rw})
+        with pytest.raises(RuntimeError, match="exited"):
+            refused.start()
+        refused.cleanup()
+        assert writer.stop() == 0 and reader.stop() == 0
+    finally:
+        writer.cleanup()
+        reader.cleanup()
         api.close()
