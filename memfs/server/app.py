@@ -303,6 +303,8 @@ def _description(value: Any) -> str:
     description = _text(value, "description")
     if len(description) > 1024:
         raise errors.invalid("description must be at most 1024 characters")
+    if "\x00" in description:  # PostgreSQL text cannot hold NUL: refused on every backend
+        raise errors.invalid("description must not contain NUL characters")
     return description
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from memfs.server.db import Database
 from tests.support.api import Api
+from tests.support.postgres import BACKENDS, start_on
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
 
@@ -27,9 +28,11 @@ def run_refused(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=REPO_ROOT)
 
 
-def test_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_acknowledged_writes_survive_kill_9(
+        backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """Writers run flat out; SIGKILL lands mid-stream; every answered write is there."""
-    proc = start_server(tmp_path / "store.db")
+    proc = start_on(backend, request, tmp_path)
     api = Api(proc.url, timeout=5)
     sid = api.create_store("durable")["id"]
     acked: dict[str, tuple[str, str]] = {}  # memory id -> (path, content) last acknowledged

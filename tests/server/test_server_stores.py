@@ -50,6 +50,7 @@ def test_names_need_not_be_unique(shared_api: Api) -> None:
     {"name": "nul\x00"},
     {"name": 5},
     {"name": "ok", "description": "d" * 1025},
+    {"name": "ok", "description": "nul\x00"},
     {"name": "ok", "description": 3},
     {"name": "ok", "metadata": {f"k{i}": "v" for i in range(17)}},
     {"name": "ok", "metadata": {"k" * 65: "v"}},
