@@ -29,8 +29,10 @@ class ServerProcess:
         api_key: str | None = None,
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
+        log_level: str = "debug",
     ) -> None:
         self.db_path = Path(db_path)
+        self.log_level = log_level
         self.api_key = api_key
         self.extra_args = list(extra_args)
         self.log_path = log_path or self.db_path.with_name(self.db_path.name + ".log")
@@ -39,7 +41,7 @@ class ServerProcess:
         self.port = 0
 
     def command(self, port: int) -> list[str]:
-        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", "debug", "serve",
+        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", self.log_level, "serve",
                "--port", str(port), "--db", str(self.db_path)]
         if self.api_key is not None:
             cmd += ["--api-key", self.api_key]
