@@ -1,0 +1,121 @@
+"""Extra benchmark sections: standalone modules that plug into `scripts/bench`.
+
+A section is a module `scripts/benchmarks/<name>.py` with two top-level names:
+
+    TITLE = "Session start through the SDK worker path"   # its heading in the report
+
+    def run(quick: bool) -> Section | list[str]:
+        ...
+
+`run` measures, then returns a `Section` (markdown lines for the report, raw numbers for
+`bench-out/results.json`, optional rows for the Targets table) or just the markdown
+lines. `quick` asks for the `--quick` sizes (the whole `--quick` run stays < 2 minutes).
+`run` starts what it needs itself and stops it before it returns: `workdir(name)` gives a
+fresh folder under bench-out/work/, `engines.start_server(db, log)` a `memfs serve`,
+`engines.MemfsMount` a mount (both the test suite's helpers, at info log level);
+`common.summary` makes the `median (min–max)` cells `report.fmt` prints. Bound every
+wait; raise if a measurement fails (the harness reports the error and goes on).
+
+Sections are found by file name, nothing to register: `scripts/bench --section NAME`
+(or `--only NAME`) runs one, `scripts/bench --list` names them all, and a run with no
+selection (`scripts/bench`, `scripts/bench --quick`) runs every section after the
+built-in cases, in name order. The report numbers them after the built-in six.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .common import WORK, log
+
+# The harness's own modules; every other module of the package is a section.
+CORE = frozenset({"__init__", "__main__", "cases", "common", "engines", "proxy",
+                  "refworker", "report", "sections", "workloads"})
+
+
+@dataclass
+class Section:
+    """What a section's `run` gives back."""
+
+    lines: list[str]  # markdown under the section's heading: prose, tables
+    data: dict[str, Any] = field(default_factory=dict)  # raw numbers for results.json
+    targets: list[dict[str, str]] = field(default_factory=list)  # made by `target()`
+
+
+def target(name: str, measured: str, ok: bool | None) -> dict[str, str]:
+    """One row of the report's Targets table (ok None: not judged)."""
+    return {"target": name, "measured": measured,
+            "status": "n/a" if ok is None else ("met" if ok else "NOT met")}
+
+
+def workdir(name: str) -> Path:
+    """A fresh, empty folder for one section's files, under bench-out/work/."""
+    path = WORK / name
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def available() -> list[str]:
+    """Names of the section modules in this package, in name order."""
+    here = Path(__file__).resolve().parent
+    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name not in CORE)
+
+
+def load(name: str) -> ModuleType:
+    """Import one section; LookupError (one line) if `name` is not one."""
+    if name in CORE or name not in available():
+        raise LookupError(f"no benchmark section {name!r} (sections: "
+                          f"{', '.join(available()) or 'none'})")
+    try:
+        module = importlib.import_module(f"{__package__}.{name}")
+    except Exception as e:
+        raise LookupError(f"scripts/benchmarks/{name}.py does not import: {e!r}") from e
+    if not callable(getattr(module, "run", None)) or not isinstance(
+            getattr(module, "TITLE", None), str):
+        raise LookupError(f"scripts/benchmarks/{name}.py is not a section: it needs a "
+                          "TITLE string and a run(quick) function")
+    return module
+
+
+def runnable(names: list[str], *, strict: bool) -> list[str]:
+    """The sections among `names` that load. strict: the first that does not is an
+    error; otherwise it is logged and left out (a helper module is not a section)."""
+    out = []
+    for name in names:
+        try:
+            load(name)
+        except LookupError as e:
+            if strict:
+                raise
+            log(f"skipping {name}: {e}")
+        else:
+            out.append(name)
+    return out
+
+
+def run(name: str, quick: bool) -> dict[str, Any]:
+    """Run one section; its entry of results["sections"] (an `error` if it failed)."""
+    module = load(name)
+    log(f"section {name}: {module.TITLE}")
+    t0 = time.perf_counter()
+    entry: dict[str, Any] = {"title": module.TITLE}
+    try:
+        got = module.run(quick)
+    except Exception as e:
+        log(f"section {name} failed: {e!r}\n{traceback.format_exc()}")
+        entry.update(error=repr(e), lines=[], data={}, targets=[])
+    else:
+        section = got if isinstance(got, Section) else Section(lines=list(got))
+        entry.update(lines=section.lines, data=section.data, targets=section.targets)
+    entry["seconds"] = round(time.perf_counter() - t0, 1)
+    return entry
