@@ -17,7 +17,7 @@ import pytest
 
 from memfs.server.db import Database
 from tests.support.api import Api
-from tests.support.files import MARKER
+from tests.support.files import MARKER, store_contents
 from tests.support.mount import MountProcess, is_mounted, mount_store, require_fuse, xattrs
 from tests.support.server import ServerProcess, start_server
 
@@ -33,11 +33,6 @@ def tree_of(root: Path) -> dict[str, Any]:
             p = Path(dirpath) / f
             out[str(p.relative_to(root))] = (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
     return out
-
-
-def store_contents(api: Api, store_id: str) -> dict[str, str]:
-    return {m["path"]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
 
 
 def test_kill_9_recovery(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,

@@ -33,8 +33,8 @@ import pytest
 from memfs.paths import marker_content
 from memfs.server.db import Database
 from tests.support.api import Api
-from tests.support.files import MARKER
-from tests.support.mount import MountProcess, is_mounted, require_fuse
+from tests.support.files import MARKER, store_contents
+from tests.support.mount import MountProcess, is_mounted, refused, require_fuse
 from tests.support.server import ServerProcess, start_server
 
 pytestmark = pytest.mark.fuse
@@ -93,30 +93,13 @@ def ms(store_id: str, access: str = "read_write", **extra: Any) -> dict[str, Any
     return {"type": "memory_store", "memory_store_id": store_id, "access": access, **extra}
 
 
-def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:
-    with pytest.raises(OSError) as info:
-        fn(*args)
-    assert info.value.errno == code, (
-        f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got "
-        f"{errno.errorcode.get(info.value.errno or 0)}")
-
-
-def store_contents(api: Api, store_id: str) -> dict[str, str]:
-    return {m["path"]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
-
-
 def start_session(tmp_path: Path, url: str, runtime: Path, spec: Path, root: Path,
                   *extra: str, name: str = "session") -> MountProcess:
     args = ["session", str(spec), "--root", str(root),
             "--cache-dir", str(tmp_path / f"{name}-cache"), *extra]
     proc = MountProcess(args, root, url=url, log_path=tmp_path / f"{name}.log")
     proc.env.update(CREDENTIALS, XDG_RUNTIME_DIR=str(runtime))
-    try:
-        return proc.start()
-    except BaseException:
-        proc.cleanup()
-        raise
+    return proc.start()
 
 
 def assert_nothing_mounted(root: Path, before: list[str]) -> None:
