@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -184,6 +185,15 @@ def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:
     else:
         raise AssertionError(f"{fn.__name__}{args}: expected {errno.errorcode[code]}, "
                              "but it succeeded")
+
+
+def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str,
+             context: str = "") -> None:
+    """A refused command: exit `code` and one stderr line that matches `pattern` whole."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, (context, result.stderr)
+    assert len(lines) == 1, (context, result.stderr)
+    assert re.fullmatch(pattern, lines[0]), (context, lines[0])
 
 
 def xattrs(path: Path) -> dict[str, Any]:
