@@ -37,9 +37,11 @@ def cleanup_all() -> None:
             mount.cleanup()
 
 
-def start_server(db: Path, logfile: Path) -> ServerProcess:
-    """`memfs serve` (SQLite) on 127.0.0.1, a free port; its url is `.url`."""
-    return ServerProcess(db, log_path=logfile, log_level="info").start(timeout=30)
+def start_server(db: Path, logfile: Path, *extra_args: str) -> ServerProcess:
+    """`memfs serve` (SQLite) on 127.0.0.1, a free port; its url is `.url`; `extra_args`
+    go after `serve` (e.g. other options of a section's server)."""
+    return ServerProcess(db, log_path=logfile, log_level="info",
+                         extra_args=extra_args).start(timeout=30)
 
 
 class MemfsMount(MountProcess):

@@ -1,20 +1,39 @@
 """Extra benchmark sections: standalone modules that plug into `scripts/bench`.
 
-A section is a module `scripts/benchmarks/<name>.py` with two top-level names:
+A section is a module `scripts/benchmarks/<name>.py` with two top-level names, TITLE
+(its heading in the report) and `run(quick: bool) -> Section | list[str]`. For example:
 
-    TITLE = "Session start through the SDK worker path"   # its heading in the report
+    from .common import summary
+    from .engines import start_server
+    from .report import fmt
+    from .sections import Section, target, workdir
 
-    def run(quick: bool) -> Section | list[str]:
-        ...
+    TITLE = "Server start"
+
+    def run(quick: bool) -> Section:
+        d = workdir("server_start")
+        took = []
+        for _ in range(2 if quick else 5):
+            t0 = time.perf_counter()
+            start_server(d / "store.db", d / "server.log").stop()
+            took.append(time.perf_counter() - t0)
+        s = summary(took)
+        return Section(lines=["| start s |", "|---|", f"| {fmt(s)} |"],
+                       data={"start_s": s},
+                       targets=[target("server up < 5 s", f"{s['median']:.2f} s",
+                                       s["median"] < 5)])
 
 `run` measures, then returns a `Section` (markdown lines for the report, raw numbers for
 `bench-out/results.json`, optional rows for the Targets table) or just the markdown
 lines. `quick` asks for the `--quick` sizes (the whole `--quick` run stays < 2 minutes).
 `run` starts what it needs itself and stops it before it returns: `workdir(name)` gives a
-fresh folder under bench-out/work/, `engines.start_server(db, log)` a `memfs serve`,
-`engines.MemfsMount` a mount (both the test suite's helpers, at info log level);
-`common.summary` makes the `median (min–max)` cells `report.fmt` prints. Bound every
-wait; raise if a measurement fails (the harness reports the error and goes on).
+fresh folder under bench-out/work/, `engines.start_server(db, log, *args)` a `memfs
+serve`, `engines.MemfsMount` a mount, `tests.support.mount.MountProcess(...,
+log_level="info")` any other daemon (`memfs session`): the test suite's own helpers, at
+info log level (debug logging costs throughput). `engines.LIVE`/`cleanup_all` catch a
+mount left behind. `common.summary` makes the `median (min–max)` cells that `report.fmt`
+prints, `target()` a row of the Targets table. Bound every wait; raise if a measurement
+fails (the harness reports the error, goes on with the rest, and exits 1).
 
 Sections are found by file name, nothing to register: `scripts/bench --section NAME`
 (or `--only NAME`) runs one, `scripts/bench --list` names them all, and a run with no
