@@ -1,7 +1,15 @@
 """Extra benchmark sections: standalone modules that plug into `scripts/bench`.
 
-A section is a module `scripts/benchmarks/<name>.py` with two top-level names, TITLE
-(its heading in the report) and `run(quick: bool) -> Section | list[str]`. For example:
+A section is a module `scripts/benchmarks/<name>.py` with a top-level `run(quick: bool)`
+that returns one of
+  - a `Section`: markdown lines for the report, raw numbers for bench-out/results.json,
+    optional rows for the Targets table;
+  - a dict of raw numbers: the module's `table(results) -> str` renders the markdown
+    (a standalone module with its own `main` has both anyway);
+  - a list of markdown lines.
+Its heading is the module's TITLE, or else its docstring's first line up to a colon.
+`quick` asks for the `--quick` sizes (the whole `--quick` run stays < 2 minutes).
+For example:
 
     from .common import summary
     from .engines import start_server
@@ -23,9 +31,6 @@ A section is a module `scripts/benchmarks/<name>.py` with two top-level names, T
                        targets=[target("server up < 5 s", f"{s['median']:.2f} s",
                                        s["median"] < 5)])
 
-`run` measures, then returns a `Section` (markdown lines for the report, raw numbers for
-`bench-out/results.json`, optional rows for the Targets table) or just the markdown
-lines. `quick` asks for the `--quick` sizes (the whole `--quick` run stays < 2 minutes).
 `run` starts what it needs itself and stops it before it returns: `workdir(name)` gives a
 fresh folder under bench-out/work/, `engines.start_server(db, log, *args)` a `memfs
 serve`, `engines.MemfsMount` a mount, `tests.support.mount.MountProcess(...,
@@ -44,6 +49,7 @@ built-in cases, in name order. The report numbers them after the built-in six.
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import shutil
 import time
@@ -99,11 +105,32 @@ def load(name: str) -> ModuleType:
         module = importlib.import_module(f"{__package__}.{name}")
     except Exception as e:
         raise LookupError(f"scripts/benchmarks/{name}.py does not import: {e!r}") from e
-    if not callable(getattr(module, "run", None)) or not isinstance(
-            getattr(module, "TITLE", None), str):
-        raise LookupError(f"scripts/benchmarks/{name}.py is not a section: it needs a "
-                          "TITLE string and a run(quick) function")
+    if not callable(getattr(module, "run", None)):
+        raise LookupError(f"scripts/benchmarks/{name}.py is not a section: it has no "
+                          "run(quick) function")
     return module
+
+
+def title(module: ModuleType) -> str:
+    """TITLE, or the docstring's first line up to a colon ("Server load: ..." -> "Server load")."""
+    explicit = getattr(module, "TITLE", None)
+    if isinstance(explicit, str):
+        return explicit
+    doc = (module.__doc__ or "").strip()
+    first = doc.splitlines()[0] if doc else module.__name__.rsplit(".", 1)[-1]
+    return first.split(":", 1)[0].strip().rstrip(".")
+
+
+def as_section(module: ModuleType, got: Any) -> Section:
+    """Whatever `run` returned, as a Section."""
+    if isinstance(got, Section):
+        return got
+    if isinstance(got, dict):
+        render = getattr(module, "table", None)
+        text = render(got) if callable(render) else (
+            "```\n" + json.dumps(got, indent=2, default=str) + "\n```")
+        return Section(lines=str(text).splitlines(), data=got)
+    return Section(lines=[str(line) for line in got])
 
 
 def runnable(names: list[str], *, strict: bool) -> list[str]:
@@ -125,16 +152,15 @@ def runnable(names: list[str], *, strict: bool) -> list[str]:
 def run(name: str, quick: bool) -> dict[str, Any]:
     """Run one section; its entry of results["sections"] (an `error` if it failed)."""
     module = load(name)
-    log(f"section {name}: {module.TITLE}")
+    entry: dict[str, Any] = {"title": title(module)}
+    log(f"section {name}: {entry['title']}")
     t0 = time.perf_counter()
-    entry: dict[str, Any] = {"title": module.TITLE}
     try:
-        got = module.run(quick)
+        section = as_section(module, module.run(quick))
     except Exception as e:
         log(f"section {name} failed: {e!r}\n{traceback.format_exc()}")
         entry.update(error=repr(e), lines=[], data={}, targets=[])
     else:
-        section = got if isinstance(got, Section) else Section(lines=list(got))
         entry.update(lines=section.lines, data=section.data, targets=section.targets)
     entry["seconds"] = round(time.perf_counter() - t0, 1)
     return entry
