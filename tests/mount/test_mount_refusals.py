@@ -18,14 +18,9 @@ import pytest
 from memfs.paths import MAX_CONTENT_BYTES, sha256_hex
 from tests.support.api import Api
 from tests.support.files import MARKER
-from tests.support.mount import MountProcess, mount_store, refused, require_fuse, xattrs
+from tests.support.mount import MountProcess, mount_store, require_fuse, xattrs
+from tests.support.refusals import refused, tool_fails
 from tests.support.server import ServerProcess
-
-
-def tool_fails(*cmd: str, message: str) -> None:
-    result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0, cmd
-    assert message in result.stderr, result.stderr
 
 
 @pytest.fixture

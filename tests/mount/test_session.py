@@ -34,7 +34,8 @@ from memfs.paths import marker_content
 from memfs.server.db import Database
 from tests.support.api import Api
 from tests.support.files import MARKER, store_contents
-from tests.support.mount import MountProcess, is_mounted, one_line, refused, require_fuse
+from tests.support.mount import MountProcess, is_mounted, one_line, require_fuse
+from tests.support.refusals import refused
 from tests.support.server import ServerProcess, seed_bulk, start_server
 
 pytestmark = pytest.mark.fuse

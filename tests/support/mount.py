@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,19 +172,6 @@ def mount_store(tmp_path: Path, url: str, store_id: str, *extra: str,
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
     return MountProcess(args, mountpoint, url=url,
                         log_path=tmp_path / f"{name}.log").start()
-
-
-def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:
-    """Call `fn(*args)` (a system call on a mount) and require it to fail with `code`."""
-    try:
-        fn(*args)
-    except OSError as e:
-        assert e.errno == code, (
-            f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got "
-            f"{errno.errorcode.get(e.errno or 0)}")
-    else:
-        raise AssertionError(f"{fn.__name__}{args}: expected {errno.errorcode[code]}, "
-                             "but it succeeded")
 
 
 def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str,
