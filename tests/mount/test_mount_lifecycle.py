@@ -15,11 +15,17 @@ from typing import Any
 
 import pytest
 
-from memfs.server.db import Database
 from tests.support.api import Api
-from tests.support.files import MARKER
-from tests.support.mount import MountProcess, is_mounted, mount_store, require_fuse, xattrs
-from tests.support.server import ServerProcess, start_server
+from tests.support.files import MARKER, store_contents
+from tests.support.mount import (
+    MountProcess,
+    is_mounted,
+    mount_store,
+    one_line,
+    require_fuse,
+    xattrs,
+)
+from tests.support.server import ServerProcess, seed_bulk, start_server
 
 
 def tree_of(root: Path) -> dict[str, Any]:
@@ -33,11 +39,6 @@ def tree_of(root: Path) -> dict[str, Any]:
             p = Path(dirpath) / f
             out[str(p.relative_to(root))] = (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
     return out
-
-
-def store_contents(api: Api, store_id: str) -> dict[str, str]:
-    return {m["path"]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
 
 
 def test_kill_9_recovery(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
@@ -110,13 +111,6 @@ def mount_cli(tmp_path: Path, url: str, store_id: str, mountpoint: Path, *extra:
         raise
 
 
-def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str) -> None:
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == code, result.stderr
-    assert len(lines) == 1, result.stderr
-    assert re.fullmatch(pattern, lines[0]), lines[0]
-
-
 def test_start_up_errors_are_one_clear_line(tmp_path: Path, shared_server: ServerProcess,
                                             store: dict[str, object],
                                             mount: MountProcess) -> None:
@@ -156,21 +150,12 @@ def test_start_up_errors_are_one_clear_line(tmp_path: Path, shared_server: Serve
     assert (mount.mountpoint / "still.md").read_text() == "the first daemon is unharmed"
 
 
-def seed_bulk(server: ServerProcess, store_id: str, items: list[tuple[str, str]]) -> None:
-    """Seed through the server's bulk path (one transaction on its database)."""
-    db = Database.open(server.db_path)
-    try:
-        db.bulk_create_memories(store_id, items, ("api_actor", "apikey_seed"))
-    finally:
-        db.close()
-
-
 def test_directory_with_5000_entries(tmp_path: Path, shared_server: ServerProcess,
                                      shared_api: Api, store: dict[str, object]) -> None:
     require_fuse()
     store_id = str(store["id"])
     names = [f"note-{i:05d}.md" for i in range(5000)]
-    seed_bulk(shared_server, store_id, [(f"/many/{n}", f"content of {n}\n") for n in names])
+    seed_bulk(shared_server.db_path, store_id, [(f"/many/{n}", f"content of {n}\n") for n in names])
     proc = mount_store(tmp_path, shared_server.url, store_id)
     try:
         many = proc.mountpoint / "many"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.support.api import Api
+from tests.support.files import store_contents
 from tests.support.mount import MountProcess
 
 
@@ -20,11 +21,6 @@ def run(*cmd: str, cwd: Path | None = None, input: str | None = None) -> str:
 
 def sh(script: str, cwd: Path) -> str:
     return run("bash", "-euo", "pipefail", "-c", script, cwd=cwd)
-
-
-def store_contents(api: Api, store_id: str) -> dict[str, str]:
-    return {m["path"]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
 
 
 def test_shell_tool_table(shared_api: Api, store: dict[str, object],

@@ -148,12 +148,7 @@ def start_mount(base: Path, url: str, store_id: str, *extra: str, name: str = "m
     mp.mkdir(exist_ok=True)
     os.chmod(mp, 0o755)
     args = ["mount", store_id, str(mp), "--cache-dir", str(base / f"{name}-cache"), *extra]
-    proc = MountProcess(args, mp, url=url, log_path=base / f"{name}.log", env=env)
-    try:
-        return proc.start()
-    except BaseException:
-        proc.cleanup()
-        raise
+    return MountProcess(args, mp, url=url, log_path=base / f"{name}.log", env=env).start()
 
 
 def no_daemon_errors(proc: MountProcess) -> None:
@@ -418,6 +413,7 @@ class Hostile:
         self.mode = "ok"
         self.release = threading.Event()
         self.requests = 0
+        self.retrieved: list[str] = []  # memory ids whose retrieve call has arrived
         hostile = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -513,6 +509,7 @@ class Hostile:
             self.send(h, 200, json.dumps(body).encode())
         elif len(parts) == 5 and parts[:4] == ["v1", "memory_stores", self.store_id,
                                                "memories"] and parts[4] in self.memories:
+            self.retrieved.append(parts[4])
             how = self.behaviour.get(parts[4])
             if how == "hang":
                 self.release.wait(300)
@@ -692,12 +689,20 @@ def test_unavailable_content_answers_eio_within_the_content_timeout(open_dir: Pa
                                         daemon=True) for n in ids]
             for t in threads:
                 t.start()
-            time.sleep(1)
+            # Once the never-answered retrieve is at the server, hang.md's content is
+            # pending in the daemon: the checks below run while it waits, not before.
+            deadline = time.monotonic() + 30
+            while ids["hang.md"] not in srv.retrieved:
+                assert time.monotonic() < deadline, "hang.md was never fetched"
+                time.sleep(0.05)
             t0 = time.monotonic()
             assert (root / "ok.md").read_text() == "fine\n"
             assert sorted(os.listdir(root)) == sorted([MARKER_NAME, "ok.md", *ids])
             assert os.stat(root / "hang.md").st_size == 4
             assert time.monotonic() - t0 < 2, "the mount stalled behind pending reads"
+            hang_read = threads[list(ids).index("hang.md")]
+            assert hang_read.is_alive() and "hang.md" not in results, (
+                "hang.md's read ended before the checks: they did not run beside it")
             for t in threads:
                 t.join(60)
             assert not any(t.is_alive() for t in threads), "a read hung past 60 s"

@@ -33,14 +33,14 @@ import pytest
 from memfs.paths import marker_content
 from memfs.server.db import Database
 from tests.support.api import Api
-from tests.support.files import MARKER
-from tests.support.mount import MountProcess, is_mounted, require_fuse
-from tests.support.server import ServerProcess, start_server
+from tests.support.files import MARKER, store_contents
+from tests.support.mount import MountProcess, is_mounted, one_line, require_fuse
+from tests.support.refusals import refused
+from tests.support.server import ServerProcess, seed_bulk, start_server
 
 pytestmark = pytest.mark.fuse
 
 CREDENTIALS = {"ANTHROPIC_API_KEY": "anything"}
-SEED_ACTOR = ("api_actor", "apikey_seed")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -71,14 +71,6 @@ def cli(env: dict[str, str], *args: str, user: bool = False, timeout: float = 60
                           cwd=Path(__file__).resolve().parents[2])
 
 
-def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str,
-             context: str = "") -> None:
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == code, (context, result.stderr)
-    assert len(lines) == 1, (context, result.stderr)
-    assert re.fullmatch(pattern, lines[0]), (context, lines[0])
-
-
 def write_spec(path: Path, resources: list[dict[str, Any]], *, session: bool = True) -> Path:
     """A session object as the Sessions API returns it, or a bare {"resources": [...]}."""
     body: dict[str, Any] = {"resources": resources}
@@ -93,44 +85,18 @@ def ms(store_id: str, access: str = "read_write", **extra: Any) -> dict[str, Any
     return {"type": "memory_store", "memory_store_id": store_id, "access": access, **extra}
 
 
-def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:
-    with pytest.raises(OSError) as info:
-        fn(*args)
-    assert info.value.errno == code, (
-        f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got "
-        f"{errno.errorcode.get(info.value.errno or 0)}")
-
-
-def store_contents(api: Api, store_id: str) -> dict[str, str]:
-    return {m["path"]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
-
-
 def start_session(tmp_path: Path, url: str, runtime: Path, spec: Path, root: Path,
                   *extra: str, name: str = "session") -> MountProcess:
     args = ["session", str(spec), "--root", str(root),
             "--cache-dir", str(tmp_path / f"{name}-cache"), *extra]
     proc = MountProcess(args, root, url=url, log_path=tmp_path / f"{name}.log")
     proc.env.update(CREDENTIALS, XDG_RUNTIME_DIR=str(runtime))
-    try:
-        return proc.start()
-    except BaseException:
-        proc.cleanup()
-        raise
+    return proc.start()
 
 
 def assert_nothing_mounted(root: Path, before: list[str]) -> None:
     assert not is_mounted(root)
     assert sorted(os.listdir(root)) == before
-
-
-def seed_bulk(db_path: Path, store_id: str, items: list[tuple[str, str]]) -> None:
-    """Seed through the server's bulk path (one transaction on its database)."""
-    db = Database.open(db_path)
-    try:
-        db.bulk_create_memories(store_id, items, SEED_ACTOR)
-    finally:
-        db.close()
 
 
 # --------------------------------------------------------------- a three-store session

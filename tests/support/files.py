@@ -24,7 +24,12 @@ def local_files(root: Path) -> dict[str, str]:
     return out
 
 
-def store_files(api: Api, store_id: str) -> dict[str, str]:
-    """Every memory of a store (path without the leading '/' -> content)."""
-    return {m["path"][1:]: api.get_memory(store_id, m["id"])["content"]
+def store_contents(api: Api, store_id: str) -> dict[str, str]:
+    """Every memory of a store by its API path ('/a/b.md' -> content)."""
+    return {m["path"]: api.get_memory(store_id, m["id"])["content"]
             for m in api.list_memories(store_id)}
+
+
+def store_files(api: Api, store_id: str) -> dict[str, str]:
+    """Every memory of a store (path without the leading '/' -> content), as `local_files`."""
+    return {path[1:]: text for path, text in store_contents(api, store_id).items()}

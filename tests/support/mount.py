@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,8 +17,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 READY_MARK = "memfs: mounted at "
 
@@ -34,6 +33,8 @@ def fuse_problem() -> str | None:
 
 
 def require_fuse() -> None:
+    import pytest  # here, so the benchmarks (scripts/benchmarks) can use this module
+
     problem = fuse_problem()
     if problem is None:
         return
@@ -48,27 +49,58 @@ def is_mounted(path: Path) -> bool:
         return any(line.split()[1] == real for line in f)
 
 
+def lazy_unmount(path: Path) -> None:
+    """Detach a mount a dead or killed daemon left behind (no-op if nothing is mounted)."""
+    if is_mounted(path):
+        subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True,
+                       check=False, timeout=30)
+
+
 class MountProcess:
-    """One daemon in the foreground (so tests can SIGTERM or SIGKILL it)."""
+    """One daemon in the foreground (so tests can SIGTERM or SIGKILL it).
+
+    The benchmarks reuse it with `log_level="info"` (debug logging costs throughput)
+    and a finer `poll_interval` (readiness is timed from `ready_s`).
+    """
+
+    poll_interval = 0.02  # seconds between looks for the ready line
 
     def __init__(self, args: Sequence[str], mountpoint: Path, *, url: str,
-                 log_path: Path, env: dict[str, str] | None = None) -> None:
+                 log_path: Path, env: dict[str, str] | None = None,
+                 log_level: str = "debug") -> None:
         self.args = list(args)
         self.mountpoint = mountpoint
         self.url = url
         self.log_path = log_path
+        self.log_level = log_level
         self.env = {**os.environ, "ANTHROPIC_BASE_URL": url, **(env or {})}
         self.env.pop("ANTHROPIC_API_KEY", None)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_s = 0.0  # seconds from launch until the mount was live (last start)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
     def start(self, timeout: float = 30.0) -> MountProcess:
+        """Launch and wait, bounded, for the ready line; on any failure nothing is left
+        running or mounted."""
         try:
             self.mountpoint.mkdir(parents=True, exist_ok=True)
         except OSError as e:  # a dead mount a killed daemon left: the daemon clears it
             if e.errno != errno.ENOTCONN:
                 raise
-        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", "debug",
+        try:
+            return self._launch(timeout)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _launch(self, timeout: float) -> MountProcess:
+        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", self.log_level,
                "--log-file", str(self.log_path), *self.args]
+        t0 = time.perf_counter()
         self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
@@ -79,12 +111,13 @@ class MountProcess:
             chunk = self.proc.stderr.read() or b""
             seen += chunk
             if READY_MARK.encode() in seen:
+                self.ready_s = time.perf_counter() - t0
                 return self
             if self.proc.poll() is not None:
                 seen += self.proc.stderr.read() or b""
                 raise RuntimeError(f"memfs exited {self.proc.returncode}: {seen.decode()}\n"
                                    f"{self.log()}")
-            time.sleep(0.02)
+            time.sleep(self.poll_interval)
         self.kill()
         raise RuntimeError(f"memfs did not become ready: {seen.decode()}\n{self.log()}")
 
@@ -126,9 +159,7 @@ class MountProcess:
 
     def cleanup(self) -> None:
         self.kill()
-        if is_mounted(self.mountpoint):
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)],
-                           capture_output=True, check=False)
+        lazy_unmount(self.mountpoint)
         for stream in (self.proc.stdout, self.proc.stderr) if self.proc else ():
             if stream is not None:
                 stream.close()
@@ -141,6 +172,15 @@ def mount_store(tmp_path: Path, url: str, store_id: str, *extra: str,
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
     return MountProcess(args, mountpoint, url=url,
                         log_path=tmp_path / f"{name}.log").start()
+
+
+def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str,
+             context: str = "") -> None:
+    """A refused command: exit `code` and one stderr line that matches `pattern` whole."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, (context, result.stderr)
+    assert len(lines) == 1, (context, result.stderr)
+    assert re.fullmatch(pattern, lines[0]), (context, lines[0])
 
 
 def xattrs(path: Path) -> dict[str, Any]:
