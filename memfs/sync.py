@@ -113,6 +113,7 @@ class StoreSync:
         # One compiled pattern: an idle pass checks every file name against it.
         self._exclude_re = re.compile("|".join(
             f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
+        state.local_only = self._excluded_name
         self.fetch_limit = trio.CapacityLimiter(fetch_concurrency)
         # 8 uploads in flight: the store serialises writes anyway, and more concurrent
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
@@ -348,7 +349,10 @@ class StoreSync:
 
     # -- deciding -------------------------------------------------------------------
     def _excluded(self, node: Node) -> bool:
-        return self._exclude_re.fullmatch(node.name) is not None
+        return self._excluded_name(node.name)
+
+    def _excluded_name(self, name: str) -> bool:
+        return self._exclude_re.fullmatch(name) is not None
 
     def _plan(self, remote: dict[str, RemoteMemory], *, final: bool) -> _Plan:
         state = self.state

@@ -19,16 +19,18 @@ import errno
 import logging
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import Enum
 
 from memfs.cache import CacheDir, EntryRow
 from memfs.errors import FsError
 from memfs.paths import (
+    LOCAL_ONLY_MAX_BYTES,
     MARKER_NAME,
     MAX_CONTENT_BYTES,
     MAX_PATH_BYTES,
     MAX_PATH_SEGMENTS,
+    NAME_MAX,
     PathRejected,
     check_segment,
     marker_content,
@@ -167,6 +169,8 @@ class Tree:
 
 def check_name(raw: bytes) -> str:
     """Decode a name from the kernel and apply the API's segment rules."""
+    if len(raw) > NAME_MAX:  # the API allows 1,023 bytes; a local name is NAME_MAX
+        raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
     try:
         name = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -214,6 +218,9 @@ class StoreState:
         self.marker_bytes = marker
         # Bumped by every local change a pass may have to push (the idle-pass shortcut).
         self.generation = 0
+        # Names the sync never pushes (editor swap files...; StoreSync sets its rules):
+        # such files are not memories, so the content rules do not apply to them.
+        self.local_only: Callable[[str], bool] = _nothing_local
 
     # -- loading ------------------------------------------------------------------
     def load_journal(self) -> int:
@@ -359,11 +366,16 @@ class StoreState:
             node.data = bytearray(content)
         return node.data
 
+    def size_limit(self, node: Node) -> int:
+        """Memories hold 100 KiB; a local-only file (a swap file) may be larger."""
+        return LOCAL_ONLY_MAX_BYTES if self.local_only(node.name) else MAX_CONTENT_BYTES
+
     def write(self, node: Node, offset: int, buf: bytes) -> int:
         self.writable()
         end = offset + len(buf)
-        if end > MAX_CONTENT_BYTES:
-            raise FsError(errno.EFBIG, f"memories are limited to {MAX_CONTENT_BYTES} bytes")
+        limit = self.size_limit(node)
+        if end > limit:
+            raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
         data = self.load_for_write(node)
         if offset > len(data):
             data.extend(b"\0" * (offset - len(data)))  # a sparse write reads back as zeros
@@ -373,8 +385,9 @@ class StoreState:
 
     def truncate(self, node: Node, size: int) -> None:
         self.writable()
-        if size > MAX_CONTENT_BYTES:
-            raise FsError(errno.EFBIG, f"memories are limited to {MAX_CONTENT_BYTES} bytes")
+        limit = self.size_limit(node)
+        if size > limit:
+            raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
         if node.data is None and size == 0:
             node.data = bytearray()
         data = self.load_for_write(node)
@@ -600,8 +613,12 @@ class StoreState:
 
     # -- validation of what a handler flushes ---------------------------------------
     def check_utf8(self, node: Node) -> None:
-        """Refuse (EILSEQ) and hold back content the store could never accept."""
-        if node.kind is not Kind.FILE or node.data is None:
+        """Refuse (EILSEQ) and hold back content the store could never accept.
+
+        A local-only file is never pushed, so it may hold anything: the check runs
+        again (at push time) if it is renamed to a name that is synced.
+        """
+        if node.kind is not Kind.FILE or node.data is None or self.local_only(node.name):
             return
         try:
             bytes(node.data).decode("utf-8")
@@ -629,6 +646,10 @@ class StoreState:
             conflicts += node.conflict is not None
         return {"memories": files, "bytes": total, "dirty": dirty, "refused": refused,
                 "conflicts": conflicts, "pending_deletes": len(self.tombstones)}
+
+
+def _nothing_local(name: str) -> bool:
+    return False
 
 
 def _join(parent: str, name: str) -> str:

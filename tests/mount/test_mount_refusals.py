@@ -10,9 +10,8 @@ import socket
 import stat
 import subprocess
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,21 +19,8 @@ from memfs.paths import MAX_CONTENT_BYTES, sha256_hex
 from tests.support.api import Api
 from tests.support.files import MARKER
 from tests.support.mount import MountProcess, mount_store, require_fuse, xattrs
+from tests.support.refusals import refused, tool_fails
 from tests.support.server import ServerProcess
-
-
-def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:
-    with pytest.raises(OSError) as info:
-        fn(*args)
-    assert info.value.errno == code, (
-        f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got "
-        f"{errno.errorcode.get(info.value.errno or 0)}")
-
-
-def tool_fails(*cmd: str, message: str) -> None:
-    result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0, cmd
-    assert message in result.stderr, result.stderr
 
 
 @pytest.fixture
