@@ -71,6 +71,14 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
             raise pyfuse3.FUSEError(e.errno) from None
         except pyfuse3.FUSEError:
             raise
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+                log.exception("unexpected error in handler=%s; answering EIO", fn.__name__)
+                raise pyfuse3.FUSEError(errno.EIO) from None
+            # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
+            log.warning("cache disk error in handler=%s errno=%s: %s", fn.__name__,
+                        errno.errorcode.get(e.errno, e.errno), e.strerror or e)
+            raise pyfuse3.FUSEError(e.errno) from None
         except Exception:
             log.exception("unexpected error in handler=%s; answering EIO", fn.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None

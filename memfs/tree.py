@@ -276,7 +276,9 @@ class StoreState:
         if sha is None:
             return 0
         data = self.objects.get(sha)
-        return 0 if data is None else len(data)
+        if data is None:  # evicted by the collector, or not downloaded yet
+            return self.objects.evicted.get(sha, 0)
+        return len(data)
 
     def ensure_dirs(self, path: str, *, journal: bool = True) -> Node:
         """The directory at `path`, creating missing ones (implied by memory paths)."""
