@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -338,13 +339,15 @@ class StoreState:
         path = _join(parent.store_path(), name)
         check_depth(path, is_dir=False)
         now = time.time_ns()
-        node = self.tree.new_node(Kind.FILE, name, parent, self, (mode & 0o777) | 0o600, now)
+        mode = (mode & 0o777) | 0o600
+        # The row first: a create the journal cannot hold (a full disk) leaves nothing.
+        entry_id = self.journal.insert(path=path, kind="file", mode=mode, mtime_ns=now,
+                                       data=b"", dirty=1)
+        node = self.tree.new_node(Kind.FILE, name, parent, self, mode, now)
+        node.entry_id = entry_id
         node.data = bytearray()
         node.dirty = True
         node.dirty_since = time.monotonic()
-        node.entry_id = self.journal.insert(
-            path=path, kind="file", mode=node.mode, mtime_ns=now, data=b"", dirty=1
-        )
         self._touch_dir(parent, now)
         return node
 
@@ -354,8 +357,10 @@ class StoreState:
         path = _join(parent.store_path(), name)
         check_depth(path, is_dir=True)
         now = time.time_ns()
-        node = self.tree.new_node(Kind.DIR, name, parent, self, (mode & 0o777) | 0o700, now)
-        node.entry_id = self.journal.insert(path=path, kind="dir", mode=node.mode, mtime_ns=now)
+        mode = (mode & 0o777) | 0o700
+        entry_id = self.journal.insert(path=path, kind="dir", mode=mode, mtime_ns=now)
+        node = self.tree.new_node(Kind.DIR, name, parent, self, mode, now)
+        node.entry_id = entry_id
         self._touch_dir(parent, now)
         return node
 
@@ -377,42 +382,76 @@ class StoreState:
         end = offset + len(buf)
         limit = self.size_limit(node)
         if end > limit:
+            self.refuse_write(node, f"a write past {limit} bytes was refused (File too large)")
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
-        data = self.load_for_write(node)
+        data = bytearray(self.load_for_write(node))
         if offset > len(data):
             data.extend(b"\0" * (offset - len(data)))  # a sparse write reads back as zeros
         data[offset:end] = buf
-        self._changed(node)
+        try:
+            self._changed(node, data)
+        except OSError as e:  # the cache disk (ENOSPC): the write did not happen
+            self.refuse_write(node, f"a write was refused ({os.strerror(e.errno or 0)})")
+            raise
         return len(buf)
+
+    def refuse_write(self, node: Node, why: str) -> None:
+        """Hold back what a refused write left behind (nothing, or a partial copy).
+
+        The file keeps its bytes locally but is not pushed (state `refused`) until a
+        write or truncate succeeds: the store never receives content that exists only
+        because a write was refused (`cp big.txt DIR/` leaves an empty file).
+        """
+        if node.kind is not Kind.FILE or self.local_only(node.name):
+            return
+        sha = node.current_sha()
+        if node.refused_sha == sha and node.refused_why == why:
+            return
+        node.refused_sha, node.refused_why = sha, why
+        if node.entry_id is not None:
+            try:
+                self.journal.update(node.entry_id, refused_sha=sha, refused_why=why)
+            except OSError:
+                pass  # a full cache disk: held back in memory, for this daemon's life
+        log.warning("%s, so the file is held back from the store until a write or truncate "
+                    "succeeds memory_store_id=%s path=%s", why, self.store_id,
+                    node.store_path())
 
     def truncate(self, node: Node, size: int) -> None:
         self.writable()
         limit = self.size_limit(node)
         if size > limit:
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
-        if node.data is None and size == 0:
-            node.data = bytearray()
-        data = self.load_for_write(node)
+        data = bytearray() if node.data is None and size == 0 else \
+            bytearray(self.load_for_write(node))
         if size < len(data):
             del data[size:]
         else:
             data.extend(b"\0" * (size - len(data)))
-        self._changed(node)
+        self._changed(node, data)
 
-    def _changed(self, node: Node) -> None:
-        self.generation += 1
-        assert node.data is not None
+    def _changed(self, node: Node, data: bytearray) -> None:
+        """Install `data` as the node's content, journal first: a change the journal
+        cannot hold (a full cache disk) changes nothing. A successful change ends a
+        refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
+        close."""
         now = time.time_ns()
-        node.size = len(node.data)
+        fields: dict[str, object] = {"data": bytes(data), "dirty": 1, "sha": None,
+                                     "mtime_ns": now}
+        if node.refused_sha is not None:
+            fields.update(refused_sha=None, refused_why=None)
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, **fields)
+        self.generation += 1
+        node.data = data
+        node.refused_sha = node.refused_why = None
+        node.size = len(data)
         node.mtime_ns = node.ctime_ns = now
         node.version += 1
         node.sha = None
         if not node.dirty:
             node.dirty = True
             node.dirty_since = time.monotonic()
-        if node.entry_id is not None:
-            self.journal.update(node.entry_id, data=bytes(node.data), dirty=1, sha=None,
-                                mtime_ns=now)
 
     def set_mode(self, node: Node, mode: int) -> None:
         self.writable()

@@ -157,14 +157,23 @@ def test_full_cache_disk_is_enospc_and_loses_nothing_acknowledged(
         # the daemon lives on and still shows every acknowledged byte
         for name, text in acknowledged.items():
             assert (root / name).read_text() == text
-        mount.kill()  # kill -9: only the journal on the full disk is left
+        # space again: the next pass pushes exactly what was acknowledged; the file whose
+        # write was refused is held back (state refused), never pushed as what it holds
         subprocess.run(["mount", "-o", "remount,size=64M", str(small_disk)], check=True)
+        mount.sync()
+        assert store_files(shared_api, store_id) == acknowledged
+        (root / "after.md").write_text("after\n")
+        acknowledged["after.md"] = "after\n"
+        mount.kill()  # kill -9: only the journal is left
         mount = MountProcess(["mount", store_id, str(tmp_path / "mnt"), *args],
                              tmp_path / "mnt", url=shared_server.url,
                              log_path=tmp_path / "mnt2.log").start()
         mount.sync()
         stored = store_files(shared_api, store_id)
         assert {n: stored[n] for n in acknowledged} == acknowledged
+        # the refusal could not reach the full journal: after a restart the file shows
+        # its last acknowledged state (created, empty), never the refused bytes
+        assert all(stored[n] == "" for n in set(stored) - set(acknowledged)), stored.keys()
         assert "Traceback" not in mount.log()
     finally:
         mount.cleanup()
