@@ -105,7 +105,9 @@ class ObjectStore:
     def has(self, sha: str) -> bool:
         return sha in self._lru or self._path(sha).exists()
 
-    def get(self, sha: str) -> bytes | None:
+    def get(self, sha: str, *, touch: bool = True) -> bytes | None:
+        """The content, or None; `touch` marks it read (the collector evicts the least
+        recently read first), which loading the journal at start does not."""
         data = self._lru.get(sha)
         if data is not None:
             return data
@@ -116,10 +118,11 @@ class ObjectStore:
         if sha256_hex(data) != sha:  # a torn or tampered object is not content
             self._path(sha).unlink(missing_ok=True)
             return None
-        try:  # the collector evicts the least recently read first
-            os.utime(self._path(sha))
-        except OSError:
-            pass
+        if touch:
+            try:
+                os.utime(self._path(sha))
+            except OSError:
+                pass
         self._remember(sha, data)
         return data
 

@@ -276,7 +276,7 @@ class StoreState:
     def _size_of(self, sha: str | None) -> int:
         if sha is None:
             return 0
-        data = self.objects.get(sha)
+        data = self.objects.get(sha, touch=False)
         if data is None:  # evicted by the collector, or not downloaded yet
             return self.objects.evicted.get(sha, 0)
         return len(data)
