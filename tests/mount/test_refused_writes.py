@@ -29,14 +29,19 @@ def status(mount: MountProcess) -> dict[str, object]:
     return store
 
 
+@pytest.fixture
+def big(tmp_path: Path) -> Path:
+    """A 200 KB text file: twice what a memory may hold."""
+    path = tmp_path / "big.txt"
+    path.write_text("b" * 200_000)
+    return path
+
+
 @pytest.mark.deadline(120)
 def test_a_copy_refused_with_efbig_is_held_back_until_written(
-        tmp_path: Path, shared_api: Api, store: dict[str, object],
-        mount: MountProcess) -> None:
+        big: Path, shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
     store_id = str(store["id"])
     root = mount.mountpoint
-    big = tmp_path / "big.txt"
-    big.write_text("b" * 200_000)
     (root / "keep.md").write_text("kept\n")
     tool_fails("cp", str(big), str(root / "big.md"), message="File too large")
     binary = shutil.which("ls")
@@ -78,14 +83,11 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
 
 @pytest.mark.deadline(120)
 def test_a_refused_overwrite_keeps_the_memory_as_it_was(
-        tmp_path: Path, shared_api: Api, store: dict[str, object],
-        mount: MountProcess) -> None:
+        big: Path, shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
     store_id = str(store["id"])
     root = mount.mountpoint
     (root / "notes.md").write_text("version 1\n")
     mount.sync()
-    big = tmp_path / "big.txt"
-    big.write_text("b" * 200_000)
     tool_fails("cp", str(big), str(root / "notes.md"), message="File too large")
     assert xattrs(root / "notes.md")["user.memfs.state"] == "refused"
     mount.sync()

@@ -35,6 +35,7 @@ from memfs.server.db import Database
 from tests.support.api import Api
 from tests.support.files import MARKER
 from tests.support.mount import MountProcess, is_mounted, require_fuse
+from tests.support.refusals import refused
 from tests.support.server import ServerProcess, start_server
 
 pytestmark = pytest.mark.fuse
@@ -91,14 +92,6 @@ def write_spec(path: Path, resources: list[dict[str, Any]], *, session: bool = T
 
 def ms(store_id: str, access: str = "read_write", **extra: Any) -> dict[str, Any]:
     return {"type": "memory_store", "memory_store_id": store_id, "access": access, **extra}
-
-
-def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:
-    with pytest.raises(OSError) as info:
-        fn(*args)
-    assert info.value.errno == code, (
-        f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got "
-        f"{errno.errorcode.get(info.value.errno or 0)}")
 
 
 def store_contents(api: Api, store_id: str) -> dict[str, str]:
