@@ -592,10 +592,19 @@ class StoreSync:
                             "%s", self.store_id, memory_id, e)
                 self._give_up(sha)
                 return None
-            self._store_content(full)
+            try:
+                self._store_content(full)
+            except OSError as e:  # the cache disk: readers get EIO, a later pass retries
+                self._cannot_keep(e)
+                self._give_up(sha)
+                return None
             if not self.state.objects.has(sha):
                 self._give_up(sha)  # unusable, or changed since the listing
             return full
+
+    def _cannot_keep(self, e: OSError) -> None:
+        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s: "
+                    "%s", self.store_id, e.strerror or e)
 
     def _encoded(self, full: FullMemory) -> bytes | None:
         try:
@@ -687,6 +696,8 @@ class StoreSync:
             except StoreError as e:
                 log.warning("failed to download memory contents memory_store_id=%s: %s",
                             self.store_id, e)
+            except OSError as e:  # the cache disk is full: what is missing is read on demand
+                self._cannot_keep(e)
 
     async def _store_batch(self, batch: list[FullMemory]) -> None:
         """Write a page of contents from a worker thread: creating thousands of object

@@ -135,12 +135,22 @@ def test_full_cache_disk_is_enospc_and_loses_nothing_acknowledged(
     store_id = str(store["id"])
     cache = small_disk / "cache"
     args = ("--cache-dir", str(cache), "--sync-interval", "300")
-    mount = MountProcess(["mount", store_id, str(tmp_path / "mnt"), *args],
-                         tmp_path / "mnt", url=shared_server.url,
-                         log_path=tmp_path / "mnt.log").start()
+
+    def start(log: str, *extra: str) -> MountProcess:
+        return MountProcess(["mount", store_id, str(tmp_path / "mnt"), *args, *extra],
+                            tmp_path / "mnt", url=shared_server.url,
+                            log_path=tmp_path / log).start()
+
+    # a memory whose content is evicted, so that reading it needs room in the cache
+    shared_api.create_memory(store_id, "/seed.md", "from the store\n")
+    mount = start("mnt0.log")
     try:
         root = mount.mountpoint
-        acknowledged: dict[str, str] = {}
+        assert (root / "seed.md").read_text() == "from the store\n"
+        assert mount.stop() == 0
+        mount = start("mnt.log", "--cache-max-size", "0")
+        wait_for_log(mount, "evicted=1")
+        acknowledged: dict[str, str] = {"seed.md": "from the store\n"}
         failure: OSError | None = None
         for i in range(200):
             name, text = f"f{i:03}.md", f"{i:03}" * 6_000 + "\n"  # 18 KB each
@@ -154,20 +164,33 @@ def test_full_cache_disk_is_enospc_and_loses_nothing_acknowledged(
         assert failure is not None, "a 1 MiB cache disk never filled"
         assert failure.errno == errno.ENOSPC, failure
         assert len(acknowledged) >= 5
-        # the daemon lives on and still shows every acknowledged byte
+        # the daemon lives on and still shows every acknowledged byte; content that has
+        # no room in the cache answers EIO
         for name, text in acknowledged.items():
-            assert (root / name).read_text() == text
+            if name != "seed.md":
+                assert (root / name).read_text() == text
+        with pytest.raises(OSError) as info:
+            (root / "seed.md").read_text()
+        assert info.value.errno == errno.EIO
+        assert mount.proc is not None and mount.proc.poll() is None
         # space again: the next pass pushes exactly what was acknowledged; the file whose
         # write was refused is held back (state refused), never pushed as what it holds
         subprocess.run(["mount", "-o", "remount,size=64M", str(small_disk)], check=True)
         mount.sync()
         assert store_files(shared_api, store_id) == acknowledged
+        for _ in range(40):  # a failed download answers EIO at once for 5 s
+            try:
+                assert (root / "seed.md").read_text() == "from the store\n"
+                break
+            except OSError as e:
+                assert e.errno == errno.EIO
+                time.sleep(0.5)
+        else:
+            raise AssertionError("seed.md never became readable again")
         (root / "after.md").write_text("after\n")
         acknowledged["after.md"] = "after\n"
         mount.kill()  # kill -9: only the journal is left
-        mount = MountProcess(["mount", store_id, str(tmp_path / "mnt"), *args],
-                             tmp_path / "mnt", url=shared_server.url,
-                             log_path=tmp_path / "mnt2.log").start()
+        mount = start("mnt2.log")
         mount.sync()
         stored = store_files(shared_api, store_id)
         assert {n: stored[n] for n in acknowledged} == acknowledged
