@@ -402,8 +402,8 @@ class StoreState:
         write or truncate succeeds: the store never receives content that exists only
         because a write was refused (`cp big.txt DIR/` leaves an empty file).
         """
-        if node.kind is not Kind.FILE or self.local_only(node.name):
-            return
+        if node.kind is not Kind.FILE or self.local_only(node.name) or not node.dirty:
+            return  # a clean file is what the store already has: nothing to hold back
         sha = node.current_sha()
         if node.refused_sha == sha and node.refused_why == why:
             return

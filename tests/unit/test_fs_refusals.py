@@ -87,3 +87,11 @@ async def test_local_only_files_take_any_bytes_up_to_a_mebibyte(h: Harness) -> N
     await h.fs.write(fi.fh, 0, b"\xff\xfe binary")
     await fails(errno.EILSEQ, h.fs.flush(fi.fh))  # a synced name: the rule applies
     await h.fs.release(fi.fh)
+
+
+async def test_a_refused_append_to_a_clean_file_holds_nothing_back(h: Harness) -> None:
+    node = h.seed("/clean.md", b"synced\n", "mem_clean")
+    fi = await h.fs.open(node.ino, O_WR | os.O_APPEND, CTX)
+    await fails(errno.EFBIG, h.fs.write(fi.fh, 0, b"x" * MAX_CONTENT_BYTES))
+    await h.fs.release(fi.fh)
+    assert node.state_name() == "clean" and node.refused_sha is None
