@@ -30,7 +30,7 @@ from memfs.paths import (
     local_name,
     may_be_alias,
 )
-from memfs.tree import Kind, Node, StoreState, Tree, check_name, stat_mode
+from memfs.tree import Kind, Node, StoreState, Tree, check_length, check_name, stat_mode
 
 log = logging.getLogger("memfs.fs")
 
@@ -72,18 +72,27 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
         except pyfuse3.FUSEError:
             raise
         except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
-                log.exception("unexpected error in handler=%s; answering EIO", fn.__name__)
-                raise pyfuse3.FUSEError(errno.EIO) from None
+            if e.errno not in _CACHE_DISK_ERRNOS:
+                raise _unexpected(fn.__name__) from None
             # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
             log.warning("cache disk error in handler=%s errno=%s: %s", fn.__name__,
                         errno.errorcode.get(e.errno, e.errno), e.strerror or e)
             raise pyfuse3.FUSEError(e.errno) from None
         except Exception:
-            log.exception("unexpected error in handler=%s; answering EIO", fn.__name__)
-            raise pyfuse3.FUSEError(errno.EIO) from None
+            raise _unexpected(fn.__name__) from None
 
     return wrapper
+
+
+_CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
+def _unexpected(handler: str) -> pyfuse3.FUSEError:
+    """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
+    log.exception("unexpected error in handler=%s; answering EIO", handler)
+    return pyfuse3.FUSEError(errno.EIO)
+
+
 
 
 class MemFs(pyfuse3.Operations):
@@ -165,8 +174,7 @@ class MemFs(pyfuse3.Operations):
     @staticmethod
     def _name(raw: bytes) -> str:
         """A name the kernel hands us for an existing entry; NAME_MAX like any local fs."""
-        if len(raw) > NAME_MAX:
-            raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
+        check_length(raw)
         return raw.decode("utf-8", "surrogateescape")
 
     def _fh(self, handle: FileHandle | DirHandle) -> int:
@@ -208,8 +216,7 @@ class MemFs(pyfuse3.Operations):
             return self._lookup_ref(parent)
         if name == b"..":
             return self._lookup_ref(parent.parent or parent)
-        if len(name) > NAME_MAX:
-            raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
+        check_length(name)
         try:
             text = name.decode("utf-8")
         except UnicodeDecodeError:
@@ -319,8 +326,7 @@ class MemFs(pyfuse3.Operations):
         old_parent = self._dir(parent_inode_old)
         new_parent = self._dir(parent_inode_new)
         old_name = self._name(name_old)
-        if len(name_new) > NAME_MAX:
-            raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
+        check_length(name_new)
         store = self._mutable(old_parent)
         new_store = self._mutable(new_parent)
         if store is not new_store:

@@ -168,10 +168,15 @@ class Tree:
             self.nodes.pop(node.ino, None)  # a tombstone lives on in its store's table
 
 
+def check_length(raw: bytes) -> None:
+    """NAME_MAX, as on any local filesystem (the API itself allows 1,023 bytes)."""
+    if len(raw) > NAME_MAX:
+        raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
+
+
 def check_name(raw: bytes) -> str:
     """Decode a name from the kernel and apply the API's segment rules."""
-    if len(raw) > NAME_MAX:  # the API allows 1,023 bytes; a local name is NAME_MAX
-        raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
+    check_length(raw)
     try:
         name = raw.decode("utf-8")
     except UnicodeDecodeError:
