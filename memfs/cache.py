@@ -2,8 +2,8 @@
 
 Layout of a cache directory (one per store):
 
-    objects/ab/abcdef…      clean contents, named by sha256, shared by every mount
-                            that uses this cache directory
+    objects/ab/abcdef…      clean contents, named by sha256; only the daemon holding
+                            `lock` reads, writes or collects them (memfs/cachegc.py)
     journal.sqlite          one row per local file, directory or tombstone; the truth
                             after a crash
     conflicts/              losing local bytes from store-wins conflicts
@@ -17,11 +17,12 @@ explicit `fsync()` from the agent asks for a full checkpoint.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,9 @@ CREATE TABLE IF NOT EXISTS entries (
     conflict    TEXT                  -- path of the last conflict copy, if any
 );
 CREATE INDEX IF NOT EXISTS entries_memory ON entries(memory_id);
+-- Clean contents the collector evicted under --cache-max-size: fetched again on demand,
+-- never in the background; the size keeps st_size right while the bytes are away.
+CREATE TABLE IF NOT EXISTS evicted (sha TEXT PRIMARY KEY, size INTEGER NOT NULL);
 """
 
 
@@ -90,6 +94,8 @@ class ObjectStore:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self._lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_budget, getsizeof=len)
+        # sha -> size of clean contents evicted on purpose (CacheDir loads the table).
+        self.evicted: dict[str, int] = {}
 
     def _path(self, sha: str) -> Path:
         if not is_sha256_hex(sha):  # the name of a file we open, read and delete
@@ -99,7 +105,9 @@ class ObjectStore:
     def has(self, sha: str) -> bool:
         return sha in self._lru or self._path(sha).exists()
 
-    def get(self, sha: str) -> bytes | None:
+    def get(self, sha: str, *, touch: bool = True) -> bytes | None:
+        """The content, or None; `touch` marks it read (the collector evicts the least
+        recently read first), which loading the journal at start does not."""
         data = self._lru.get(sha)
         if data is not None:
             return data
@@ -110,8 +118,49 @@ class ObjectStore:
         if sha256_hex(data) != sha:  # a torn or tampered object is not content
             self._path(sha).unlink(missing_ok=True)
             return None
+        if touch:
+            try:
+                os.utime(self._path(sha))
+            except OSError:
+                pass
         self._remember(sha, data)
         return data
+
+    def scan(self) -> list[tuple[str, int, float]]:
+        """Every object file as (sha, size, mtime); for the collector's worker thread."""
+        found: list[tuple[str, int, float]] = []
+        try:
+            shards = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return found
+        for shard in shards:
+            if not shard.is_dir(follow_symlinks=False):
+                continue
+            with os.scandir(shard.path) as entries:
+                for entry in entries:
+                    if not is_sha256_hex(entry.name) or entry.name[:2] != shard.name:
+                        continue
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    found.append((entry.name, st.st_size, st.st_mtime))
+        return found
+
+    def remove_files(self, shas: list[str]) -> int:
+        """Delete object files; returns how many were there."""
+        removed = 0
+        for sha in shas:
+            try:
+                self._path(sha).unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def forget(self, sha: str) -> None:
+        """Drop an evicted content from memory too (the event loop's side)."""
+        self._lru.pop(sha, None)
 
     def write_files(self, items: list[tuple[str, bytes]]) -> None:
         """Create object files for `items` (sha, data); safe from a worker thread, since
@@ -130,6 +179,7 @@ class ObjectStore:
 
     def put(self, data: bytes, sha: str | None = None) -> str:
         sha = sha or sha256_hex(data)
+        self.evicted.pop(sha, None)
         if sha in self._lru:
             return sha
         # Written in place, no temp file and rename (a cold start writes thousands):
@@ -143,12 +193,58 @@ class ObjectStore:
             self._lru[sha] = data
 
 
+def _disk_error(e: sqlite3.OperationalError) -> OSError | sqlite3.OperationalError:
+    """SQLite's "database or disk is full" is the cache disk's ENOSPC; its I/O error EIO.
+
+    As OSError they reach the writer as that errno (fs._guard) and count as a failed
+    pass in the sync task, instead of an unexpected error that ends the mount.
+    """
+    code = getattr(e, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "disk is full" in str(e):
+        return OSError(errno.ENOSPC, f"cache disk full: {e}")
+    if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR:
+        return OSError(errno.EIO, f"cache disk I/O error: {e}")
+    return e
+
+
+class _Db:
+    """The journal's connection, with disk failures raised as OSError."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.OperationalError as e:
+            raise _disk_error(e) from e
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> sqlite3.Cursor:
+        try:
+            return self._conn.executemany(sql, rows)
+        except sqlite3.OperationalError as e:
+            raise _disk_error(e) from e
+
+    def executescript(self, script: str) -> None:
+        try:
+            self._conn.executescript(script)
+        except sqlite3.OperationalError as e:
+            raise _disk_error(e) from e
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 class Journal:
     """The SQLite journal of one store's local state."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db = _Db(sqlite3.connect(path, isolation_level=None, check_same_thread=False))
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
@@ -201,6 +297,23 @@ class Journal:
     def delete(self, entry_id: int) -> None:
         self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
 
+    def referenced_shas(self) -> set[str]:
+        """Every sha a row names: content (clean) and the baseline (last synced)."""
+        shas: set[str] = set()
+        for sha, base in self._db.execute("SELECT sha, base_sha FROM entries"):
+            shas.update(s for s in (sha, base) if s)
+        return shas
+
+    def evicted(self) -> dict[str, int]:
+        return {str(sha): int(size)
+                for sha, size in self._db.execute("SELECT sha, size FROM evicted")}
+
+    def set_evicted(self, added: dict[str, int], dropped: set[str]) -> None:
+        with self.transaction():
+            self._db.executemany("INSERT OR REPLACE INTO evicted(sha, size) VALUES (?, ?)",
+                                 list(added.items()))
+            self._db.executemany("DELETE FROM evicted WHERE sha=?", [(s,) for s in dropped])
+
     def transaction(self) -> _Transaction:
         return _Transaction(self._db)
 
@@ -219,7 +332,7 @@ class _Transaction:
     """BEGIN … COMMIT (ROLLBACK on an exception). Nested use joins the outer one, so a
     caller may batch many journal writes (a big pull) around code that has its own."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: _Db) -> None:
         self._db = db
         self._outer = False
 
@@ -229,8 +342,17 @@ class _Transaction:
             self._db.execute("BEGIN")
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._outer:
-            self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if not self._outer:
+            return
+        if exc_type is not None:
+            self._db.execute("ROLLBACK")
+            return
+        try:
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a COMMIT that failed (disk full) stays open
+                self._db.execute("ROLLBACK")
+            raise
 
 
 class CacheDir:
@@ -257,6 +379,7 @@ class CacheDir:
         self.objects = ObjectStore(root / "objects")
         self.conflicts = root / "conflicts"
         self.journal = Journal(root / "journal.sqlite")
+        self.objects.evicted = self.journal.evicted()
         known = self.journal.get_meta("memory_store_id")
         if known is None:
             self.journal.set_meta("memory_store_id", store_id)

@@ -136,6 +136,9 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
                         default="enabled", help="what a local delete does in the store")
     parser.add_argument("--exclude", action="append", metavar="GLOB",
                         help="file names that stay local-only (repeatable)")
+    parser.add_argument("--cache-max-size", metavar="SIZE",
+                        help="bound on the clean contents cached per store, e.g. 200M "
+                        "(unpushed changes are never evicted; default: no bound)")
     parser.add_argument("--flush-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="bound on the final sync at unmount (default 30)")
     parser.add_argument("--allow-other", action="store_true",

@@ -22,6 +22,23 @@ def _fail(message: str, code: int = ExitCode.FAILED) -> int:
     return code
 
 
+_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
+
+
+def parse_size(text: str) -> int:
+    """'200M' -> 209715200: bytes, or K/M/G/T (binary; an optional trailing B or iB)."""
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[:-1] if unit else value
+    try:
+        size = float(number) * _UNITS[unit]
+    except ValueError:
+        raise ValueError(f"--cache-max-size: not a size: {text!r} (e.g. 500M)") from None
+    if size < 0:
+        raise ValueError("--cache-max-size must not be negative")
+    return int(size)
+
+
 def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
             ) -> MountConfig:
     from memfs.daemon import MountConfig
@@ -39,6 +56,7 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
         deletions=args.deletions,
         excludes=tuple(DEFAULT_EXCLUDES) + tuple(args.exclude or ()),
         flush_timeout=args.flush_timeout,
+        cache_max_bytes=parse_size(args.cache_max_size) if args.cache_max_size else None,
         api_url=args.api_url,
         allow_other=args.allow_other,
         log_file=getattr(args, "log_file", None),

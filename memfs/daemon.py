@@ -71,6 +71,7 @@ class MountConfig:
     deletions: DeletionMode = "enabled"
     excludes: tuple[str, ...] = DEFAULT_EXCLUDES
     flush_timeout: float = 30.0
+    cache_max_bytes: int | None = None  # --cache-max-size: clean contents per store
     content_timeout: float = 30.0
     api_url: str | None = None
     allow_other: bool = False
@@ -220,7 +221,8 @@ class Daemon:
                                parent=None if cfg.single else self.tree.root)
             sync = StoreSync(state, client, self.notifier, interval=cfg.interval,
                              deletions=cfg.deletions, excludes=cfg.excludes,
-                             flush_timeout=cfg.flush_timeout)
+                             flush_timeout=cfg.flush_timeout,
+                             cache_max_bytes=cfg.cache_max_bytes)
             self.syncs.append(sync)
         if not cfg.single:
             self.tree.root.mode = 0o555

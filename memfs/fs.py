@@ -23,8 +23,14 @@ import pyfuse3
 import trio
 
 from memfs.errors import FsError
-from memfs.paths import MAX_CONTENT_BYTES, MAX_MEMORIES_PER_STORE
-from memfs.tree import Kind, Node, StoreState, Tree, check_name, stat_mode
+from memfs.paths import (
+    MAX_CONTENT_BYTES,
+    MAX_MEMORIES_PER_STORE,
+    NAME_MAX,
+    local_name,
+    may_be_alias,
+)
+from memfs.tree import Kind, Node, StoreState, Tree, check_length, check_name, stat_mode
 
 log = logging.getLogger("memfs.fs")
 
@@ -65,11 +71,28 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
             raise pyfuse3.FUSEError(e.errno) from None
         except pyfuse3.FUSEError:
             raise
+        except OSError as e:
+            if e.errno not in _CACHE_DISK_ERRNOS:
+                raise _unexpected(fn.__name__) from None
+            # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
+            log.warning("cache disk error in handler=%s errno=%s: %s", fn.__name__,
+                        errno.errorcode.get(e.errno, e.errno), e.strerror or e)
+            raise pyfuse3.FUSEError(e.errno) from None
         except Exception:
-            log.exception("unexpected error in handler=%s; answering EIO", fn.__name__)
-            raise pyfuse3.FUSEError(errno.EIO) from None
+            raise _unexpected(fn.__name__) from None
 
     return wrapper
+
+
+_CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
+def _unexpected(handler: str) -> pyfuse3.FUSEError:
+    """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
+    log.exception("unexpected error in handler=%s; answering EIO", handler)
+    return pyfuse3.FUSEError(errno.EIO)
+
+
 
 
 class MemFs(pyfuse3.Operations):
@@ -130,11 +153,29 @@ class MemFs(pyfuse3.Operations):
         return node
 
     def _child(self, parent: Node, name: str) -> Node:
-        assert parent.children is not None
-        node = parent.children.get(name)
+        node = self._find(parent, name)
         if node is None:
             raise FsError(errno.ENOENT)
         return node
+
+    @staticmethod
+    def _find(parent: Node, name: str) -> Node | None:
+        """The child shown as `name`: a store segment longer than NAME_MAX is shown
+        under its `local_name` alias (docs/reliability.md, "Long names")."""
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None and may_be_alias(name):
+            for real, child in parent.children.items():
+                if len(real.encode("utf-8", "surrogateescape")) > NAME_MAX \
+                        and local_name(real) == name:
+                    return child
+        return node
+
+    @staticmethod
+    def _name(raw: bytes) -> str:
+        """A name the kernel hands us for an existing entry; NAME_MAX like any local fs."""
+        check_length(raw)
+        return raw.decode("utf-8", "surrogateescape")
 
     def _fh(self, handle: FileHandle | DirHandle) -> int:
         fh = self._next_fh
@@ -175,6 +216,7 @@ class MemFs(pyfuse3.Operations):
             return self._lookup_ref(parent)
         if name == b"..":
             return self._lookup_ref(parent.parent or parent)
+        check_length(name)
         try:
             text = name.decode("utf-8")
         except UnicodeDecodeError:
@@ -223,6 +265,7 @@ class MemFs(pyfuse3.Operations):
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
+        self._name(name)  # ENAMETOOLONG first, as the kernel's own lookup would answer
         store = self._mutable(parent)
         if not stat.S_ISREG(mode):
             raise FsError(errno.EPERM, "only regular files can live in a memory store")
@@ -231,8 +274,7 @@ class MemFs(pyfuse3.Operations):
 
     def _new_file(self, store: StoreState, parent: Node, raw: bytes, mode: int) -> Node:
         name = check_name(raw)
-        assert parent.children is not None
-        if name in parent.children:
+        if self._find(parent, name) is not None:
             raise FsError(errno.EEXIST)
         return store.create_file(parent, name, mode)
 
@@ -242,21 +284,21 @@ class MemFs(pyfuse3.Operations):
         parent = self._dir(parent_inode)
         store = self._mutable(parent)
         text = check_name(name)
-        assert parent.children is not None
-        if text in parent.children:
+        if self._find(parent, text) is not None:
             raise FsError(errno.EEXIST)
         return self._lookup_ref(store.mkdir(parent, text, mode))
 
     @_guard
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent = self._dir(parent_inode)
+        text = self._name(name)
         store = self._mutable(parent)
-        store.unlink(parent, name.decode("utf-8", "surrogateescape"))
+        store.unlink(parent, self._child(parent, text).name)
 
     @_guard
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent = self._dir(parent_inode)
-        node = self._child(parent, name.decode("utf-8", "surrogateescape"))
+        node = self._child(parent, self._name(name))
         if node.store is not None and node is node.store.root:
             raise FsError(errno.EROFS, "a store's directory cannot be removed")
         store = self._mutable(parent)
@@ -265,15 +307,17 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
                       ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self._refuse_link(parent_inode)
+        return self._refuse_link(parent_inode, name)
 
     @_guard
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self._refuse_link(new_parent_inode)
+        return self._refuse_link(new_parent_inode, new_name)
 
-    def _refuse_link(self, parent_inode: int) -> pyfuse3.EntryAttributes:
-        self._mutable(self._dir(parent_inode))
+    def _refuse_link(self, parent_inode: int, name: bytes) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        self._name(name)  # ENAMETOOLONG, then EROFS, then EPERM: Linux's order
+        self._mutable(parent)
         raise FsError(errno.EPERM, "links cannot live in a memory store")
 
     @_guard
@@ -281,18 +325,22 @@ class MemFs(pyfuse3.Operations):
                      name_new: bytes, flags: int, ctx: pyfuse3.RequestContext) -> None:
         old_parent = self._dir(parent_inode_old)
         new_parent = self._dir(parent_inode_new)
+        old_name = self._name(name_old)
+        check_length(name_new)
         store = self._mutable(old_parent)
         new_store = self._mutable(new_parent)
         if store is not new_store:
             raise FsError(errno.EXDEV, "cannot move between memory stores")
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
-        old_name = name_old.decode("utf-8", "surrogateescape")
         node = self._child(old_parent, old_name)
         if node is store.root:
             raise FsError(errno.EROFS)
         new_name = check_name(name_new)
-        store.rename(old_parent, old_name, new_parent, new_name,
+        target = self._find(new_parent, new_name)
+        if target is not None:
+            new_name = target.name  # replacing a file shown under its alias
+        store.rename(old_parent, node.name, new_parent, new_name,
                      noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
 
     # -- files ----------------------------------------------------------------------
@@ -405,7 +453,8 @@ class MemFs(pyfuse3.Operations):
                 if current is None:
                     continue
                 child = current
-            if not pyfuse3.readdir_reply(token, name.encode("utf-8", "surrogateescape"),
+            shown = name if dots else local_name(name)
+            if not pyfuse3.readdir_reply(token, shown.encode("utf-8", "surrogateescape"),
                                          self.attrs(child), index + 1):
                 return
             if not dots:  # the kernel takes no reference for . and ..
@@ -463,6 +512,9 @@ class MemFs(pyfuse3.Operations):
         if node.store is None:
             return {}
         values = {b"user.memfs.store_id": node.store.store_id.encode()}
+        path = node.store_path()
+        if any(len(s.encode("utf-8", "surrogateescape")) > NAME_MAX for s in path.split("/")):
+            values[b"user.memfs.path"] = path.encode("utf-8", "surrogateescape")
         if node.kind is Kind.FILE:
             if node.memory_id:
                 values[b"user.memfs.memory_id"] = node.memory_id.encode()

@@ -16,6 +16,8 @@ from typing import Protocol
 import pyfuse3
 import trio
 
+from memfs.paths import local_name
+
 log = logging.getLogger("memfs.notify")
 
 
@@ -41,7 +43,8 @@ class KernelNotifier:
     def _invalidate(entries: list[tuple[int, str]], inodes: list[int]) -> None:
         for parent, name in entries:
             try:
-                pyfuse3.invalidate_entry(parent, name.encode("utf-8"))
+                # The kernel knows a long name by its alias only.
+                pyfuse3.invalidate_entry(parent, local_name(name).encode("utf-8"))
             except OSError:
                 pass  # the kernel had no dentry for it: nothing cached
         for ino in inodes:

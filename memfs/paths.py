@@ -12,8 +12,14 @@ import unicodedata
 from dataclasses import dataclass
 
 MAX_CONTENT_BYTES = 102_400
+# A local-only file (an editor's swap file) is never pushed; its bound only keeps the
+# journal, which rewrites a dirty file's bytes on every write, cheap.
+LOCAL_ONLY_MAX_BYTES = 1_048_576
 MAX_PATH_BYTES = 1_024
 MAX_PATH_SEGMENTS = 20
+# A local file name is at most NAME_MAX bytes (Linux, and `statfs` says so); the API
+# allows a path segment up to 1,023. Longer remote names get a local alias (local_name).
+NAME_MAX = 255
 MAX_MEMORIES_PER_STORE = 10_000
 MAX_STORES_PER_SESSION = 8
 MARKER_NAME = ".anthropic-memory-store"
@@ -122,6 +128,35 @@ def is_sha256_hex(value: str) -> bool:
     return _SHA256_HEX.fullmatch(value) is not None
 
 _SLUG_RUN = re.compile(r"[^a-z0-9]+")
+
+
+_ALIAS_HASH = 16
+_ALIAS = re.compile(r"~[0-9a-f]{16}(\.[^.~]{1,16})?")
+
+
+def local_name(segment: str) -> str:
+    """The name a store path segment has on a local file system (at most NAME_MAX bytes).
+
+    A segment that fits is itself. A longer one keeps as much of its head as fits,
+    then `~` and 16 hex digits of the segment's sha256, then its extension (`.md`):
+    stable across mounts and exports, and distinct for distinct segments.
+    """
+    raw = segment.encode("utf-8")
+    if len(raw) <= NAME_MAX:
+        return segment
+    ext = ""
+    stem, dot, tail = segment.rpartition(".")
+    if dot and stem and 0 < len(tail.encode("utf-8")) <= 16 and "~" not in tail:
+        ext = "." + tail
+    tag = "~" + sha256_hex(raw)[:_ALIAS_HASH] + ext
+    room = NAME_MAX - len(tag.encode("utf-8"))
+    head = raw[:room].decode("utf-8", "ignore")
+    return head + tag
+
+
+def may_be_alias(name: str) -> bool:
+    """Whether `name` has the shape local_name gives a long segment (a cheap filter)."""
+    return len(name.encode("utf-8")) > _ALIAS_HASH and _ALIAS.search(name) is not None
 
 
 def slugify(name: str) -> str:

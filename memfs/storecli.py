@@ -43,9 +43,11 @@ from memfs.paths import (
     MARKER_NAME,
     MARKER_PATH,
     MAX_CONTENT_BYTES,
+    NAME_MAX,
     PathRejected,
     RemoteMemory,
     check_memory_path,
+    local_name,
     sha256_hex,
 )
 
@@ -451,7 +453,8 @@ def _write_under(root_fd: int, path: str, data: bytes) -> None:
     Every component is opened relative to its parent with O_NOFOLLOW, so neither a
     hostile path nor a symlink already in DIR can redirect the write elsewhere.
     """
-    segments = path[1:].split("/")
+    # A segment longer than NAME_MAX is written under the alias a mount shows it as.
+    segments = [local_name(segment) for segment in path[1:].split("/")]
     fd = os.dup(root_fd)
     try:
         for segment in segments[:-1]:
@@ -526,6 +529,10 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
             data = item.content_bytes()
             if sha256_hex(data) != item.memory.content_sha256:
                 _warn(f"{_show_path(path)!r}: content does not match its content_sha256")
+            shown = "/".join(local_name(s) for s in path.split("/"))
+            if shown != path:
+                _warn(f"{_show_path(path)!r} has a name longer than {NAME_MAX} bytes; "
+                      f"exported as {_show_path(shown)!r}")
             batch.append((path, data))
             if len(batch) >= 20:
                 await flush()

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import trio
 
+from memfs import cachegc
 from memfs.client import FullMemory, StoreClient
 from memfs.errors import (
     Conflict,
@@ -53,6 +54,8 @@ FULL_LISTING_EVERY = 20
 # A read of content whose download just failed answers EIO at once for this long, so the
 # kernel's retry of the read does not wait out the content timeout a second time.
 FETCH_RETRY_AFTER = 5.0
+# The object cache is collected at start and this often (memfs/cachegc.py).
+GC_EVERY = 600.0
 
 
 @dataclass
@@ -102,17 +105,20 @@ class StoreSync:
     def __init__(self, state: StoreState, client: StoreClient, notifier: Notifier, *,
                  interval: float = 15.0, deletions: DeletionMode = "enabled",
                  excludes: Iterable[str] = DEFAULT_EXCLUDES, fetch_concurrency: int = 16,
-                 push_concurrency: int = 8, flush_timeout: float = 30.0) -> None:
+                 push_concurrency: int = 8, flush_timeout: float = 30.0,
+                 cache_max_bytes: int | None = None) -> None:
         self.state = state
         self.client = client
         self.notifier = notifier
         self.interval = interval
         self.flush_timeout = flush_timeout
+        self.cache_max_bytes = cache_max_bytes
         self.deletions = deletions
         self.excludes = tuple(excludes)
         # One compiled pattern: an idle pass checks every file name against it.
         self._exclude_re = re.compile("|".join(
             f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
+        state.local_only = self._excluded_name
         self.fetch_limit = trio.CapacityLimiter(fetch_concurrency)
         # 8 uploads in flight: the store serialises writes anyway, and more concurrent
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
@@ -228,6 +234,7 @@ class StoreSync:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._urgent_fetcher)
             nursery.start_soon(self._background_fetch)
+            nursery.start_soon(self._collector)
             task_status.started()
             while True:
                 self.next_pass_at = time.time() + self.interval
@@ -235,6 +242,22 @@ class StoreSync:
                     await self._wake.wait()
                 self._wake = trio.Event()
                 await self._pass(initial=False)
+
+    async def collect_garbage(self) -> cachegc.Collected:
+        """Clean the object cache between passes (see memfs/cachegc.py)."""
+        found = await trio.to_thread.run_sync(self.state.objects.scan)
+        async with self._pass_lock:
+            return cachegc.collect(self.state, found, max_clean_bytes=self.cache_max_bytes)
+
+    async def _collector(self) -> None:
+        """At start, then every GC_EVERY seconds; a failure only waits for the next."""
+        while True:
+            try:
+                await self.collect_garbage()
+            except OSError as e:
+                log.warning("object cache collection failed memory_store_id=%s: %s",
+                            self.store_id, e)
+            await trio.sleep(GC_EVERY)
 
     async def final_sync(self) -> PassResult:
         """The last pass at unmount, bounded; what is left stays in the journal."""
@@ -348,7 +371,10 @@ class StoreSync:
 
     # -- deciding -------------------------------------------------------------------
     def _excluded(self, node: Node) -> bool:
-        return self._exclude_re.fullmatch(node.name) is not None
+        return self._excluded_name(node.name)
+
+    def _excluded_name(self, name: str) -> bool:
+        return self._exclude_re.fullmatch(name) is not None
 
     def _plan(self, remote: dict[str, RemoteMemory], *, final: bool) -> _Plan:
         state = self.state
@@ -566,10 +592,19 @@ class StoreSync:
                             "%s", self.store_id, memory_id, e)
                 self._give_up(sha)
                 return None
-            self._store_content(full)
+            try:
+                self._store_content(full)
+            except OSError as e:  # the cache disk: readers get EIO, a later pass retries
+                self._cannot_keep(e)
+                self._give_up(sha)
+                return None
             if not self.state.objects.has(sha):
                 self._give_up(sha)  # unusable, or changed since the listing
             return full
+
+    def _cannot_keep(self, e: OSError) -> None:
+        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s: "
+                    "%s", self.store_id, e.strerror or e)
 
     def _encoded(self, full: FullMemory) -> bytes | None:
         try:
@@ -621,7 +656,8 @@ class StoreSync:
         groups: Counter[str] = Counter()
         for n in self.state.walk_files():
             if (n.sha is not None and n.memory_id is not None and n.data is None
-                    and not self.state.objects.has(n.sha)):
+                    and not self.state.objects.has(n.sha)
+                    and n.sha not in self.state.objects.evicted):  # on demand only
                 self._missing[n.sha] = n.memory_id
                 path = n.store_path()
                 groups[path[:path.index("/", 1) + 1] if path.count("/") > 1 else ""] += 1
@@ -660,6 +696,8 @@ class StoreSync:
             except StoreError as e:
                 log.warning("failed to download memory contents memory_store_id=%s: %s",
                             self.store_id, e)
+            except OSError as e:  # the cache disk is full: what is missing is read on demand
+                self._cannot_keep(e)
 
     async def _store_batch(self, batch: list[FullMemory]) -> None:
         """Write a page of contents from a worker thread: creating thousands of object
@@ -1041,6 +1079,13 @@ class StoreSync:
     def _snapshot(self, node: Node) -> tuple[bytes, str, int] | None:
         data = self.state.content(node)
         if data is None:
+            if node.sha is not None and node.memory_id is not None:
+                # Evicted clean content of a renamed file: bring it in for the next pass.
+                self._missing[node.sha] = node.memory_id
+                try:
+                    self._urgent_send.send_nowait((node.sha, node.memory_id))
+                except trio.WouldBlock:
+                    pass
             return None
         try:
             data.decode("utf-8")

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import Enum
 
 from memfs.cache import CacheDir, EntryRow
 from memfs.errors import FsError
 from memfs.paths import (
+    LOCAL_ONLY_MAX_BYTES,
     MARKER_NAME,
     MAX_CONTENT_BYTES,
     MAX_PATH_BYTES,
     MAX_PATH_SEGMENTS,
+    NAME_MAX,
     PathRejected,
     check_segment,
     marker_content,
@@ -165,8 +168,15 @@ class Tree:
             self.nodes.pop(node.ino, None)  # a tombstone lives on in its store's table
 
 
+def check_length(raw: bytes) -> None:
+    """NAME_MAX, as on any local filesystem (the API itself allows 1,023 bytes)."""
+    if len(raw) > NAME_MAX:
+        raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
+
+
 def check_name(raw: bytes) -> str:
     """Decode a name from the kernel and apply the API's segment rules."""
+    check_length(raw)
     try:
         name = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -214,6 +224,9 @@ class StoreState:
         self.marker_bytes = marker
         # Bumped by every local change a pass may have to push (the idle-pass shortcut).
         self.generation = 0
+        # Names the sync never pushes (editor swap files...; StoreSync sets its rules):
+        # such files are not memories, so the content rules do not apply to them.
+        self.local_only: Callable[[str], bool] = _nothing_local
 
     # -- loading ------------------------------------------------------------------
     def load_journal(self) -> int:
@@ -268,8 +281,10 @@ class StoreState:
     def _size_of(self, sha: str | None) -> int:
         if sha is None:
             return 0
-        data = self.objects.get(sha)
-        return 0 if data is None else len(data)
+        data = self.objects.get(sha, touch=False)
+        if data is None:  # evicted by the collector, or not downloaded yet
+            return self.objects.evicted.get(sha, 0)
+        return len(data)
 
     def ensure_dirs(self, path: str, *, journal: bool = True) -> Node:
         """The directory at `path`, creating missing ones (implied by memory paths)."""
@@ -329,13 +344,15 @@ class StoreState:
         path = _join(parent.store_path(), name)
         check_depth(path, is_dir=False)
         now = time.time_ns()
-        node = self.tree.new_node(Kind.FILE, name, parent, self, (mode & 0o777) | 0o600, now)
+        mode = (mode & 0o777) | 0o600
+        # The row first: a create the journal cannot hold (a full disk) leaves nothing.
+        entry_id = self.journal.insert(path=path, kind="file", mode=mode, mtime_ns=now,
+                                       data=b"", dirty=1)
+        node = self.tree.new_node(Kind.FILE, name, parent, self, mode, now)
+        node.entry_id = entry_id
         node.data = bytearray()
         node.dirty = True
         node.dirty_since = time.monotonic()
-        node.entry_id = self.journal.insert(
-            path=path, kind="file", mode=node.mode, mtime_ns=now, data=b"", dirty=1
-        )
         self._touch_dir(parent, now)
         return node
 
@@ -345,8 +362,10 @@ class StoreState:
         path = _join(parent.store_path(), name)
         check_depth(path, is_dir=True)
         now = time.time_ns()
-        node = self.tree.new_node(Kind.DIR, name, parent, self, (mode & 0o777) | 0o700, now)
-        node.entry_id = self.journal.insert(path=path, kind="dir", mode=node.mode, mtime_ns=now)
+        mode = (mode & 0o777) | 0o700
+        entry_id = self.journal.insert(path=path, kind="dir", mode=mode, mtime_ns=now)
+        node = self.tree.new_node(Kind.DIR, name, parent, self, mode, now)
+        node.entry_id = entry_id
         self._touch_dir(parent, now)
         return node
 
@@ -359,45 +378,85 @@ class StoreState:
             node.data = bytearray(content)
         return node.data
 
+    def size_limit(self, node: Node) -> int:
+        """Memories hold 100 KiB; a local-only file (a swap file) may be larger."""
+        return LOCAL_ONLY_MAX_BYTES if self.local_only(node.name) else MAX_CONTENT_BYTES
+
     def write(self, node: Node, offset: int, buf: bytes) -> int:
         self.writable()
         end = offset + len(buf)
-        if end > MAX_CONTENT_BYTES:
-            raise FsError(errno.EFBIG, f"memories are limited to {MAX_CONTENT_BYTES} bytes")
-        data = self.load_for_write(node)
+        limit = self.size_limit(node)
+        if end > limit:
+            self.refuse_write(node, f"a write past {limit} bytes was refused (File too large)")
+            raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
+        data = bytearray(self.load_for_write(node))
         if offset > len(data):
             data.extend(b"\0" * (offset - len(data)))  # a sparse write reads back as zeros
         data[offset:end] = buf
-        self._changed(node)
+        try:
+            self._changed(node, data)
+        except OSError as e:  # the cache disk (ENOSPC): the write did not happen
+            self.refuse_write(node, f"a write was refused ({os.strerror(e.errno or 0)})")
+            raise
         return len(buf)
+
+    def refuse_write(self, node: Node, why: str) -> None:
+        """Hold back what a refused write left behind (nothing, or a partial copy).
+
+        The file keeps its bytes locally but is not pushed (state `refused`) until a
+        write or truncate succeeds: the store never receives content that exists only
+        because a write was refused (`cp big.txt DIR/` leaves an empty file).
+        """
+        if node.kind is not Kind.FILE or self.local_only(node.name) or not node.dirty:
+            return  # a clean file is what the store already has: nothing to hold back
+        sha = node.current_sha()
+        if node.refused_sha == sha and node.refused_why == why:
+            return
+        node.refused_sha, node.refused_why = sha, why
+        if node.entry_id is not None:
+            try:
+                self.journal.update(node.entry_id, refused_sha=sha, refused_why=why)
+            except OSError:
+                pass  # a full cache disk: held back in memory, for this daemon's life
+        log.warning("%s, so the file is held back from the store until a write or truncate "
+                    "succeeds memory_store_id=%s path=%s", why, self.store_id,
+                    node.store_path())
 
     def truncate(self, node: Node, size: int) -> None:
         self.writable()
-        if size > MAX_CONTENT_BYTES:
-            raise FsError(errno.EFBIG, f"memories are limited to {MAX_CONTENT_BYTES} bytes")
-        if node.data is None and size == 0:
-            node.data = bytearray()
-        data = self.load_for_write(node)
+        limit = self.size_limit(node)
+        if size > limit:
+            raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
+        data = bytearray() if node.data is None and size == 0 else \
+            bytearray(self.load_for_write(node))
         if size < len(data):
             del data[size:]
         else:
             data.extend(b"\0" * (size - len(data)))
-        self._changed(node)
+        self._changed(node, data)
 
-    def _changed(self, node: Node) -> None:
-        self.generation += 1
-        assert node.data is not None
+    def _changed(self, node: Node, data: bytearray) -> None:
+        """Install `data` as the node's content, journal first: a change the journal
+        cannot hold (a full cache disk) changes nothing. A successful change ends a
+        refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
+        close."""
         now = time.time_ns()
-        node.size = len(node.data)
+        fields: dict[str, object] = {"data": bytes(data), "dirty": 1, "sha": None,
+                                     "mtime_ns": now}
+        if node.refused_sha is not None:
+            fields.update(refused_sha=None, refused_why=None)
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, **fields)
+        self.generation += 1
+        node.data = data
+        node.refused_sha = node.refused_why = None
+        node.size = len(data)
         node.mtime_ns = node.ctime_ns = now
         node.version += 1
         node.sha = None
         if not node.dirty:
             node.dirty = True
             node.dirty_since = time.monotonic()
-        if node.entry_id is not None:
-            self.journal.update(node.entry_id, data=bytes(node.data), dirty=1, sha=None,
-                                mtime_ns=now)
 
     def set_mode(self, node: Node, mode: int) -> None:
         self.writable()
@@ -600,8 +659,12 @@ class StoreState:
 
     # -- validation of what a handler flushes ---------------------------------------
     def check_utf8(self, node: Node) -> None:
-        """Refuse (EILSEQ) and hold back content the store could never accept."""
-        if node.kind is not Kind.FILE or node.data is None:
+        """Refuse (EILSEQ) and hold back content the store could never accept.
+
+        A local-only file is never pushed, so it may hold anything: the check runs
+        again (at push time) if it is renamed to a name that is synced.
+        """
+        if node.kind is not Kind.FILE or node.data is None or self.local_only(node.name):
             return
         try:
             bytes(node.data).decode("utf-8")
@@ -629,6 +692,10 @@ class StoreState:
             conflicts += node.conflict is not None
         return {"memories": files, "bytes": total, "dirty": dirty, "refused": refused,
                 "conflicts": conflicts, "pending_deletes": len(self.tombstones)}
+
+
+def _nothing_local(name: str) -> bool:
+    return False
 
 
 def _join(parent: str, name: str) -> str:

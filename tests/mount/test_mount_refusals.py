@@ -118,8 +118,13 @@ def test_efbig_past_the_content_limit(shared_api: Api, store: dict[str, object],
     tool_fails("cp", str(huge), str(root / "huge.md"), message="File too large")
     tool_fails("truncate", "-s", "200K", str(path), message="File too large")
     mount.sync()
+    # its last write was refused: held back (tests/mount/test_refused_writes.py)
+    assert shared_api.list_memories(str(store["id"])) == []
+    os.truncate(path, MAX_CONTENT_BYTES)  # a successful truncate ends the refusal
+    mount.sync()
     memories = {m["path"]: m for m in shared_api.list_memories(str(store["id"]))}
     assert memories["/big.md"]["content_size_bytes"] == MAX_CONTENT_BYTES
+    assert "/huge.md" not in memories
 
 
 def test_paths_the_api_would_reject(mount: MountProcess) -> None:
