@@ -137,6 +137,14 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere: one line, never a traceback
+        print("memfs: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from memfs import logs

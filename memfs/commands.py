@@ -84,13 +84,31 @@ def _mount_for(path: str) -> dict[str, Any] | None:
     return info
 
 
-def _ask(path: str, op: str, timeout: float) -> tuple[dict[str, Any], dict[str, Any]] | int:
-    """The mount at `path` and its daemon's answer to `op`, or the exit code of failing."""
+# What goes on in the daemon when its CLI peer stops waiting (timeout or Ctrl-C).
+_GOES_ON = {
+    "sync": "the sync pass goes on in the daemon",
+    "unmount": "the daemon goes on with the final sync, then unmounts",
+    "status": "the mount is not affected",
+}
+
+
+def _ask(path: str, op: str, timeout: float, **fields: Any
+         ) -> tuple[dict[str, Any], dict[str, Any]] | int:
+    """The mount at `path` and its daemon's answer to `op`, or the exit code of failing.
+
+    Giving up on the answer (timeout, Ctrl-C) never affects the daemon: the request goes
+    on there, and the message says so.
+    """
     info = _mount_for(path)
     if info is None:
         return ExitCode.FAILED
+    after = f"{_GOES_ON.get(op, 'the mount is not affected')} (see `memfs status {path}`)"
     try:
-        return info, control.request(info, op, timeout=timeout)
+        return info, control.request(info, op, timeout=timeout, **fields)
+    except KeyboardInterrupt:
+        return _fail(f"interrupted; {after}", ExitCode.INTERRUPTED)
+    except TimeoutError:
+        return _fail(f"the daemon did not answer within {timeout:g}s; {after}")
     except OSError as e:
         return _fail(f"the daemon did not answer: {e}")
 

@@ -24,6 +24,10 @@ from memfs.errors import ConfigError
 
 log = logging.getLogger("memfs.control")
 
+# A peer that connects and sends no full request line within this bound is dropped.
+REQUEST_READ_TIMEOUT = 10.0
+MAX_REQUEST = 1 << 20
+
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -86,6 +90,11 @@ class ControlServer:
         self._idle = trio.Event()
         try:
             await self._answer(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+            # The peer timed out, was interrupted (Ctrl-C) or hung up: its request (a
+            # sync pass, an unmount) goes on; only the answer has nowhere to go.
+            log.info("control peer went away before its answer mountpoint=%s error=%s",
+                     self.mountpoint, type(e).__name__)
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
@@ -94,13 +103,17 @@ class ControlServer:
     async def _answer(self, stream: trio.SocketStream) -> None:
         async with stream:
             buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                buf += chunk
-                if len(buf) > 1 << 20:
-                    return
+            with trio.move_on_after(REQUEST_READ_TIMEOUT):
+                while not buf.endswith(b"\n") and len(buf) <= MAX_REQUEST:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+            if not buf.endswith(b"\n"):
+                if buf:
+                    log.warning("control request dropped: incomplete or over %d bytes "
+                                "mountpoint=%s", MAX_REQUEST, self.mountpoint)
+                return
             try:
                 request = json.loads(buf)
                 if not isinstance(request, dict):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import shutil
 import signal
 import stat
@@ -34,6 +35,7 @@ import trio
 from memfs import logs
 from memfs.cache import CacheDir
 from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
+from memfs.config import ExitCode
 from memfs.control import ControlServer, runtime_dir
 from memfs.errors import ConfigError, MemfsError, NotFound, StoreAuthError, StoreUnavailable
 from memfs.fs import MemFs
@@ -257,6 +259,12 @@ class Daemon:
 
     async def run(self, ready: Callable[[str], None] | None = None) -> int:
         """Mount, serve until stopped, tear down; returns the process exit code."""
+        # Open for the whole run: a signal before the mount is live aborts the start
+        # (nothing mounted, nothing left running); after it, it starts the teardown.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            return await self._run(ready, signals)
+
+    async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
         cfg = self.config
         check_fuse()
         mountpoint = self.mountpoint = prepare_mountpoint(
@@ -271,7 +279,7 @@ class Daemon:
         crashed = False
         try:
             client = StoreClient(self.http)
-            await self._open_stores(client)
+            await self._start_stores(client, signals)
             self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout)
             try:
                 pyfuse3.init(self.ops, mountpoint, self._mount_options())
@@ -282,7 +290,7 @@ class Daemon:
             log.info("mounted memory stores=%s mountpoint=%s memories=%d",
                      ",".join(s.store_id for s in self.syncs), mountpoint, total)
             try:
-                return await self._serve(mountpoint, ready)
+                return await self._serve(mountpoint, ready, signals)
             except BaseException:
                 crashed = True
                 raise
@@ -295,7 +303,26 @@ class Daemon:
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 
-    async def _serve(self, mountpoint: str, ready: Callable[[str], None] | None) -> int:
+    async def _start_stores(self, client: StoreClient, signals: Any) -> None:
+        """`_open_stores`, abandoned cleanly if SIGINT/SIGTERM arrives first."""
+        heard: list[str] = []
+        async with trio.open_nursery() as nursery:
+            async def watch() -> None:
+                async for signum in signals:
+                    heard.append(signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            await self._open_stores(client)
+            nursery.cancel_scope.cancel()
+        if heard:
+            log.debug("start abandoned on signal=%s mountpoint=%s", heard[0], self.mountpoint)
+            raise StartError(f"interrupted ({heard[0]}) before the mount was live; "
+                             "nothing was mounted", ExitCode.INTERRUPTED)
+
+    async def _serve(self, mountpoint: str, ready: Callable[[str], None] | None,
+                     signals: Any) -> int:
         assert self.ops is not None
         control = ControlServer(mountpoint, self._describe(), self._control)
         fuse_gone = trio.Event()
@@ -323,7 +350,7 @@ class Daemon:
 
             nursery.start_soon(run_syncs)
             await nursery.start(control.serve)
-            await nursery.start(self._watch_signals)  # a SIGTERM right after ready is heard
+            await nursery.start(self._watch_signals, signals)
             if ready is not None:
                 ready(mountpoint)
             await self._stop.wait()
@@ -343,13 +370,13 @@ class Daemon:
         log.info("unmounted mountpoint=%s", mountpoint)
         return code
 
-    async def _watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    async def _watch_signals(self, signals: Any, *,
+                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                              ) -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            task_status.started()
-            async for signum in signals:
-                log.info("stopping on signal=%s", signal.Signals(signum).name)
-                self._stop.set()
+        task_status.started()
+        async for signum in signals:  # open since start-up: no signal is missed
+            log.info("stopping on signal=%s", signal.Signals(signum).name)
+            self._stop.set()
 
     async def _final_flush(self) -> int:
         t0 = time.monotonic()
@@ -443,6 +470,45 @@ def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError
     return None
 
 
+def _abort_start(pid: int, read_fd: int, config: MountConfig) -> int:
+    """Ctrl-C on `mount --daemon` before readiness: stop the child, wait, say one line.
+
+    SIGTERM makes the child abandon its start (nothing mounted) or, if it went live in
+    the meantime, run its normal teardown; either way nothing is left running.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    bound = time.monotonic() + config.flush_timeout + 15
+    message = b""
+    while time.monotonic() < bound:
+        ready, _, _ = select.select([read_fd], [], [], 0.2)
+        if ready:
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                break
+            message += chunk
+    os.close(read_fd)
+    while time.monotonic() < bound:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        clear_dead_mount(config.mountpoint)
+    if message.startswith(b"ok "):
+        print("memfs: interrupted; the mount had just gone live and was stopped again "
+              "(final sync done)", file=sys.stderr)
+    else:
+        print("memfs: interrupted before the mount was live; nothing was mounted",
+              file=sys.stderr)
+    return ExitCode.INTERRUPTED
+
+
 def launch(config: MountConfig, *, daemonize: bool) -> int:
     """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
     os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
@@ -470,9 +536,12 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
     pid = os.fork()
     if pid > 0:
         os.close(write_fd)
-        chunks = []
-        while chunk := os.read(read_fd, 4096):
-            chunks.append(chunk)
+        chunks: list[bytes] = []
+        try:
+            while chunk := os.read(read_fd, 4096):
+                chunks.append(chunk)
+        except KeyboardInterrupt:
+            return _abort_start(pid, read_fd, config)
         os.close(read_fd)
         message = b"".join(chunks).decode(errors="replace")
         if message.startswith("ok "):
