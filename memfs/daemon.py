@@ -34,7 +34,14 @@ import trio
 
 from memfs import logs
 from memfs.cache import CacheDir
-from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
+from memfs.client import (
+    INTERACTIVE_FIRST_BYTE,
+    ClientConfig,
+    RetryPolicy,
+    StoreClient,
+    StoreInfo,
+    make_http_client,
+)
 from memfs.config import ExitCode
 from memfs.control import ControlServer, runtime_dir
 from memfs.errors import ConfigError, MemfsError, NotFound, StoreAuthError, StoreUnavailable
@@ -166,9 +173,16 @@ async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
     except NotFound:
         raise StartError(f"memory store {store_id} does not exist") from None
     except StoreUnavailable as e:
-        raise StartError(f"cannot reach the store server: {e}", 3) from None
+        raise StartError(f"{e} (is the server running? check --api-url or "
+                         "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
     except StoreAuthError as e:
         raise StartError(f"the store server refused the credentials: {e}", 2) from None
+
+
+# Someone waits for a mount to start: a hung or down server is reported in seconds
+# (one first-byte bound; refused connections get two quick retries), not a minute.
+START_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=2.0, deadline=10.0,
+                          retry_timeouts=False)
 
 
 class Daemon:
@@ -203,7 +217,7 @@ class Daemon:
         cfg = self.config
         cache_root = cfg.cache_dir or default_cache_root()
         for spec in cfg.stores:
-            info = await lookup_store(client, spec.store_id)
+            info = await lookup_store(self._start_client(), spec.store_id)
             self.infos[spec.store_id] = info
             read_only = spec.read_only
             if info.archived_at is not None and not read_only:
@@ -247,6 +261,11 @@ class Daemon:
             if first is not None:
                 raise first from None
             raise
+
+    def _start_client(self) -> StoreClient:
+        assert self.http is not None
+        return StoreClient(self.http, retry=START_RETRY,
+                           first_byte_timeout=INTERACTIVE_FIRST_BYTE)
 
     def _mount_options(self) -> set[str]:
         options = set(pyfuse3.default_options)
@@ -306,16 +325,23 @@ class Daemon:
     async def _start_stores(self, client: StoreClient, signals: Any) -> None:
         """`_open_stores`, abandoned cleanly if SIGINT/SIGTERM arrives first."""
         heard: list[str] = []
-        async with trio.open_nursery() as nursery:
-            async def watch() -> None:
-                async for signum in signals:
-                    heard.append(signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    return
 
-            nursery.start_soon(watch)
-            await self._open_stores(client)
-            nursery.cancel_scope.cancel()
+        async def watch(scope: trio.CancelScope) -> None:
+            async for signum in signals:
+                heard.append(signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                await self._open_stores(client)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            first = _first(group, StartError)
+            if first is not None:
+                raise first from None
+            raise
         if heard:
             log.debug("start abandoned on signal=%s mountpoint=%s", heard[0], self.mountpoint)
             raise StartError(f"interrupted ({heard[0]}) before the mount was live; "
