@@ -54,7 +54,20 @@ def mount(args: Any) -> int:
                          [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
+    config.restart = _restart(args, config)
     return launch(config, daemonize=args.daemon)
+
+
+def _restart(args: Any, config: MountConfig) -> str:
+    """The command that starts this mount again, named by `status` if it dies."""
+    from memfs.daemon import default_cache_root
+    from memfs.recovery import restart_command
+
+    root = config.cache_dir or default_cache_root()
+    dirs = {s.store_id: os.path.abspath(root if (config.single and config.cache_dir)
+                                        else root / s.store_id) for s in config.stores}
+    api_url = args.api_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+    return restart_command(args, os.path.realpath(config.mountpoint), dirs, api_url)
 
 
 def session(args: Any) -> int:
@@ -70,6 +83,7 @@ def session(args: Any) -> int:
         return _fail(str(e), ExitCode.USAGE)
     except StartError as e:
         return _fail(str(e), e.exit_code)
+    config.restart = _restart(args, config)
     for spec in stores:
         access = "read_only" if spec.read_only else "read_write"
         print(f"memfs: {spec.store_id} ({spec.name}) -> {root}/{spec.dir_name} [{access}]",
@@ -143,15 +157,37 @@ def _next_pass(at: Any) -> str:
     return f"{_clock(at)} (in {max(0.0, float(at) - time.time()):.0f}s)"
 
 
+def _dead_at(path: str) -> dict[str, Any] | None:
+    """The `status` answer for a dead mount containing `path`, if there is one."""
+    from memfs.recovery import dead_mount_at, describe_dead
+
+    info = control.find_dead_mount(path)
+    if info is not None:
+        return describe_dead(info, str(info["mountpoint"]))
+    mountpoint = dead_mount_at(path)
+    return describe_dead(None, mountpoint) if mountpoint is not None else None
+
+
 def status(args: Any) -> int:
-    if args.path:
-        info = _mount_for(args.path)
-        if info is None:
-            return ExitCode.FAILED
-        mounts = [info]
-    else:
-        mounts = control.live_mounts()
+    from memfs.recovery import dead_summary, describe_dead
+
+    code: int = ExitCode.OK
     answers = []
+    if args.path:
+        info = control.find_mount(args.path)
+        if info is None:
+            dead = _dead_at(args.path)
+            if dead is None:
+                return _fail(f"no live memfs mount at {args.path}")
+            print(dead_summary(dead), file=sys.stderr)
+            answers.append(dead)
+            code = ExitCode.FAILED
+        mounts = [info] if info is not None else []
+    else:
+        registered = control.registered_mounts()
+        mounts = [i for i in registered if i["alive"]]
+        answers += [describe_dead(i, str(i["mountpoint"]))
+                    for i in registered if not i["alive"]]
     for info in mounts:
         try:
             answers.append(control.request(info, "status", timeout=10))
@@ -160,10 +196,16 @@ def status(args: Any) -> int:
                             "error": f"daemon not answering: {e}"})
     if args.json or not sys.stdout.isatty():
         print(json.dumps({"mounts": answers}, indent=2))
-        return ExitCode.OK
+        return code
     if not answers:
         print("no live memfs mounts")
     for answer in answers:
+        if answer.get("state") == "dead":
+            if not args.path:
+                print(f"{answer['mountpoint']} DEAD")
+                print("  " + dead_summary(answer).replace("\nmemfs: ", "\n  ")
+                      .removeprefix("memfs: "))
+            continue
         print(f"{answer.get('mountpoint')} (pid {answer.get('pid')})")
         if not answer.get("ok"):
             print(f"  error: {answer.get('error')}")
@@ -186,7 +228,7 @@ def status(args: Any) -> int:
                 print(f"    refused: {r['path']} ({r['why']})")
             for p in s.get("pending_delete_paths", []):
                 print(f"    pending delete: {p}")
-    return ExitCode.OK
+    return code
 
 
 def unmount(args: Any) -> int:

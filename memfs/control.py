@@ -125,21 +125,49 @@ class ControlServer:
             await stream.send_all(json.dumps(answer).encode() + b"\n")
 
 
-def live_mounts() -> list[dict[str, Any]]:
-    """Every registered mount whose daemon still answers; stale entries are removed."""
+def registered_mounts() -> list[dict[str, Any]]:
+    """Every registered mount, `alive` or not. The entry of a killed daemon is kept
+    while its dead mount is still there (it explains it); other stale ones are removed."""
+    from memfs.recovery import is_dead_mount
+
     found = []
     for info_path in sorted(runtime_dir().glob("*.json")):
         try:
             info = json.loads(info_path.read_text())
-        except (OSError, ValueError):
+            pid = int(info.get("pid", 0))
+            if not isinstance(info, dict):
+                continue
+        except (OSError, ValueError, TypeError, AttributeError):
             continue
-        pid = int(info.get("pid", 0))
-        if pid <= 0 or not pid_alive(pid):
+        info["alive"] = pid > 0 and pid_alive(pid)
+        if not info["alive"] and not is_dead_mount(str(info.get("mountpoint", ""))):
             info_path.unlink(missing_ok=True)
             Path(str(info.get("socket", ""))).unlink(missing_ok=True)
             continue
         found.append(info)
     return found
+
+
+def live_mounts() -> list[dict[str, Any]]:
+    """Every registered mount whose daemon is still running."""
+    return [info for info in registered_mounts() if info["alive"]]
+
+
+def _containing(path: str, infos: list[dict[str, Any]]) -> dict[str, Any] | None:
+    real = os.path.realpath(path)
+    best: dict[str, Any] | None = None
+    for info in infos:
+        mp = str(info["mountpoint"])
+        if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
+            best is None or len(mp) > len(str(best["mountpoint"]))
+        ):
+            best = info
+    return best
+
+
+def find_dead_mount(path: str) -> dict[str, Any] | None:
+    """The registered mount containing `path` whose daemon is gone."""
+    return _containing(path, [i for i in registered_mounts() if not i["alive"]])
 
 
 def pid_alive(pid: int) -> bool:
@@ -160,15 +188,7 @@ def pid_alive(pid: int) -> bool:
 
 def find_mount(path: str) -> dict[str, Any] | None:
     """The live mount that contains `path` (the deepest one)."""
-    real = os.path.realpath(path)
-    best: dict[str, Any] | None = None
-    for info in live_mounts():
-        mp = str(info["mountpoint"])
-        if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
-            best is None or len(mp) > len(str(best["mountpoint"]))
-        ):
-            best = info
-    return best
+    return _containing(path, live_mounts())
 
 
 def request(info: dict[str, Any], op: str, timeout: float = 60.0, **fields: Any

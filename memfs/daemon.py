@@ -84,6 +84,7 @@ class MountConfig:
     api_url: str | None = None
     allow_other: bool = False
     log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
+    restart: str = ""  # the command that starts this mount again (dead-mount recovery)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -438,8 +439,14 @@ class Daemon:
 
     # -- control ---------------------------------------------------------------------
     def _describe(self) -> dict[str, Any]:
+        # The cache directories and the restart command outlive a killed daemon here:
+        # `memfs status` reads them to explain a dead mount (memfs/recovery.py).
         return {"mode": "single" if self.config.single else "session",
-                "stores": [s.store_id for s in self.syncs]}
+                "stores": [s.store_id for s in self.syncs],
+                "caches": {s.store_id: str(c.root.resolve())
+                           for s, c in zip(self.syncs, self.caches, strict=True)},
+                "excludes": list(self.config.excludes),
+                "restart": self.config.restart}
 
     def status(self) -> dict[str, Any]:
         stores = []
