@@ -85,9 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("path", metavar="PATH", nargs="?")
     status.add_argument("--json", action="store_true")
 
-    unmount = command("unmount", help="final sync, then unmount")
+    unmount = command("unmount", help="final sync, then unmount (refused while busy)")
     unmount.add_argument("path", metavar="PATH")
     unmount.add_argument("--timeout", type=float, default=90.0)
+    busy = unmount.add_mutually_exclusive_group()
+    busy.add_argument("--lazy", action="store_true",
+                      help="detach now; the final sync runs when the last process using "
+                      "the mount lets go")
+    busy.add_argument("--force", action="store_true",
+                      help="final sync, then unmount even if processes use it (they get "
+                      "ENOTCONN); memfs mounts nested inside are unmounted first")
     return parser
 
 

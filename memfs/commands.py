@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -232,7 +233,73 @@ def status(args: Any) -> int:
 
 
 def unmount(args: Any) -> int:
-    asked = _ask(args.path, "unmount", args.timeout)
+    info = _mount_for(args.path)
+    if info is None:
+        return ExitCode.FAILED
+    refused = _busy(info, lazy=args.lazy, force=args.force, timeout=args.timeout)
+    if refused is not None:
+        return refused
+    return _unmount(str(info["mountpoint"]), args.timeout)
+
+
+def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> int | None:
+    """Refuse (or, with --lazy, detach) a busy mount; None: go on with the unmount.
+
+    `fusermount3 -u` refuses a busy mount with EBUSY, but the daemon's own unmount is
+    lazy, so memfs asks /proc itself. A process that starts using the mount between
+    this check and the unmount is cut off as with --force.
+    """
+    from memfs import holders
+
+    mountpoint = str(info["mountpoint"])
+    nested = holders.nested_mounts(mountpoint)
+    if nested:
+        live = {str(i["mountpoint"]): i for i in control.live_mounts()}
+        names = ", ".join(f"{mp} ({'memfs, pid ' + str(live[mp]['pid']) if mp in live else kind})"
+                          for mp, kind in nested)
+        foreign = [mp for mp, _ in nested if mp not in live]
+        if not force or foreign:
+            # Only memfs mounts have a final sync memfs can run; others are yours to end.
+            hint = ("unmount them first" if foreign else
+                    "unmount them first, or use --force to unmount them first")
+            return _fail(f"{mountpoint} has mounts inside it: {names}; {hint}; "
+                         "nothing was unmounted")
+        for mp, _ in nested:  # deepest first, each with its own final sync
+            print(f"memfs: unmounting the nested mount {mp} first", file=sys.stderr)
+            code = _busy(live[mp], lazy=False, force=True, timeout=timeout)
+            if code is None:
+                code = _unmount(mp, timeout)
+            if code != ExitCode.OK:
+                return _fail(f"the nested mount {mp} did not unmount cleanly; "
+                             f"{mountpoint} stays mounted")
+    pid = int(info.get("pid", 0))
+    held = holders.holders(mountpoint, ignore=frozenset({pid}))
+    if not held:
+        return None
+    listing = "".join(f"\nmemfs:   {h}" for h in held[:20])
+    if len(held) > 20:
+        listing += f"\nmemfs:   … and {len(held) - 20} more"
+    if lazy:
+        result = subprocess.run(["fusermount3", "-u", "-z", mountpoint],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            return _fail(f"could not detach {mountpoint}: {result.stderr.strip()}")
+        print(f"memfs: detached {mountpoint}; it is still in use by:{listing}\nmemfs: the "
+              f"daemon (pid {pid}) serves them, then runs the final sync and exits when "
+              "the last one lets go", file=sys.stderr)
+        return ExitCode.OK
+    if force:
+        print(f"memfs: --force: after the final sync these lose {mountpoint} (their next "
+              f"access fails with ENOTCONN):{listing}", file=sys.stderr)
+        return None
+    return _fail(f"{mountpoint} is busy; nothing was unmounted. In use by:{listing}\n"
+                 "memfs: close those files or leave the directory, or use --lazy (detach "
+                 "now, final sync when they let go) or --force (final sync, then cut them "
+                 "off)")
+
+
+def _unmount(mountpoint: str, timeout: float) -> int:
+    asked = _ask(mountpoint, "unmount", timeout)
     if isinstance(asked, int):
         return asked
     info, answer = asked

@@ -36,13 +36,13 @@ def fuse_mounts() -> dict[str, str]:
             for line in f:
                 parts = line.split()
                 if len(parts) > 2 and parts[2].startswith("fuse"):
-                    found[_unescape(parts[1])] = parts[2]
+                    found[unescape_mount_field(parts[1])] = parts[2]
     except OSError:
         pass
     return found
 
 
-def _unescape(field: str) -> str:
+def unescape_mount_field(field: str) -> str:
     """/proc/self/mounts escapes space, tab, newline and backslash as octal."""
     for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         field = field.replace(code, char)
