@@ -223,6 +223,9 @@ def status(args: Any) -> int:
             if lp.get("error"):
                 last += f" error={lp['error']}"
             print(f"    last pass: {last}; next pass: {_next_pass(s.get('next_pass_at'))}")
+            if s.get("offline"):
+                print("    OFFLINE: the store does not answer; changes are kept in the "
+                      "journal and pushed once it does")
             for c in s.get("conflict_copies", []):
                 print(f"    conflict: {c['path']} -> {c['copy']}")
             for r in s.get("refused_files", []):

@@ -53,6 +53,14 @@ from memfs.tree import Node, StoreState, Tree
 log = logging.getLogger("memfs.daemon")
 
 
+JOURNAL_NAME = "journal.sqlite"
+LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 class StartError(MemfsError):
     """Start-up failed before anything was mounted; `exit_code` says how."""
 
@@ -217,21 +225,44 @@ class Daemon:
     async def _open_stores(self, client: StoreClient) -> None:
         cfg = self.config
         cache_root = cfg.cache_dir or default_cache_root()
+        offline: set[str] = set()
         for spec in cfg.stores:
-            info = await lookup_store(self._start_client(), spec.store_id)
-            self.infos[spec.store_id] = info
-            read_only = spec.read_only
-            if info.archived_at is not None and not read_only:
-                log.warning("memory store is archived; mounting it read-only "
-                            "memory_store_id=%s", spec.store_id)
-                read_only = spec.read_only = True
             cache_dir = (cache_root if (cfg.single and cfg.cache_dir) else
                          cache_root / spec.store_id)
+            try:
+                info: StoreInfo | None = await lookup_store(self._start_client(),
+                                                            spec.store_id)
+            except StartError as e:
+                if e.exit_code != ExitCode.UNREACHABLE:
+                    raise
+                if not (cache_dir / JOURNAL_NAME).exists():
+                    raise StartError(f"{e}; there is no local copy of {spec.store_id} in "
+                                     f"{cache_dir} to start offline from", e.exit_code
+                                     ) from None
+                info, reason = None, str(e)
+            read_only = spec.read_only
+            if info is not None:
+                self.infos[spec.store_id] = info
+                if info.archived_at is not None and not read_only:
+                    log.warning("memory store is archived; mounting it read-only "
+                                "memory_store_id=%s", spec.store_id)
+                    read_only = spec.read_only = True
             try:
                 cache = CacheDir(cache_dir, spec.store_id)
             except ConfigError as e:
                 raise StartError(str(e), 2) from None
             self.caches.append(cache)
+            if info is None:
+                if cache.journal.get_meta(LISTED_META) is None and cache.journal.is_empty():
+                    raise StartError(f"{reason}; the local copy in {cache_dir} was never "
+                                     "synced, so there is nothing to start offline from",
+                                     ExitCode.UNREACHABLE)
+                # A warm cache: serve the journal's tree now, push when the store answers.
+                log.warning("memory store unreachable; starting offline from the local "
+                            "copy; changes are journaled and pushed once it answers "
+                            "memory_store_id=%s cache=%s error=%s",
+                            spec.store_id, cache_dir, reason)
+                offline.add(spec.store_id)
             state = StoreState(self.tree, spec.store_id, spec.dir_name or "", cache,
                                read_only=read_only,
                                parent=None if cfg.single else self.tree.root)
@@ -244,9 +275,11 @@ class Daemon:
 
         async def start_one(sync: StoreSync) -> None:
             try:
-                await sync.start()
+                await sync.start(offline=sync.store_id in offline)
+                if sync.store_id not in offline:
+                    sync.state.journal.set_meta(LISTED_META, _now_iso())
             except StoreUnavailable as e:
-                raise StartError(f"cannot reach the store server: {e}", 3) from None
+                raise StartError(str(e), ExitCode.UNREACHABLE) from None
             except StoreAuthError as e:
                 raise StartError(f"the store server refused the credentials: {e}", 2) from None
             except MemfsError as e:
