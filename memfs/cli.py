@@ -1,12 +1,13 @@
 """Argument parsing and exit codes only; every command's work lives in its module.
 
 Exit codes: 0 success, 1 the operation failed, 2 bad usage or configuration,
-3 the store or server could not be reached.
+3 the store or server could not be reached, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -149,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C anywhere: one line, never a traceback
         print("memfs: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:  # stdout's reader left early (`| head`, `| grep -q`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.FAILED
 
 
 def _main(argv: Sequence[str] | None) -> int:
