@@ -1,12 +1,13 @@
 """Argument parsing and exit codes only; every command's work lives in its module.
 
 Exit codes: 0 success, 1 the operation failed, 2 bad usage or configuration,
-3 the store or server could not be reached.
+3 the store or server could not be reached, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -93,9 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("path", metavar="PATH", nargs="?")
     status.add_argument("--json", action="store_true")
 
-    unmount = command("unmount", help="final sync, then unmount")
+    unmount = command("unmount", help="final sync, then unmount (refused while busy)")
     unmount.add_argument("path", metavar="PATH")
     unmount.add_argument("--timeout", type=float, default=90.0)
+    busy = unmount.add_mutually_exclusive_group()
+    busy.add_argument("--lazy", action="store_true",
+                      help="detach now; the final sync runs when the last process using "
+                      "the mount lets go")
+    busy.add_argument("--force", action="store_true",
+                      help="final sync, then unmount even if processes use it (they get "
+                      "ENOTCONN); memfs mounts nested inside are unmounted first")
     return parser
 
 
@@ -148,6 +156,17 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere: one line, never a traceback
+        print("memfs: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:  # stdout's reader left early (`| head`, `| grep -q`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.FAILED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from memfs import logs

@@ -160,6 +160,16 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
+# A server must accept within CONNECT_TIMEOUT and start answering (status line and
+# headers) within a first-byte bound: short for a person waiting (the CLI, a mount's
+# start), longer for background passes behind a busy server. TRANSFER_TIMEOUT bounds
+# each gap inside a body being sent or received, the long bound for big transfers.
+CONNECT_TIMEOUT = 5.0
+INTERACTIVE_FIRST_BYTE = 5.0
+BACKGROUND_FIRST_BYTE = 30.0
+TRANSFER_TIMEOUT = 60.0
+
+
 def make_http_client(
     config: ClientConfig,
     *,
@@ -189,7 +199,8 @@ def make_http_client(
             max_keepalive_connections=max_connections,
             keepalive_expiry=30.0,
         ),
-        timeout=httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=120.0),
+        timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=TRANSFER_TIMEOUT,
+                              write=TRANSFER_TIMEOUT, pool=120.0),
         transport=transport,
         trust_env=not _is_loopback(config.base_url),
         follow_redirects=False,
@@ -214,6 +225,9 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 20.0
     deadline: float = 60.0
+    # False: a server that accepted but did not answer in time is reported at once
+    # (someone is waiting); refused connections and 5xx are still retried.
+    retry_timeouts: bool = True
 
     @classmethod
     def none(cls) -> RetryPolicy:
@@ -544,9 +558,11 @@ class StoreClient:
     raises only `StoreError` subclasses (plus `ValueError` for a programming error).
     """
 
-    def __init__(self, http: httpx.AsyncClient, *, retry: RetryPolicy = RetryPolicy()) -> None:
+    def __init__(self, http: httpx.AsyncClient, *, retry: RetryPolicy = RetryPolicy(),
+                 first_byte_timeout: float = BACKGROUND_FIRST_BYTE) -> None:
         self._http = http
         self.retry = retry
+        self.first_byte_timeout = first_byte_timeout
         secrets = []
         for name in ("x-api-key", "authorization"):
             value = http.headers.get(name)
@@ -569,10 +585,19 @@ class StoreClient:
             headers["content-type"] = "application/json"
         return headers
 
+    def _where(self) -> str:
+        return str(self._http.base_url).rstrip("/") or "the store"
+
     def _transport_error(self, exc: httpx.RequestError) -> StoreError:
-        where = str(self._http.base_url).rstrip("/") or "the store"
-        detail = self._scrub(str(exc)) or type(exc).__name__
-        text = f"cannot reach the store at {where}: {type(exc).__name__}: {detail}"
+        name = type(exc).__name__
+        detail = self._scrub(str(exc))
+        if isinstance(exc, httpx.ConnectTimeout):
+            detail = f"it did not accept a connection within {CONNECT_TIMEOUT:g}s"
+        elif isinstance(exc, httpx.TimeoutException):
+            detail = f"it stopped answering for {TRANSFER_TIMEOUT:g}s mid-transfer"
+        text = f"cannot reach the store at {self._where()}: {name}"
+        if detail and detail != name:
+            text += f": {detail}"
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
             return StoreError(text)
         if isinstance(exc, httpx.TransportError):
@@ -620,13 +645,17 @@ class StoreClient:
         while True:
             attempt += 1
             error: StoreError
+            timed_out = False
             try:
-                response = await self._http.request(
-                    method, url, params=clean_params, content=content,
-                    headers=self._headers(content is not None),
-                )
+                response = await self._send(method, url, clean_params, content)
             except httpx.RequestError as exc:
                 error = self._transport_error(exc)
+                timed_out = isinstance(exc, httpx.TimeoutException)
+            except trio.TooSlowError:
+                error = StoreUnavailable(
+                    f"cannot reach the store at {self._where()}: it did not answer within "
+                    f"{self.first_byte_timeout:g}s (it accepted the connection)")
+                timed_out = True
             else:
                 if response.is_success:
                     try:
@@ -648,6 +677,8 @@ class StoreClient:
                     raise error
                 if not isinstance(outcome, _Retry):
                     return outcome
+            if timed_out and not self.retry.retry_timeouts:
+                raise error
             retry_after = error.retry_after if isinstance(error, StoreUnavailable) else None
             delay = self.retry.delay(attempt, retry_after)
             elapsed = trio.current_time() - started
@@ -661,6 +692,20 @@ class StoreClient:
             log.log(level, "retrying store request %s delay=%.2f error=%s",
                     context, delay, _quote(str(error)))
             await trio.sleep(delay)
+
+    async def _send(self, method: str, url: str, params: dict[str, Any],
+                    content: bytes | None) -> httpx.Response:
+        """One request: its status line must arrive within the first-byte bound; the
+        body then only has the transfer bound (`TRANSFER_TIMEOUT`) between bytes."""
+        request = self._http.build_request(method, url, params=params, content=content,
+                                           headers=self._headers(content is not None))
+        with trio.fail_after(self.first_byte_timeout):
+            response = await self._http.send(request, stream=True)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
 
     def _parse(self, op: str, parser: Callable[[Any], Any], data: Any) -> Any:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,7 +73,20 @@ def mount(args: Any) -> int:
                          [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
+    config.restart = _restart(args, config)
     return launch(config, daemonize=args.daemon)
+
+
+def _restart(args: Any, config: MountConfig) -> str:
+    """The command that starts this mount again, named by `status` if it dies."""
+    from memfs.daemon import default_cache_root
+    from memfs.recovery import restart_command
+
+    root = config.cache_dir or default_cache_root()
+    dirs = {s.store_id: os.path.abspath(root if (config.single and config.cache_dir)
+                                        else root / s.store_id) for s in config.stores}
+    api_url = args.api_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+    return restart_command(args, os.path.realpath(config.mountpoint), dirs, api_url)
 
 
 def session(args: Any) -> int:
@@ -88,6 +102,7 @@ def session(args: Any) -> int:
         return _fail(str(e), ExitCode.USAGE)
     except StartError as e:
         return _fail(str(e), e.exit_code)
+    config.restart = _restart(args, config)
     for spec in stores:
         access = "read_only" if spec.read_only else "read_write"
         print(f"memfs: {spec.store_id} ({spec.name}) -> {root}/{spec.dir_name} [{access}]",
@@ -102,13 +117,31 @@ def _mount_for(path: str) -> dict[str, Any] | None:
     return info
 
 
-def _ask(path: str, op: str, timeout: float) -> tuple[dict[str, Any], dict[str, Any]] | int:
-    """The mount at `path` and its daemon's answer to `op`, or the exit code of failing."""
+# What goes on in the daemon when its CLI peer stops waiting (timeout or Ctrl-C).
+_GOES_ON = {
+    "sync": "the sync pass goes on in the daemon",
+    "unmount": "the daemon goes on with the final sync, then unmounts",
+    "status": "the mount is not affected",
+}
+
+
+def _ask(path: str, op: str, timeout: float, **fields: Any
+         ) -> tuple[dict[str, Any], dict[str, Any]] | int:
+    """The mount at `path` and its daemon's answer to `op`, or the exit code of failing.
+
+    Giving up on the answer (timeout, Ctrl-C) never affects the daemon: the request goes
+    on there, and the message says so.
+    """
     info = _mount_for(path)
     if info is None:
         return ExitCode.FAILED
+    after = f"{_GOES_ON.get(op, 'the mount is not affected')} (see `memfs status {path}`)"
     try:
-        return info, control.request(info, op, timeout=timeout)
+        return info, control.request(info, op, timeout=timeout, **fields)
+    except KeyboardInterrupt:
+        return _fail(f"interrupted; {after}", ExitCode.INTERRUPTED)
+    except TimeoutError:
+        return _fail(f"the daemon did not answer within {timeout:g}s; {after}")
     except OSError as e:
         return _fail(f"the daemon did not answer: {e}")
 
@@ -143,15 +176,37 @@ def _next_pass(at: Any) -> str:
     return f"{_clock(at)} (in {max(0.0, float(at) - time.time()):.0f}s)"
 
 
+def _dead_at(path: str) -> dict[str, Any] | None:
+    """The `status` answer for a dead mount containing `path`, if there is one."""
+    from memfs.recovery import dead_mount_at, describe_dead
+
+    info = control.find_dead_mount(path)
+    if info is not None:
+        return describe_dead(info, str(info["mountpoint"]))
+    mountpoint = dead_mount_at(path)
+    return describe_dead(None, mountpoint) if mountpoint is not None else None
+
+
 def status(args: Any) -> int:
-    if args.path:
-        info = _mount_for(args.path)
-        if info is None:
-            return ExitCode.FAILED
-        mounts = [info]
-    else:
-        mounts = control.live_mounts()
+    from memfs.recovery import dead_summary, describe_dead
+
+    code: int = ExitCode.OK
     answers = []
+    if args.path:
+        info = control.find_mount(args.path)
+        if info is None:
+            dead = _dead_at(args.path)
+            if dead is None:
+                return _fail(f"no live memfs mount at {args.path}")
+            print(dead_summary(dead), file=sys.stderr)
+            answers.append(dead)
+            code = ExitCode.FAILED
+        mounts = [info] if info is not None else []
+    else:
+        registered = control.registered_mounts()
+        mounts = [i for i in registered if i["alive"]]
+        answers += [describe_dead(i, str(i["mountpoint"]))
+                    for i in registered if not i["alive"]]
     for info in mounts:
         try:
             answers.append(control.request(info, "status", timeout=10))
@@ -160,10 +215,16 @@ def status(args: Any) -> int:
                             "error": f"daemon not answering: {e}"})
     if args.json or not sys.stdout.isatty():
         print(json.dumps({"mounts": answers}, indent=2))
-        return ExitCode.OK
+        return code
     if not answers:
         print("no live memfs mounts")
     for answer in answers:
+        if answer.get("state") == "dead":
+            if not args.path:
+                print(f"{answer['mountpoint']} DEAD")
+                print("  " + dead_summary(answer).replace("\nmemfs: ", "\n  ")
+                      .removeprefix("memfs: "))
+            continue
         print(f"{answer.get('mountpoint')} (pid {answer.get('pid')})")
         if not answer.get("ok"):
             print(f"  error: {answer.get('error')}")
@@ -180,17 +241,86 @@ def status(args: Any) -> int:
             if lp.get("error"):
                 last += f" error={lp['error']}"
             print(f"    last pass: {last}; next pass: {_next_pass(s.get('next_pass_at'))}")
+            if s.get("offline"):
+                print("    OFFLINE: the store does not answer; changes are kept in the "
+                      "journal and pushed once it does")
             for c in s.get("conflict_copies", []):
                 print(f"    conflict: {c['path']} -> {c['copy']}")
             for r in s.get("refused_files", []):
                 print(f"    refused: {r['path']} ({r['why']})")
             for p in s.get("pending_delete_paths", []):
                 print(f"    pending delete: {p}")
-    return ExitCode.OK
+    return code
 
 
 def unmount(args: Any) -> int:
-    asked = _ask(args.path, "unmount", args.timeout)
+    info = _mount_for(args.path)
+    if info is None:
+        return ExitCode.FAILED
+    refused = _busy(info, lazy=args.lazy, force=args.force, timeout=args.timeout)
+    if refused is not None:
+        return refused
+    return _unmount(str(info["mountpoint"]), args.timeout)
+
+
+def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> int | None:
+    """Refuse (or, with --lazy, detach) a busy mount; None: go on with the unmount.
+
+    `fusermount3 -u` refuses a busy mount with EBUSY, but the daemon's own unmount is
+    lazy, so memfs asks /proc itself. A process that starts using the mount between
+    this check and the unmount is cut off as with --force.
+    """
+    from memfs import holders
+
+    mountpoint = str(info["mountpoint"])
+    nested = holders.nested_mounts(mountpoint)
+    if nested:
+        live = {str(i["mountpoint"]): i for i in control.live_mounts()}
+        names = ", ".join(f"{mp} ({'memfs, pid ' + str(live[mp]['pid']) if mp in live else kind})"
+                          for mp, kind in nested)
+        foreign = [mp for mp, _ in nested if mp not in live]
+        if not force or foreign:
+            # Only memfs mounts have a final sync memfs can run; others are yours to end.
+            hint = ("unmount them first" if foreign else
+                    "unmount them first, or use --force to unmount them first")
+            return _fail(f"{mountpoint} has mounts inside it: {names}; {hint}; "
+                         "nothing was unmounted")
+        for mp, _ in nested:  # deepest first, each with its own final sync
+            print(f"memfs: unmounting the nested mount {mp} first", file=sys.stderr)
+            code = _busy(live[mp], lazy=False, force=True, timeout=timeout)
+            if code is None:
+                code = _unmount(mp, timeout)
+            if code != ExitCode.OK:
+                return _fail(f"the nested mount {mp} did not unmount cleanly; "
+                             f"{mountpoint} stays mounted")
+    pid = int(info.get("pid", 0))
+    held = holders.holders(mountpoint, ignore=frozenset({pid}))
+    if not held:
+        return None
+    listing = "".join(f"\nmemfs:   {h}" for h in held[:20])
+    if len(held) > 20:
+        listing += f"\nmemfs:   … and {len(held) - 20} more"
+    if lazy:
+        result = subprocess.run(["fusermount3", "-u", "-z", mountpoint],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            return _fail(f"could not detach {mountpoint}: {result.stderr.strip()}")
+        print(f"memfs: detached {mountpoint}; it is still in use by:{listing}\nmemfs: the "
+              f"daemon (pid {pid}) serves them, then runs the final sync and exits when "
+              "the last one lets go", file=sys.stderr)
+        return ExitCode.OK
+    if force:
+        print(f"memfs: --force: after the final sync these lose {mountpoint} (their next "
+              f"access fails with ENOTCONN):{listing}", file=sys.stderr)
+        return None
+    return _fail(f"{mountpoint} is busy; nothing was unmounted. In use by:{listing}\n"
+                 "memfs: close those files or leave the directory, or use --lazy (detach "
+                 "now, final sync when they let go) or --force (final sync, then cut them "
+                 "off)")
+
+
+def _unmount(mountpoint: str, timeout: float) -> int:
+    asked = _ask(mountpoint, "unmount", timeout)
     if isinstance(asked, int):
         return asked
     info, answer = asked

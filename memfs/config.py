@@ -14,3 +14,4 @@ class ExitCode(IntEnum):
     FAILED = 1        # the operation ran and failed
     USAGE = 2         # bad usage or configuration: fix the command line or environment
     UNREACHABLE = 3   # the store or server could not be reached
+    INTERRUPTED = 130  # Ctrl-C (SIGINT) or SIGTERM before the command finished

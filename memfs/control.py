@@ -24,6 +24,10 @@ from memfs.errors import ConfigError
 
 log = logging.getLogger("memfs.control")
 
+# A peer that connects and sends no full request line within this bound is dropped.
+REQUEST_READ_TIMEOUT = 10.0
+MAX_REQUEST = 1 << 20
+
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -86,6 +90,11 @@ class ControlServer:
         self._idle = trio.Event()
         try:
             await self._answer(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+            # The peer timed out, was interrupted (Ctrl-C) or hung up: its request (a
+            # sync pass, an unmount) goes on; only the answer has nowhere to go.
+            log.info("control peer went away before its answer mountpoint=%s error=%s",
+                     self.mountpoint, type(e).__name__)
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
@@ -94,13 +103,17 @@ class ControlServer:
     async def _answer(self, stream: trio.SocketStream) -> None:
         async with stream:
             buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                buf += chunk
-                if len(buf) > 1 << 20:
-                    return
+            with trio.move_on_after(REQUEST_READ_TIMEOUT):
+                while not buf.endswith(b"\n") and len(buf) <= MAX_REQUEST:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+            if not buf.endswith(b"\n"):
+                if buf:
+                    log.warning("control request dropped: incomplete or over %d bytes "
+                                "mountpoint=%s", MAX_REQUEST, self.mountpoint)
+                return
             try:
                 request = json.loads(buf)
                 if not isinstance(request, dict):
@@ -112,21 +125,49 @@ class ControlServer:
             await stream.send_all(json.dumps(answer).encode() + b"\n")
 
 
-def live_mounts() -> list[dict[str, Any]]:
-    """Every registered mount whose daemon still answers; stale entries are removed."""
+def registered_mounts() -> list[dict[str, Any]]:
+    """Every registered mount, `alive` or not. The entry of a killed daemon is kept
+    while its dead mount is still there (it explains it); other stale ones are removed."""
+    from memfs.recovery import is_dead_mount
+
     found = []
     for info_path in sorted(runtime_dir().glob("*.json")):
         try:
             info = json.loads(info_path.read_text())
-        except (OSError, ValueError):
+            pid = int(info.get("pid", 0))
+            if not isinstance(info, dict):
+                continue
+        except (OSError, ValueError, TypeError, AttributeError):
             continue
-        pid = int(info.get("pid", 0))
-        if pid <= 0 or not pid_alive(pid):
+        info["alive"] = pid > 0 and pid_alive(pid)
+        if not info["alive"] and not is_dead_mount(str(info.get("mountpoint", ""))):
             info_path.unlink(missing_ok=True)
             Path(str(info.get("socket", ""))).unlink(missing_ok=True)
             continue
         found.append(info)
     return found
+
+
+def live_mounts() -> list[dict[str, Any]]:
+    """Every registered mount whose daemon is still running."""
+    return [info for info in registered_mounts() if info["alive"]]
+
+
+def _containing(path: str, infos: list[dict[str, Any]]) -> dict[str, Any] | None:
+    real = os.path.realpath(path)
+    best: dict[str, Any] | None = None
+    for info in infos:
+        mp = str(info["mountpoint"])
+        if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
+            best is None or len(mp) > len(str(best["mountpoint"]))
+        ):
+            best = info
+    return best
+
+
+def find_dead_mount(path: str) -> dict[str, Any] | None:
+    """The registered mount containing `path` whose daemon is gone."""
+    return _containing(path, [i for i in registered_mounts() if not i["alive"]])
 
 
 def pid_alive(pid: int) -> bool:
@@ -147,15 +188,7 @@ def pid_alive(pid: int) -> bool:
 
 def find_mount(path: str) -> dict[str, Any] | None:
     """The live mount that contains `path` (the deepest one)."""
-    real = os.path.realpath(path)
-    best: dict[str, Any] | None = None
-    for info in live_mounts():
-        mp = str(info["mountpoint"])
-        if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
-            best is None or len(mp) > len(str(best["mountpoint"]))
-        ):
-            best = info
-    return best
+    return _containing(path, live_mounts())
 
 
 def request(info: dict[str, Any], op: str, timeout: float = 60.0, **fields: Any

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import shutil
 import signal
 import stat
@@ -33,7 +34,15 @@ import trio
 
 from memfs import logs
 from memfs.cache import CacheDir
-from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
+from memfs.client import (
+    INTERACTIVE_FIRST_BYTE,
+    ClientConfig,
+    RetryPolicy,
+    StoreClient,
+    StoreInfo,
+    make_http_client,
+)
+from memfs.config import ExitCode
 from memfs.control import ControlServer, runtime_dir
 from memfs.errors import ConfigError, MemfsError, NotFound, StoreAuthError, StoreUnavailable
 from memfs.fs import MemFs
@@ -42,6 +51,14 @@ from memfs.sync import DEFAULT_EXCLUDES, DeletionMode, PassResult, StoreSync
 from memfs.tree import Node, StoreState, Tree
 
 log = logging.getLogger("memfs.daemon")
+
+
+JOURNAL_NAME = "journal.sqlite"
+LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class StartError(MemfsError):
@@ -76,6 +93,7 @@ class MountConfig:
     api_url: str | None = None
     allow_other: bool = False
     log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
+    restart: str = ""  # the command that starts this mount again (dead-mount recovery)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -165,9 +183,16 @@ async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
     except NotFound:
         raise StartError(f"memory store {store_id} does not exist") from None
     except StoreUnavailable as e:
-        raise StartError(f"cannot reach the store server: {e}", 3) from None
+        raise StartError(f"{e} (is the server running? check --api-url or "
+                         "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
     except StoreAuthError as e:
         raise StartError(f"the store server refused the credentials: {e}", 2) from None
+
+
+# Someone waits for a mount to start: a hung or down server is reported in seconds
+# (one first-byte bound; refused connections get two quick retries), not a minute.
+START_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=2.0, deadline=10.0,
+                          retry_timeouts=False)
 
 
 class Daemon:
@@ -201,21 +226,44 @@ class Daemon:
     async def _open_stores(self, client: StoreClient) -> None:
         cfg = self.config
         cache_root = cfg.cache_dir or default_cache_root()
+        offline: set[str] = set()
         for spec in cfg.stores:
-            info = await lookup_store(client, spec.store_id)
-            self.infos[spec.store_id] = info
-            read_only = spec.read_only
-            if info.archived_at is not None and not read_only:
-                log.warning("memory store is archived; mounting it read-only "
-                            "memory_store_id=%s", spec.store_id)
-                read_only = spec.read_only = True
             cache_dir = (cache_root if (cfg.single and cfg.cache_dir) else
                          cache_root / spec.store_id)
+            try:
+                info: StoreInfo | None = await lookup_store(self._start_client(),
+                                                            spec.store_id)
+            except StartError as e:
+                if e.exit_code != ExitCode.UNREACHABLE:
+                    raise
+                if not (cache_dir / JOURNAL_NAME).exists():
+                    raise StartError(f"{e}; there is no local copy of {spec.store_id} in "
+                                     f"{cache_dir} to start offline from", e.exit_code
+                                     ) from None
+                info, reason = None, str(e)
+            read_only = spec.read_only
+            if info is not None:
+                self.infos[spec.store_id] = info
+                if info.archived_at is not None and not read_only:
+                    log.warning("memory store is archived; mounting it read-only "
+                                "memory_store_id=%s", spec.store_id)
+                    read_only = spec.read_only = True
             try:
                 cache = CacheDir(cache_dir, spec.store_id)
             except ConfigError as e:
                 raise StartError(str(e), 2) from None
             self.caches.append(cache)
+            if info is None:
+                if cache.journal.get_meta(LISTED_META) is None and cache.journal.is_empty():
+                    raise StartError(f"{reason}; the local copy in {cache_dir} was never "
+                                     "synced, so there is nothing to start offline from",
+                                     ExitCode.UNREACHABLE)
+                # A warm cache: serve the journal's tree now, push when the store answers.
+                log.warning("memory store unreachable; starting offline from the local "
+                            "copy; changes are journaled and pushed once it answers "
+                            "memory_store_id=%s cache=%s error=%s",
+                            spec.store_id, cache_dir, reason)
+                offline.add(spec.store_id)
             state = StoreState(self.tree, spec.store_id, spec.dir_name or "", cache,
                                read_only=read_only,
                                parent=None if cfg.single else self.tree.root)
@@ -229,9 +277,11 @@ class Daemon:
 
         async def start_one(sync: StoreSync) -> None:
             try:
-                await sync.start()
+                await sync.start(offline=sync.store_id in offline)
+                if sync.store_id not in offline:
+                    sync.state.journal.set_meta(LISTED_META, _now_iso())
             except StoreUnavailable as e:
-                raise StartError(f"cannot reach the store server: {e}", 3) from None
+                raise StartError(str(e), ExitCode.UNREACHABLE) from None
             except StoreAuthError as e:
                 raise StartError(f"the store server refused the credentials: {e}", 2) from None
             except MemfsError as e:
@@ -248,6 +298,11 @@ class Daemon:
                 raise first from None
             raise
 
+    def _start_client(self) -> StoreClient:
+        assert self.http is not None
+        return StoreClient(self.http, retry=START_RETRY,
+                           first_byte_timeout=INTERACTIVE_FIRST_BYTE)
+
     def _mount_options(self) -> set[str]:
         options = set(pyfuse3.default_options)
         options |= {"fsname=memfs", "subtype=memfs"}
@@ -259,6 +314,12 @@ class Daemon:
 
     async def run(self, ready: Callable[[str], None] | None = None) -> int:
         """Mount, serve until stopped, tear down; returns the process exit code."""
+        # Open for the whole run: a signal before the mount is live aborts the start
+        # (nothing mounted, nothing left running); after it, it starts the teardown.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            return await self._run(ready, signals)
+
+    async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
         cfg = self.config
         check_fuse()
         mountpoint = self.mountpoint = prepare_mountpoint(
@@ -273,7 +334,7 @@ class Daemon:
         crashed = False
         try:
             client = StoreClient(self.http)
-            await self._open_stores(client)
+            await self._start_stores(client, signals)
             self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout)
             try:
                 pyfuse3.init(self.ops, mountpoint, self._mount_options())
@@ -284,7 +345,7 @@ class Daemon:
             log.info("mounted memory stores=%s mountpoint=%s memories=%d",
                      ",".join(s.store_id for s in self.syncs), mountpoint, total)
             try:
-                return await self._serve(mountpoint, ready)
+                return await self._serve(mountpoint, ready, signals)
             except BaseException:
                 crashed = True
                 raise
@@ -297,7 +358,33 @@ class Daemon:
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 
-    async def _serve(self, mountpoint: str, ready: Callable[[str], None] | None) -> int:
+    async def _start_stores(self, client: StoreClient, signals: Any) -> None:
+        """`_open_stores`, abandoned cleanly if SIGINT/SIGTERM arrives first."""
+        heard: list[str] = []
+
+        async def watch(scope: trio.CancelScope) -> None:
+            async for signum in signals:
+                heard.append(signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                await self._open_stores(client)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            first = _first(group, StartError)
+            if first is not None:
+                raise first from None
+            raise
+        if heard:
+            log.debug("start abandoned on signal=%s mountpoint=%s", heard[0], self.mountpoint)
+            raise StartError(f"interrupted ({heard[0]}) before the mount was live; "
+                             "nothing was mounted", ExitCode.INTERRUPTED)
+
+    async def _serve(self, mountpoint: str, ready: Callable[[str], None] | None,
+                     signals: Any) -> int:
         assert self.ops is not None
         control = ControlServer(mountpoint, self._describe(), self._control)
         fuse_gone = trio.Event()
@@ -325,7 +412,7 @@ class Daemon:
 
             nursery.start_soon(run_syncs)
             await nursery.start(control.serve)
-            await nursery.start(self._watch_signals)  # a SIGTERM right after ready is heard
+            await nursery.start(self._watch_signals, signals)
             if ready is not None:
                 ready(mountpoint)
             await self._stop.wait()
@@ -345,13 +432,13 @@ class Daemon:
         log.info("unmounted mountpoint=%s", mountpoint)
         return code
 
-    async def _watch_signals(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    async def _watch_signals(self, signals: Any, *,
+                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                              ) -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            task_status.started()
-            async for signum in signals:
-                log.info("stopping on signal=%s", signal.Signals(signum).name)
-                self._stop.set()
+        task_status.started()
+        async for signum in signals:  # open since start-up: no signal is missed
+            log.info("stopping on signal=%s", signal.Signals(signum).name)
+            self._stop.set()
 
     async def _final_flush(self) -> int:
         t0 = time.monotonic()
@@ -387,8 +474,14 @@ class Daemon:
 
     # -- control ---------------------------------------------------------------------
     def _describe(self) -> dict[str, Any]:
+        # The cache directories and the restart command outlive a killed daemon here:
+        # `memfs status` reads them to explain a dead mount (memfs/recovery.py).
         return {"mode": "single" if self.config.single else "session",
-                "stores": [s.store_id for s in self.syncs]}
+                "stores": [s.store_id for s in self.syncs],
+                "caches": {s.store_id: str(c.root.resolve())
+                           for s, c in zip(self.syncs, self.caches, strict=True)},
+                "excludes": list(self.config.excludes),
+                "restart": self.config.restart}
 
     def status(self) -> dict[str, Any]:
         stores = []
@@ -445,6 +538,45 @@ def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError
     return None
 
 
+def _abort_start(pid: int, read_fd: int, config: MountConfig) -> int:
+    """Ctrl-C on `mount --daemon` before readiness: stop the child, wait, say one line.
+
+    SIGTERM makes the child abandon its start (nothing mounted) or, if it went live in
+    the meantime, run its normal teardown; either way nothing is left running.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    bound = time.monotonic() + config.flush_timeout + 15
+    message = b""
+    while time.monotonic() < bound:
+        ready, _, _ = select.select([read_fd], [], [], 0.2)
+        if ready:
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                break
+            message += chunk
+    os.close(read_fd)
+    while time.monotonic() < bound:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        clear_dead_mount(config.mountpoint)
+    if message.startswith(b"ok "):
+        print("memfs: interrupted; the mount had just gone live and was stopped again "
+              "(final sync done)", file=sys.stderr)
+    else:
+        print("memfs: interrupted before the mount was live; nothing was mounted",
+              file=sys.stderr)
+    return ExitCode.INTERRUPTED
+
+
 def launch(config: MountConfig, *, daemonize: bool) -> int:
     """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
     os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
@@ -472,9 +604,12 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
     pid = os.fork()
     if pid > 0:
         os.close(write_fd)
-        chunks = []
-        while chunk := os.read(read_fd, 4096):
-            chunks.append(chunk)
+        chunks: list[bytes] = []
+        try:
+            while chunk := os.read(read_fd, 4096):
+                chunks.append(chunk)
+        except KeyboardInterrupt:
+            return _abort_start(pid, read_fd, config)
         os.close(read_fd)
         message = b"".join(chunks).decode(errors="replace")
         if message.startswith("ok "):

@@ -19,8 +19,14 @@ from typing import Any
 
 import trio
 
-from memfs.client import ClientConfig, StoreClient, StoreInfo, make_http_client
-from memfs.daemon import StartError, StoreSpec, clear_dead_mount, lookup_store
+from memfs.client import (
+    INTERACTIVE_FIRST_BYTE,
+    ClientConfig,
+    StoreClient,
+    StoreInfo,
+    make_http_client,
+)
+from memfs.daemon import START_RETRY, StartError, StoreSpec, clear_dead_mount, lookup_store
 from memfs.errors import ConfigError
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
 
@@ -150,7 +156,8 @@ async def fetch_stores(attachments: list[Attachment], config: ClientConfig
     """Look every attached store up; a missing or unreachable one refuses the session."""
     infos: dict[str, StoreInfo] = {}
     async with make_http_client(config) as http:
-        client = StoreClient(http)
+        # Someone waits for the session to start: a hung server is reported in seconds.
+        client = StoreClient(http, retry=START_RETRY, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
         for a in attachments:
             infos[a.store_id] = await lookup_store(client, a.store_id)
     return infos

@@ -9,6 +9,7 @@ configuration or credentials, 3 the store could not be reached.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from typing import Any, TextIO
 import trio
 
 from memfs.client import (
+    INTERACTIVE_FIRST_BYTE,
     ClientConfig,
     FullMemory,
     InvalidContent,
@@ -54,7 +56,8 @@ from memfs.paths import (
 PROG = "memfs store"
 IMPORT_CONCURRENCY = 16
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
-CLI_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0)
+CLI_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0,
+                        retry_timeouts=False)
 
 
 class CommandFailed(Exception):
@@ -136,8 +139,13 @@ async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
         raise CommandFailed(
             f"refusing to delete {args.store_id} without --yes (stdin is not a terminal)",
             ExitCode.USAGE)
+    # Bulk copies retry a slow answer too: one timeout among thousands of uploads to a
+    # busy server should not end the run; single calls report a hung server at once.
+    bulk = args.store_command in ("import", "export")
+    retry = dataclasses.replace(CLI_RETRY, retry_timeouts=True) if bulk else CLI_RETRY
     async with make_http_client(config) as http:
-        return await handler(StoreClient(http, retry=CLI_RETRY), args)
+        client = StoreClient(http, retry=retry, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
+        return await handler(client, args)
 
 
 async def _get_store(client: StoreClient, store_id: str) -> StoreInfo:

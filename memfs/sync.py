@@ -128,6 +128,7 @@ class StoreSync:
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
         self.conflict_copies: list[dict[str, str]] = []
+        self.offline = False  # the last pass could not reach the store (or none yet)
         self._wake = trio.Event()
         self._started_seq = 0
         self._completed_seq = 0
@@ -187,6 +188,7 @@ class StoreSync:
     def statistics(self) -> dict[str, Any]:
         stats: dict[str, Any] = dict(self.state.statistics())
         stats["missing_content"] = len(self._missing)
+        stats["offline"] = self.offline
         stats["conflict_copies"] = list(self.conflict_copies)
         refused: list[dict[str, str]] = []
         dirty: list[str] = []
@@ -218,13 +220,18 @@ class StoreSync:
         return stats
 
     # -- lifetime -------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, *, offline: bool = False) -> None:
         """Load the journal and merge the store's listing: the mount can go live after.
 
-        Content is not awaited here; it streams in behind the mount (`run`).
+        Content is not awaited here; it streams in behind the mount (`run`). `offline`
+        (the store is unreachable, the journal warm): the journal alone is the tree
+        until a pass reaches the store.
         """
         loaded = self.state.load_journal()
         log.debug("journal loaded memory_store_id=%s rows=%d", self.store_id, loaded)
+        if offline:
+            self.offline = True
+            return
         result = await self._pass(initial=True)
         if result.outcome != "ok":
             raise StoreError(result.error or "the first sync failed")
@@ -287,6 +294,12 @@ class StoreSync:
                     raise  # a bug: end the mount; the journal keeps every dirty byte
                 result.outcome, result.error = "failed", str(cause)
                 log.warning("memory sync failed memory_store_id=%s: %s", self.store_id, cause)
+                self.offline = isinstance(cause, StoreUnavailable)
+            else:
+                if self.offline:
+                    log.info("memory store reachable again memory_store_id=%s",
+                             self.store_id)
+                self.offline = False
             result.duration_s = time.monotonic() - t0
             self.last_pass = result
             self._completed_seq = seq

@@ -131,7 +131,7 @@ def test_start_up_errors_are_one_clear_line(tmp_path: Path, shared_server: Serve
     one_line(mount_cli(tmp_path, url, "memstore_doesnotexist", empty), 1,
              r"memfs: memory store memstore_doesnotexist does not exist")
     one_line(mount_cli(tmp_path, "http://127.0.0.1:9", store_id, empty), 3,
-             r"memfs: cannot reach the store server: .*127\.0\.0\.1:9.*")
+             r"memfs: cannot reach the store at .*127\.0\.0\.1:9.*")
     # Two daemons can't share one cache directory (the `mount` fixture holds mnt-cache).
     one_line(mount_cli(tmp_path, url, store_id, empty, cache="mnt-cache"), 2,
              r"memfs: cache directory .*mnt-cache is in use by another memfs daemon; "

@@ -772,11 +772,8 @@ def test_server_that_hangs_or_answers_garbage_after_mount(open_dir: Path) -> Non
 @pytest.mark.parametrize("mode", ["garbage", "hang"])
 def test_start_up_against_a_hostile_server_fails_in_bounded_time(
         request: pytest.FixtureRequest, open_dir: Path, mode: str) -> None:
-    """Garbage fails at once; silence fails after the client's 60 s read timeout (the
-    retry deadline is 60 s too), so that case runs only with --long."""
+    """Garbage fails at once; silence fails after the start-up first-byte bound (5 s)."""
     require_fuse()
-    if mode == "hang" and not request.config.getoption("--long"):
-        pytest.skip("a silent server costs 60 s; run with --long")
     with Hostile() as srv:
         srv.mode = mode
         mp = open_dir / "mnt"
@@ -796,7 +793,7 @@ def test_start_up_against_a_hostile_server_fails_in_bounded_time(
         assert took < 130
         assert result.returncode == 3, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-        assert "cannot reach the store server" in result.stderr
+        assert "cannot reach the store at" in result.stderr
         assert not is_mounted(mp)
         assert os.listdir(mp) == []
         print(f"start-up against a {mode} server gave up after {took:.1f}s")

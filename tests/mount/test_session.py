@@ -868,7 +868,7 @@ def test_a_store_that_does_not_exist_or_cannot_be_reached_is_refused(
     expect_refusals([
         (refusal_env, args, 1, "memfs: memory store memstore_doesnotexist does not exist"),
         (base_env("http://127.0.0.1:9", runtime_dir), args, 3,
-         r"memfs: cannot reach the store server: .*127\.0\.0\.1:9.*"),
+         r"memfs: cannot reach the store at .*127\.0\.0\.1:9.*"),
     ])
     assert_nothing_mounted(root, [])
 

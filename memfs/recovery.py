@@ -1,0 +1,176 @@
+"""A mount whose daemon is gone: what is left of it and the command that brings it back.
+
+A killed daemon (SIGKILL, OOM) leaves its mount dead (every access answers ENOTCONN)
+and its registry entry behind; the entry names the cache directories and the command
+that started it, so `memfs status` can say what the journal still holds and how to
+recover. Nothing here touches the dead mount itself except `statvfs` (which fails at
+once) and /proc/self/mounts.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import shlex
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+# A row the next start still has to push: changed, new, renamed, or an upload whose
+# answer may have been lost. Tombstones (path NULL) are pending deletes.
+_UNPUSHED = """
+SELECT path, base_path FROM entries
+WHERE kind = 'file' AND (
+    (path IS NOT NULL AND (dirty = 1 OR memory_id IS NULL OR sent_sha IS NOT NULL
+                           OR sent_path IS NOT NULL OR base_path IS NOT path))
+    OR (path IS NULL AND memory_id IS NOT NULL))
+"""
+
+
+def fuse_mounts() -> dict[str, str]:
+    """Mount point -> filesystem type of every FUSE mount this process can see."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[2].startswith("fuse"):
+                    found[unescape_mount_field(parts[1])] = parts[2]
+    except OSError:
+        pass
+    return found
+
+
+def unescape_mount_field(field: str) -> str:
+    """/proc/self/mounts escapes space, tab, newline and backslash as octal."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def is_dead_mount(mountpoint: str) -> bool:
+    """A FUSE mount whose daemon is gone: listed in the mount table, `statvfs` fails
+    with ENOTCONN (the kernel may still answer `stat` from its cache)."""
+    if mountpoint not in fuse_mounts():
+        return False
+    try:
+        os.statvfs(mountpoint)
+    except OSError as e:
+        return e.errno == errno.ENOTCONN
+    return False
+
+
+def dead_mount_at(path: str) -> str | None:
+    """The dead FUSE mount that contains `path` (the deepest), if any."""
+    real = os.path.abspath(path)
+    best: str | None = None
+    for mp in fuse_mounts():
+        if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
+                best is None or len(mp) > len(best)):
+            best = mp
+    return best if best is not None and is_dead_mount(best) else None
+
+
+def unpushed(cache_dir: str, excludes: list[str]) -> list[str] | None:
+    """Store paths the journal still has to push (deletes as `-/path`); None if the
+    journal cannot be read. Read-only: the dead daemon's lock no longer matters."""
+    db_path = Path(cache_dir) / "journal.sqlite"
+    if not db_path.exists():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=2)
+    except sqlite3.Error:
+        return None
+    try:
+        rows = db.execute(_UNPUSHED).fetchall()
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+    paths: list[str] = []
+    for path, base_path in rows:
+        if path is None:
+            paths.append(f"-{base_path}")
+        elif not any(fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], p) for p in excludes):
+            paths.append(path)
+    return sorted(paths)
+
+
+def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any]:
+    """The `status` answer for a dead mount: what is left and the recovery command."""
+    answer: dict[str, Any] = {"ok": False, "state": "dead", "mountpoint": mountpoint,
+                              "pid": None, "unpushed": {}, "recover": None}
+    clear = f"fusermount3 -u -z {shlex.quote(mountpoint)}"
+    if info is None:
+        answer["error"] = ("not in this user's registry of mounts (another user, or "
+                           "another XDG_RUNTIME_DIR): clear it, then run the memfs "
+                           "command that started it again")
+        answer["unpushed"] = None
+        answer["recover"] = clear
+        return answer
+    answer["pid"] = info.get("pid")
+    excludes = [str(p) for p in info.get("excludes") or []]
+    for store_id, cache_dir in (info.get("caches") or {}).items():
+        left = unpushed(str(cache_dir), excludes)
+        if left is not None:
+            answer["unpushed"][store_id] = left
+    # The start command clears the dead mount itself and pushes the journal first.
+    answer["recover"] = info.get("restart") or clear
+    return answer
+
+
+def dead_summary(answer: dict[str, Any]) -> str:
+    """The lines `status` prints for a dead mount (stderr)."""
+    mp = answer["mountpoint"]
+    pid = f" (pid {answer['pid']})" if answer.get("pid") else ""
+    lines = [f"memfs: the mount at {mp} is dead: its daemon{pid} is gone, and every "
+             "access answers 'Transport endpoint is not connected' (ENOTCONN)"]
+    if answer["unpushed"] is None:
+        lines.append(f"memfs: {answer['error']}")
+        lines.append(f"memfs: recover with: {answer['recover']}")
+        return "\n".join(lines)
+    counts = {k: len(v) for k, v in answer["unpushed"].items()}
+    total = sum(counts.values())
+    if total:
+        files = "1 changed file is" if total == 1 else f"{total} changed files are"
+        lines.append(f"memfs: {files} in the journal, not yet pushed "
+                     f"({', '.join(f'{k}: {n}' for k, n in counts.items())}); nothing is "
+                     "lost, the next start pushes them")
+    elif answer["unpushed"]:
+        lines.append("memfs: the journal holds no unpushed changes")
+    else:
+        lines.append("memfs: the journal could not be read; it is kept as it is")
+    lines.append(f"memfs: recover with: {answer['recover']}")
+    return "\n".join(lines)
+
+
+def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
+                    api_url: str | None) -> str:
+    """The command line that starts this mount again (absolute paths, same options,
+    in the background), for a dead mount's recovery hint."""
+    if args.command == "session":
+        cmd = ["memfs", "session", os.path.abspath(args.spec), "--root", mountpoint]
+        if args.cache_dir:
+            cmd += ["--cache-dir", os.path.abspath(os.path.expanduser(args.cache_dir))]
+    else:
+        cmd = ["memfs", "mount", args.store_id, mountpoint,
+               "--cache-dir", next(iter(cache_dirs.values()))]
+        if args.read_only:
+            cmd.append("--read-only")
+    if api_url:
+        cmd += ["--api-url", api_url]
+    defaults = {"sync_interval": 15.0, "deletions": "enabled", "flush_timeout": 30.0}
+    for name, default in defaults.items():
+        value = getattr(args, name, default)
+        if value != default:
+            cmd += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(
+                value, float) else str(value)]
+    for pattern in getattr(args, "exclude", None) or ():
+        cmd += ["--exclude", pattern]
+    if getattr(args, "allow_other", False):
+        cmd.append("--allow-other")
+    if getattr(args, "log_file", None):
+        cmd += ["--log-file", os.path.abspath(args.log_file)]
+    cmd.append("--daemon")
+    return shlex.join(cmd)
