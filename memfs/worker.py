@@ -302,7 +302,9 @@ class MemfsSessionStores:
             message = lines[-1] if lines else f"memfs session exited with {done.returncode}"
             message = message.removeprefix("memfs: ")
             raise SessionMemoryError(message)
-        info = control.find_mount(str(root))
+        # Looked up by a store's path: the daemon that serves it, whether it mounted the
+        # root or the store's own directory.
+        info = control.find_mount(str(mount.stores[0].path))
         if info is None:
             raise SessionMemoryError(f"the memfs daemon for {root} is not registered")
         mount.info, mount.pid = info, int(info.get("pid", 0))
@@ -311,8 +313,11 @@ class MemfsSessionStores:
                      s.memory_store_id, s.path, "read_only" if s.read_only else "read_write")
 
     async def _unmount(self, mount: _Mount) -> None:
-        if not mount.info:
-            return
+        if not mount.info:  # cut off while starting: its daemon may have mounted anyway
+            found = _own_daemon(mount)
+            if found is None:
+                return
+            mount.info, mount.pid = found, int(found.get("pid", 0))
         if not self._finished:
             # A session that did not end cleanly sends no deletes: what it removed may be
             # a stopped call's half-done move. Its edits are still pushed at unmount.
@@ -365,6 +370,13 @@ class MemfsSessionStores:
                         break
         answer = json.loads(buf) if buf else {"ok": False, "error": "no answer"}
         return answer if isinstance(answer, dict) else {"ok": False, "error": "bad answer"}
+
+
+def _own_daemon(mount: _Mount) -> dict[str, Any] | None:
+    """The live daemon mounted at this mount's root or first store, if any."""
+    found = control.find_mount(str(mount.stores[0].path))
+    ours = (os.path.realpath(mount.root), os.path.realpath(mount.stores[0].path))
+    return found if found is not None and found["mountpoint"] in ours else None
 
 
 def _force_gone(mount: _Mount) -> None:

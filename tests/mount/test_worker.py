@@ -116,7 +116,9 @@ def handle(plane: ControlPlane, workdir: Path, *, cancel_when: Callable[[], bool
 
             tg.start_soon(run)
             if cancel_when is not None:
-                while not cancel_when():
+                for _ in range(4000):  # bounded: 200 s
+                    if cancel_when():
+                        break
                     await anyio.sleep(0.05)
                 tg.cancel_scope.cancel()
 
@@ -219,18 +221,29 @@ def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(
     Needs part 4 of issue 13 (EROFS for every user in session mode, the `erofs` change):
     before it, a non-root writer gets EACCES from the modes.
     """
-    _, ref, resources = make_stores(api, host)
-    r = host / "reference"
-    script = Script(resources=resources, calls=[
-        Call("bash", {"command": "setpriv --reuid=65534 --regid=65534 --clear-groups "
-                                 f"sh -c 'echo x > {r}/facts.md; echo x > {r}/new.md'; "
-                                 "echo rc=$?"}),
-    ])
-    with ControlPlane(script, str(api.client.base_url)) as plane:
-        assert handle(plane, host.parent / "work", allow_other=True) is None
-        text = plane.results[0].text
-    assert text.count("Read-only file system") == 2, text
-    assert store_files(api, ref["id"]) == {"facts.md": "the sky is blue\n"}
+    # A root other users can reach (pytest's temporary directories are private).
+    root = Path(tempfile.mkdtemp(prefix="mfs-wk-root-", dir="/tmp"))
+    root.chmod(0o755)
+    try:
+        _, ref, resources = make_stores(api, root)
+        r = root / "reference"
+        script = Script(resources=resources, calls=[
+            Call("bash", {"command": "cd / && setpriv --reuid=65534 --regid=65534 "
+                                     f"--clear-groups sh -c 'cat {r}/facts.md; "
+                                     f"echo x > {r}/facts.md; echo x > {r}/new.md'; "
+                                     "echo rc=$?"}),
+        ])
+        with ControlPlane(script, str(api.client.base_url)) as plane:
+            assert handle(plane, host.parent / "work", allow_other=True) is None
+            text = plane.results[0].text
+        assert "the sky is blue" in text, text  # the other user can read it
+        assert text.count("Read-only file system") == 2, text
+        assert store_files(api, ref["id"]) == {"facts.md": "the sky is blue\n"}
+        assert os.listdir(root) == []
+    finally:
+        if is_mounted(root):
+            os.system(f"fusermount3 -u -z {root}")
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_restore_missing_puts_back_what_a_stopped_call_moved_away(
@@ -304,6 +317,13 @@ def test_refusals_before_anything_mounts(api: Api, host: Path) -> None:
                  "mount_path": f"{host}/s{i}"} for i in range(9)]
         assert await download(ok, many) == (
             "a session can attach at most 8 memory stores; this one attaches 9")
+        (host.parent / "a-file").write_text("not a directory\n")
+        under_file = {**resources[0], "mount_path": f"{host.parent}/a-file/memory/notes"}
+        assert await download(ok, [under_file]) == (
+            f"cannot create the memory store's folder: {host.parent}/a-file/memory "
+            f"(memory_store_id={notes['id']}): [Errno 20] Not a directory: "
+            f"'{host.parent}/a-file/memory'; the worker host must make this mount path "
+            "writable")
         anonymous = AsyncAnthropic(base_url=str(api.client.base_url), api_key=None,
                                    auth_token=None)
         assert "has no sessions token" in await download(anonymous, resources[:1])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import threading
 import time
 import urllib.parse
@@ -72,6 +73,15 @@ class Script:
     after_result: Callable[[int, Posted], None] | None = None
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-stream (the worker closing it) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class ControlPlane:
     """One session, one work item; run it in a thread with `with ControlPlane(...) as cp`."""
 
@@ -85,13 +95,13 @@ class ControlPlane:
         self.stopped = threading.Event()
         self.ended = threading.Event()  # the last scripted call has its result
         self.requests: list[str] = []
+        self.polled = False
         self.unknown: list[str] = []
         self._cond = threading.Condition()
         self._next = 0
         self._append({"type": "session.status_running"})
         self._emit_next()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._proxy = httpx.Client(timeout=60)
@@ -125,6 +135,11 @@ class ControlPlane:
         self.ended.set()
         if self.script.end == "terminate":
             self._append({"type": "session.status_terminated"})
+
+    def work_item(self) -> dict[str, Any]:
+        return {"type": "work", "id": WORK_ID, "environment_id": ENV_ID, "state": "queued",
+                "data": {"type": "session", "id": SESSION_ID}, "metadata": {},
+                "secret": work_secret(self.token), "created_at": _now()}
 
     def session(self) -> dict[str, Any]:
         terminated = any(e["type"] == "session.status_terminated" for e in self.events)
@@ -206,6 +221,10 @@ class ControlPlane:
                     return None
                 body = self._body()
                 work = f"/v1/environments/{ENV_ID}/work/{WORK_ID}"
+                if method == "GET" and path == f"/v1/environments/{ENV_ID}/work/poll":
+                    return self._poll()
+                if method == "POST" and path == f"{work}/ack":
+                    return self._json(200, plane.work_item())
                 if method == "POST" and path == f"{work}/heartbeat":
                     plane.heartbeats += 1
                     return self._json(200, {"type": "work_heartbeat", "last_heartbeat": _now(),
@@ -232,6 +251,15 @@ class ControlPlane:
                 plane.unknown.append(f"{method} {path}")
                 return self._json(404, {"type": "error", "error": {
                     "type": "not_found_error", "message": f"no route {method} {path}"}})
+
+            def _poll(self) -> None:
+                """The work item once (for `EnvironmentWorker.run`), then an empty queue."""
+                with plane._cond:
+                    first, plane.polled = not plane.polled, True
+                if first:
+                    return self._json(200, plane.work_item())
+                time.sleep(0.2)  # the API blocks an empty poll for a while
+                return self._json(200, None)
 
             def _stream(self) -> None:
                 if plane.script.end == "error" and plane.ended.is_set():
