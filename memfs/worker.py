@@ -574,36 +574,47 @@ def main(argv: Sequence[str] | None = None) -> int:
                                args.sync_interval, "memory_sync_deletions": args.deletions}
     if args.command == "handle-item":
         _secret_from_stdin()
+    else:
+        key = os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
+        if not args.environment_id or not key:
+            print("memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) "
+                  "and ANTHROPIC_ENVIRONMENT_KEY", file=sys.stderr)
+            return 2
+        options.update(environment_id=args.environment_id, environment_key=key)
 
-        async def serve_one() -> None:
-            client = AsyncAnthropic()
-            await environment_worker(client, cache_dir=args.cache_dir,
-                                     **options).handle_item()
-
-        anyio.run(serve_one)
-        return 0
-    key = os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
-    if not args.environment_id or not key:
-        print("memfs.worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) and "
-              "ANTHROPIC_ENVIRONMENT_KEY", file=sys.stderr)
-        return 2
-
-    async def serve_forever() -> None:
-        client = AsyncAnthropic()
+    async def serve() -> None:
+        worker = environment_worker(AsyncAnthropic(), cache_dir=args.cache_dir, **options)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
                 async def stop_on_signal() -> None:
-                    async for _ in signals:
-                        log.info("stopping on a signal; sessions get their teardown")
+                    async for signum in signals:
+                        log.info("stopping on signal=%s; the session gets its teardown",
+                                 signal.Signals(signum).name)
                         tg.cancel_scope.cancel()
                         return
 
                 tg.start_soon(stop_on_signal)
-                await environment_worker(client, cache_dir=args.cache_dir,
-                                         environment_id=args.environment_id,
-                                         environment_key=key, **options).run()
+                try:
+                    if args.command == "handle-item":
+                        await worker.handle_item()
+                    else:
+                        await worker.run()
+                except Exception as e:  # raised below, outside the task group
+                    failed.append(e)
+                tg.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
 
-    anyio.run(serve_forever)
+    failed: list[Exception] = []
+
+    try:
+        anyio.run(serve)
+    except ValueError as e:  # a missing ANTHROPIC_* variable or credential
+        print(f"memfs-worker: {e}", file=sys.stderr)
+        return 2
+    except (SessionMemoryError, SDKMismatch) as e:
+        print(f"memfs-worker: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
