@@ -229,10 +229,7 @@ class MemfsSessionStores:
                 await self._unmount(mount)
             except Exception as e:
                 log.warning("failed to unmount the memory stores root=%s: %s", mount.root, e)
-            for store in mount.stores:
-                self._remove_if_empty(store.path)
-            with _quiet():
-                mount.spec_file.unlink()
+            self._remove_store_dirs(mount)
         for path in reversed(self._created):
             self._remove_if_empty(path)
         self._created = []
@@ -332,6 +329,14 @@ class MemfsSessionStores:
                 break
             await anyio.sleep(0.05)
         await anyio.to_thread.run_sync(_force_gone, mount)
+
+    def _remove_store_dirs(self, mount: _Mount) -> None:
+        """Store directories left under an unmounted root (never into a live mount)."""
+        if not os.path.ismount(mount.root):
+            for store in mount.stores:
+                self._remove_if_empty(store.path)
+        with _quiet():
+            mount.spec_file.unlink()
 
     def _remove_if_empty(self, path: Path) -> None:
         if path in self._created or not os.path.ismount(path):

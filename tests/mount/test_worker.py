@@ -324,6 +324,8 @@ def test_refusals_before_anything_mounts(api: Api, host: Path) -> None:
             f"(memory_store_id={notes['id']}): [Errno 20] Not a directory: "
             f"'{host.parent}/a-file/memory'; the worker host must make this mount path "
             "writable")
+        missing = {**resources[0], "memory_store_id": "memstore_missing"}
+        assert await download(ok, [missing]) == "memory store memstore_missing does not exist"
         anonymous = AsyncAnthropic(base_url=str(api.client.base_url), api_key=None,
                                    auth_token=None)
         assert "has no sessions token" in await download(anonymous, resources[:1])
@@ -356,4 +358,33 @@ def test_a_work_item_without_a_sessions_token_fails_with_the_sdk_wording(
     assert str(caught[0]).startswith(
         "cannot mount the session's memories: the work item carried no sessions token "
         f"(work_id={WORK_ID}, session_id={SESSION_ID})")
+    assert os.listdir(host) == []
+
+
+def test_stores_under_two_roots_get_a_mount_each(api: Api, host: Path) -> None:
+    """Mount paths with different parents: one daemon per parent; a missing parent is
+    created, and removed again at dispose."""
+    _, _, resources = make_stores(api, host)
+    other = host.parent / "elsewhere" / "memory"
+    resources[1]["mount_path"] = str(other / "reference")
+
+    async def main() -> None:
+        from anthropic.types.beta import BetaManagedAgentsSession
+
+        client = AsyncAnthropic(base_url=str(api.client.base_url), auth_token=TOKEN)
+        engine = MemfsSessionStores(client, workdir=str(host.parent / "work"),
+                                    cache_dir=host.parent / "cache")
+        await engine.download(BetaManagedAgentsSession.construct(
+            resources=[_resource(r) for r in resources]))
+        try:
+            assert engine.roots == [host / "notes", other / "reference"]
+            assert engine.read_only_roots == [other / "reference"]
+            assert is_mounted(host) and is_mounted(other)
+            assert (host / "notes" / "notes.md").read_text() == "first line\n"
+            assert (other / "reference" / "facts.md").read_text() == "the sky is blue\n"
+        finally:
+            await engine.dispose()
+
+    anyio.run(main)
+    assert not is_mounted(host) and not (host.parent / "elsewhere").exists()
     assert os.listdir(host) == []
