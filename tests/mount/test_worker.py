@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -278,6 +279,35 @@ def test_restore_missing_puts_back_what_a_stopped_call_moved_away(
     assert store_files(api, notes["id"]) == {
         "notes.md": "first line\n", "keep/old.md": "old\n", "keep/old.md.tmp": "old\n",
         "fresh.md": "a new file\n"}
+    assert os.listdir(host) == []
+
+
+def test_a_stopped_call_that_moved_files_away_loses_nothing(api: Api, host: Path) -> None:
+    """The SDK stops a running `bash` call (the session stopped waiting for it) after it
+    moved files out and before it put them back: the worker's `on_call_stopped` has memfs
+    restore them, so the clean end's final sync (deletes included) deletes nothing."""
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+    stash = host.parent / "stash"
+    script = Script(resources=resources, calls=[
+        Call("bash", {"command": f"mkdir -p {stash} && mv {n}/notes.md {n}/keep {stash}/ "
+                                 f"&& sleep 120 && mv {stash}/* {n}/"}),
+        Call("read", {"file_path": str(n / "notes.md")}),
+    ])
+    with ControlPlane(script, str(api.client.base_url)) as plane:
+        def interrupt_when_moved() -> None:
+            wait_for(lambda: (stash / "keep" / "old.md").exists(), "the move", bound=60)
+            plane.interrupt(0)
+
+        watcher = threading.Thread(target=interrupt_when_moved, daemon=True)
+        watcher.start()
+        assert handle(plane, host.parent / "work") is None
+        watcher.join(5)
+        results = plane.results
+    assert results[0].is_error and "was stopped" in results[0].text
+    assert not results[1].is_error and "first line" in results[1].text
+    assert store_files(api, notes["id"]) == {"notes.md": "first line\n",
+                                             "keep/old.md": "old\n"}
     assert os.listdir(host) == []
 
 

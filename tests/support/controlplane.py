@@ -155,6 +155,19 @@ class ControlPlane:
             "stats": {}, "usage": {}, "vault_ids": [],
         }
 
+    def call_id(self, index: int) -> str | None:
+        """The event id of the `index`-th scripted call, once it was emitted."""
+        calls = [e["id"] for e in self.events if e["type"] == "agent.tool_use"]
+        return calls[index] if index < len(calls) else None
+
+    def interrupt(self, index: int) -> None:
+        """The session stops waiting for a running call (a user interrupt resolves it):
+        the worker stops the tool. Its own result, posted after, moves the script on."""
+        call_id = self.call_id(index)
+        assert call_id is not None, f"call {index} was not emitted yet"
+        self._append({"type": "user.tool_result", "tool_use_id": call_id, "is_error": True,
+                      "content": [{"type": "text", "text": "interrupted by the user"}]})
+
     def _record_results(self, body: dict[str, Any]) -> None:
         for ev in body.get("events", []):
             if ev.get("type") != "user.tool_result":
