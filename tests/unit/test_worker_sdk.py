@@ -76,3 +76,18 @@ def test_a_changed_sdk_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memfs_worker, "SDK_BELOW", (2, 16, 0))
     with pytest.raises(SDKMismatch, match=r"is outside anthropic>=2\.16\.0,<2\.17"):
         environment_worker(AsyncAnthropic(base_url="http://127.0.0.1:9", auth_token="t"))
+
+
+def test_memfs_worker_commands_refuse_missing_settings_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("ANTHROPIC_ENVIRONMENT_ID", "ANTHROPIC_ENVIRONMENT_KEY", "ANTHROPIC_WORK_ID",
+                 "ANTHROPIC_SESSION_ID", "ANTHROPIC_WORK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    assert memfs_worker.main(["poll"]) == 2
+    assert capsys.readouterr().err == (
+        "memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) and "
+        "ANTHROPIC_ENVIRONMENT_KEY\n")
+    monkeypatch.setattr("sys.stdin", None)
+    assert memfs_worker.main(["handle-item"]) == 2
+    assert capsys.readouterr().err == (
+        "memfs-worker: handle_item: work_id is required — pass it or set ANTHROPIC_WORK_ID\n")
