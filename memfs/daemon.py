@@ -520,6 +520,32 @@ class Daemon:
                     nursery.start_soon(one, sync)
             ok = all(r["outcome"] == "ok" for r in results.values())
             return {"ok": ok, "stores": results}
+        if op == "flush":
+            flushed: dict[str, Any] = {}
+
+            async def flush_one(sync: StoreSync) -> None:
+                if sync.state.read_only:
+                    return
+                r = await sync.flush_writes()
+                flushed[sync.store_id] = {"outcome": r.outcome, "error": r.error,
+                                          "pushed": r.pushed}
+
+            async with trio.open_nursery() as nursery:
+                for sync in self.syncs:
+                    nursery.start_soon(flush_one, sync)
+            return {"ok": all(r["outcome"] == "ok" for r in flushed.values()),
+                    "stores": flushed}
+        if op == "restore":
+            restored: dict[str, int] = {}
+            for sync in self.syncs:
+                if not sync.state.read_only:
+                    restored[sync.store_id] = await sync.restore_missing()
+            if request.get("sync", True) and any(restored.values()):
+                async with trio.open_nursery() as nursery:
+                    for sync in self.syncs:
+                        if restored.get(sync.store_id):
+                            nursery.start_soon(sync.sync_now)
+            return {"ok": True, "restored": restored}
         if op == "unmount":
             self._stop.set()
             await self._flushed.wait()

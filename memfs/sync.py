@@ -162,6 +162,51 @@ class StoreSync:
         assert self.last_pass is not None
         return self.last_pass
 
+    async def flush_writes(self) -> PassResult:
+        """A pass that pushes and pulls but sends no deletes: the worker's push-only flush.
+
+        A session that ends on an error or cancel may have removed files it meant to put
+        back; its deletions wait in the journal (tombstones) instead of reaching the store.
+        """
+        saved = self.deletions
+        if saved == "enabled":
+            self.deletions = "disabled"
+        try:
+            return await self.sync_now()
+        finally:
+            self.deletions = saved
+
+    async def restore_missing(self) -> int:
+        """Bring back every synced file that is missing now instead of deleting it remotely.
+
+        A tool call that was stopped may have moved files away (`mv`, a rename-based
+        rewrite) and not put them back. A local delete not pushed yet is forgotten, so the
+        next pass pulls the memory again; a file moved to a new path whose old path is
+        free becomes a new file there, and the memory is pulled back at its old path (a
+        move turns into a copy). A new file written where a deleted one was is a save in
+        place and is left alone. Returns how many paths come back.
+        """
+        restored = 0
+        async with self._pass_lock:  # never between a pass's plan and its deletes
+            state = self.state
+            for tomb in list(state.tombstones.values()):
+                if tomb.base_path is not None and self._node_at(tomb.base_path) is not None:
+                    continue
+                self._drop_tombstone(tomb)
+                restored += 1
+            for node in list(state.walk_files()):
+                if (node.memory_id is None or node.base_path is None
+                        or node.store_path() == node.base_path
+                        or self._node_at(node.base_path) is not None):
+                    continue
+                self._forget_identity(node)
+                restored += 1
+            if restored:
+                state.generation += 1  # defeat the idle shortcut: the next pass lists
+                log.info("restoring files a stopped tool call left missing "
+                         "memory_store_id=%s paths=%d", self.store_id, restored)
+        return restored
+
     async def wait_content(self, node: Node) -> None:
         """Wait until `node`'s content is local (the caller bounds the wait)."""
         sha = node.sha

@@ -1,0 +1,420 @@
+"""The SDK's own `EnvironmentWorker` with memfs as its memory engine (memfs/worker.py).
+
+Real parts only: the installed `anthropic` SDK's worker, session tool runner and agent
+toolset (`beta_agent_toolset_20260401`, given the engine's roots by the SDK itself), a
+stand-in control plane on 127.0.0.1 (tests/support/controlplane.py), a real `memfs
+serve` behind it for the memory endpoints, and real `memfs session` daemons over FUSE.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anthropic import AsyncAnthropic
+from anthropic.lib.tools._memories import SessionMemoryError
+
+from memfs.worker import MemfsSessionStores, environment_worker
+from tests.support.api import Api
+from tests.support.controlplane import (
+    ENV_ID,
+    SESSION_ID,
+    TOKEN,
+    WORK_ID,
+    Call,
+    ControlPlane,
+    Posted,
+    Script,
+    work_secret,
+)
+from tests.support.files import store_files
+from tests.support.mount import is_mounted
+from tests.support.server import ServerProcess, start_server
+
+pytestmark = pytest.mark.fuse
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with start_server(tmp_path_factory.mktemp("worker-db") / "memfs.db",
+                      api_key=TOKEN) as proc:
+        yield proc
+
+
+@pytest.fixture
+def api(server: ServerProcess) -> Iterator[Api]:
+    with Api(server.url, TOKEN) as client:
+        yield client
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A worker host: a private runtime dir (short: socket paths), a cache, a root."""
+    runtime = Path(tempfile.mkdtemp(prefix="mfs-wk-", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for name in ("ANTHROPIC_WORK_SECRET", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY",
+                 "ANTHROPIC_BASE_URL", "ANTHROPIC_ENVIRONMENT_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "mnt-memory"
+    root.mkdir()
+    (tmp_path / "work").mkdir()
+    try:
+        yield root
+    finally:
+        if is_mounted(root):  # never leave a mount behind a failed test
+            os.system(f"fusermount3 -u -z {root}")
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def make_stores(api: Api, root: Path) -> tuple[dict[str, Any], dict[str, Any],
+                                                list[dict[str, Any]]]:
+    notes = api.create_store("Notes")
+    ref = api.create_store("Reference")
+    api.create_memory(notes["id"], "/notes.md", "first line\n")
+    api.create_memory(notes["id"], "/keep/old.md", "old\n")
+    api.create_memory(ref["id"], "/facts.md", "the sky is blue\n")
+    resources = [
+        {"type": "memory_store", "memory_store_id": notes["id"], "access": "read_write",
+         "name": "Notes", "mount_path": str(root / "notes"), "instructions": ""},
+        {"type": "memory_store", "memory_store_id": ref["id"], "access": "read_only",
+         "name": "Reference", "mount_path": str(root / "reference"), "instructions": ""},
+    ]
+    return notes, ref, resources
+
+
+def handle(plane: ControlPlane, workdir: Path, *, cancel_when: Callable[[], bool] | None
+           = None, **options: Any) -> BaseException | None:
+    """Run `handle_item()` of a memfs worker against the stand-in; its error, if any."""
+    caught: list[BaseException] = []
+
+    async def main() -> None:
+        client = AsyncAnthropic(base_url=plane.url, api_key="unused", max_retries=2)
+        worker = environment_worker(client, workdir=str(workdir), memory_sync_interval=5,
+                                    max_idle=5, cache_dir=str(workdir.parent / "cache"),
+                                    **options)
+        with anyio.fail_after(240):
+            await serve(worker)
+
+    async def serve(worker: Any) -> None:
+        async with anyio.create_task_group() as tg:
+            async def run() -> None:
+                try:
+                    await worker.handle_item(work_id=WORK_ID, environment_id=ENV_ID,
+                                             session_id=SESSION_ID,
+                                             work_secret=work_secret())
+                except Exception as e:
+                    caught.append(e)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(run)
+            if cancel_when is not None:
+                for _ in range(4000):  # bounded: 200 s
+                    if cancel_when():
+                        break
+                    await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    return caught[0] if caught else None
+
+
+def wait_for(predicate: Callable[[], bool], what: str, bound: float = 30) -> None:
+    deadline = time.monotonic() + bound
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
+    """claim → mount → tool calls → syncs → session end → final sync → unmount."""
+    notes, ref, resources = make_stores(api, host)
+    n, r = host / "notes", host / "reference"
+    seen: dict[str, Any] = {}
+
+    def after(index: int, posted: Posted) -> None:
+        if index == 0:  # the first call ran inside a live mount
+            seen["mounted"] = is_mounted(host)
+        if index == 2:  # a sync mid-session: the write reached the store already
+            wait_for(lambda: "new.md" in store_files(api, notes["id"]), "a mid-session sync")
+
+    script = Script(resources=resources, after_result=after, calls=[
+        Call("read", {"file_path": str(n / "notes.md")}),
+        Call("write", {"file_path": str(n / "new.md"), "content": "written by the agent\n"}),
+        Call("edit", {"file_path": str(n / "notes.md"), "old_string": "first line",
+                      "new_string": "edited line"}),
+        Call("bash", {"command": f"rm {n}/keep/old.md && echo via-bash > {n}/bash.md"}),
+        Call("write", {"file_path": str(r / "facts.md"), "content": "overwritten\n"}),
+        Call("edit", {"file_path": str(r / "facts.md"), "old_string": "blue",
+                      "new_string": "green"}),
+        Call("bash", {"command": f"echo x > {r}/facts.md; echo rc=$?"}),
+        Call("read", {"file_path": str(r / "facts.md")}),
+    ])
+    with ControlPlane(script, api.client.base_url.__str__()) as plane:
+        error = handle(plane, host.parent / "work")
+        assert error is None
+        assert not plane.unknown, plane.unknown
+        assert plane.stopped.is_set()
+        assert plane.heartbeats >= 1
+        results = plane.results
+    assert seen["mounted"]
+    assert [p.is_error for p in results] == [False, False, False, False, True, True, False,
+                                             False]
+    assert "first line" in results[0].text
+    assert "read-only" in results[4].text.lower() and "read-only" in results[5].text.lower()
+    assert "Read-only file system" in results[6].text and "rc=1" in results[6].text
+    assert "the sky is blue" in results[7].text
+    # Edits reached the store, the bash delete too (a clean end's final sync); the
+    # read-only store is as it was.
+    assert store_files(api, notes["id"]) == {
+        "notes.md": "edited line\n", "new.md": "written by the agent\n",
+        "bash.md": "via-bash\n"}
+    assert store_files(api, ref["id"]) == {"facts.md": "the sky is blue\n"}
+    # Unmounted, and the root is as empty as before.
+    assert not is_mounted(host)
+    assert os.listdir(host) == []
+
+
+@pytest.mark.parametrize("end", ["error", "cancel"])
+def test_a_session_that_errors_or_is_cancelled_loses_nothing_acknowledged(
+        api: Api, host: Path, end: str) -> None:
+    """Every call whose result was posted has its edit in the store; removals of a
+    session that did not end cleanly are not sent as deletes."""
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+    script = Script(resources=resources, end="error" if end == "error" else "hang", calls=[
+        Call("write", {"file_path": str(n / "late.md"), "content": "just before the end\n"}),
+        Call("edit", {"file_path": str(n / "notes.md"), "old_string": "first",
+                      "new_string": "last"}),
+        Call("bash", {"command": f"mv {n}/keep/old.md /tmp/mfs-moved-away-$$.md"}),
+    ])
+    with ControlPlane(script, str(api.client.base_url)) as plane:
+        if end == "error":
+            error = handle(plane, host.parent / "work")
+            assert error is not None and "revoked" in str(error)
+        else:
+            error = handle(plane, host.parent / "work",
+                           cancel_when=lambda: len(plane.results) == 3)
+            assert error is None
+        assert plane.stopped.is_set()
+        assert [p.is_error for p in plane.results] == [False, False, False]
+    files = store_files(api, notes["id"])
+    assert files["late.md"] == "just before the end\n"
+    assert files["notes.md"] == "last line\n"
+    assert files["keep/old.md"] == "old\n"  # not a delete: the session did not end cleanly
+    assert not is_mounted(host)
+    assert os.listdir(host) == []
+
+
+def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(
+        api: Api, host: Path) -> None:
+    """The worker's tools may run as a non-root user: EROFS for them too.
+
+    Needs part 4 of issue 13 (EROFS for every user in session mode, the `erofs` change):
+    before it, a non-root writer gets EACCES from the modes.
+    """
+    # A root other users can reach (pytest's temporary directories are private).
+    root = Path(tempfile.mkdtemp(prefix="mfs-wk-root-", dir="/tmp"))
+    root.chmod(0o755)
+    try:
+        _, ref, resources = make_stores(api, root)
+        r = root / "reference"
+        script = Script(resources=resources, calls=[
+            Call("bash", {"command": "cd / && setpriv --reuid=65534 --regid=65534 "
+                                     f"--clear-groups sh -c 'cat {r}/facts.md; "
+                                     f"echo x > {r}/facts.md; echo x > {r}/new.md'; "
+                                     "echo rc=$?"}),
+        ])
+        with ControlPlane(script, str(api.client.base_url)) as plane:
+            assert handle(plane, host.parent / "work", allow_other=True) is None
+            text = plane.results[0].text
+        assert "the sky is blue" in text, text  # the other user can read it
+        assert text.count("Read-only file system") == 2, text
+        assert store_files(api, ref["id"]) == {"facts.md": "the sky is blue\n"}
+        assert os.listdir(root) == []
+    finally:
+        if is_mounted(root):
+            os.system(f"fusermount3 -u -z {root}")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_restore_missing_puts_back_what_a_stopped_call_moved_away(
+        api: Api, host: Path) -> None:
+    """A call that was stopped may have moved files away and not put them back: after
+    `restore_missing` they are back, and the store never loses them."""
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+
+    async def main() -> None:
+        from anthropic.types.beta import BetaManagedAgentsSession
+
+        client = AsyncAnthropic(base_url=str(api.client.base_url), auth_token=TOKEN)
+        session = BetaManagedAgentsSession.construct(resources=[
+            _resource(r) for r in resources])
+        engine = MemfsSessionStores(client, workdir=str(host.parent / "work"),
+                                    sync_interval=5, cache_dir=host.parent / "cache")
+        await engine.download(session)
+        try:
+            shutil.move(n / "notes.md", host.parent / "work" / "stash.md")  # moved away
+            os.rename(n / "keep" / "old.md", n / "keep" / "old.md.tmp")   # renamed
+            (n / "fresh.md").write_text("a new file\n")
+            await engine.restore_missing()
+            assert (n / "notes.md").read_text() == "first line\n"
+            assert (n / "keep" / "old.md").read_text() == "old\n"
+            assert (n / "keep" / "old.md.tmp").read_text() == "old\n"
+            await engine.finish()  # a final sync: deletes would go out now
+        finally:
+            await engine.dispose()
+
+    anyio.run(main)
+    assert store_files(api, notes["id"]) == {
+        "notes.md": "first line\n", "keep/old.md": "old\n", "keep/old.md.tmp": "old\n",
+        "fresh.md": "a new file\n"}
+    assert os.listdir(host) == []
+
+
+def test_a_stopped_call_that_moved_files_away_loses_nothing(api: Api, host: Path) -> None:
+    """The SDK stops a running `bash` call (the session stopped waiting for it) after it
+    moved files out and before it put them back: the worker's `on_call_stopped` has memfs
+    restore them, so the clean end's final sync (deletes included) deletes nothing."""
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+    stash = host.parent / "stash"
+    script = Script(resources=resources, calls=[
+        Call("bash", {"command": f"mkdir -p {stash} && mv {n}/notes.md {n}/keep {stash}/ "
+                                 f"&& sleep 120 && mv {stash}/* {n}/"}),
+        Call("read", {"file_path": str(n / "notes.md")}),
+    ])
+    with ControlPlane(script, str(api.client.base_url)) as plane:
+        def interrupt_when_moved() -> None:
+            wait_for(lambda: (stash / "keep" / "old.md").exists(), "the move", bound=60)
+            plane.interrupt(0)
+
+        watcher = threading.Thread(target=interrupt_when_moved, daemon=True)
+        watcher.start()
+        assert handle(plane, host.parent / "work") is None
+        watcher.join(5)
+        results = plane.results
+    assert results[0].is_error and "was stopped" in results[0].text
+    assert not results[1].is_error and "first line" in results[1].text
+    assert store_files(api, notes["id"]) == {"notes.md": "first line\n",
+                                             "keep/old.md": "old\n"}
+    assert os.listdir(host) == []
+
+
+def _resource(data: dict[str, Any]) -> Any:
+    from anthropic.types.beta.sessions import BetaManagedAgentsMemoryStoreResource
+
+    return BetaManagedAgentsMemoryStoreResource.construct(**data)
+
+
+def test_refusals_before_anything_mounts(api: Api, host: Path) -> None:
+    """The reference's refusals, with its wording, raised as `SessionMemoryError`."""
+    notes, _, resources = make_stores(api, host)
+    work = host.parent / "work"
+
+    async def download(client: AsyncAnthropic, res: list[dict[str, Any]]) -> str:
+        from anthropic.types.beta import BetaManagedAgentsSession
+
+        engine = MemfsSessionStores(client, workdir=str(work), cache_dir=host.parent / "c")
+        with pytest.raises(SessionMemoryError) as info:
+            await engine.download(BetaManagedAgentsSession.construct(
+                resources=[_resource(r) for r in res]))
+        await engine.dispose()
+        return str(info.value)
+
+    async def main() -> None:
+        ok = AsyncAnthropic(base_url=str(api.client.base_url), auth_token=TOKEN)
+        (host / "notes").mkdir()
+        assert await download(ok, resources[:1]) == (
+            f"something already exists at the memory store's path: {host}/notes "
+            f"(memory_store_id={notes['id']}); it must not exist when the session starts")
+        (host / "notes").rmdir()
+        bad = {**resources[0], "mount_path": f"{host}/../escape"}
+        assert await download(ok, [bad]) == (
+            f"memory store mount_path is not a clean absolute path: '{host}/../escape' "
+            f"(memory_store_id={notes['id']})")
+        many = [{**resources[0], "memory_store_id": f"memstore_{i}",
+                 "mount_path": f"{host}/s{i}"} for i in range(9)]
+        assert await download(ok, many) == (
+            "a session can attach at most 8 memory stores; this one attaches 9")
+        (host.parent / "a-file").write_text("not a directory\n")
+        under_file = {**resources[0], "mount_path": f"{host.parent}/a-file/memory/notes"}
+        assert await download(ok, [under_file]) == (
+            f"cannot create the memory store's folder: {host.parent}/a-file/memory "
+            f"(memory_store_id={notes['id']}): [Errno 20] Not a directory: "
+            f"'{host.parent}/a-file/memory'; the worker host must make this mount path "
+            "writable")
+        missing = {**resources[0], "memory_store_id": "memstore_missing"}
+        assert await download(ok, [missing]) == "memory store memstore_missing does not exist"
+        anonymous = AsyncAnthropic(base_url=str(api.client.base_url), api_key=None,
+                                   auth_token=None)
+        assert "has no sessions token" in await download(anonymous, resources[:1])
+
+    anyio.run(main)
+    assert os.listdir(host) == []
+
+
+def test_a_work_item_without_a_sessions_token_fails_with_the_sdk_wording(
+        api: Api, host: Path) -> None:
+    _, _, resources = make_stores(api, host)
+    script = Script(resources=resources, calls=[], end="hang")
+    with ControlPlane(script, str(api.client.base_url)) as plane:
+        caught: list[BaseException] = []
+
+        async def main() -> None:
+            client = AsyncAnthropic(base_url=plane.url, api_key="unused", max_retries=0)
+            worker = environment_worker(client, workdir=str(host.parent / "work"))
+            try:
+                await worker.handle_item(work_id=WORK_ID, environment_id=ENV_ID,
+                                         session_id=SESSION_ID,
+                                         work_secret=work_secret(None),
+                                         environment_key="sk-ant-envkey-standin")
+            except SessionMemoryError as e:
+                caught.append(e)
+
+        anyio.run(main)
+        requests = plane.requests
+    assert len(caught) == 1, requests
+    assert str(caught[0]).startswith(
+        "cannot mount the session's memories: the work item carried no sessions token "
+        f"(work_id={WORK_ID}, session_id={SESSION_ID})")
+    assert os.listdir(host) == []
+
+
+def test_stores_under_two_roots_get_a_mount_each(api: Api, host: Path) -> None:
+    """Mount paths with different parents: one daemon per parent; a missing parent is
+    created, and removed again at dispose."""
+    _, _, resources = make_stores(api, host)
+    other = host.parent / "elsewhere" / "memory"
+    resources[1]["mount_path"] = str(other / "reference")
+
+    async def main() -> None:
+        from anthropic.types.beta import BetaManagedAgentsSession
+
+        client = AsyncAnthropic(base_url=str(api.client.base_url), auth_token=TOKEN)
+        engine = MemfsSessionStores(client, workdir=str(host.parent / "work"),
+                                    cache_dir=host.parent / "cache")
+        await engine.download(BetaManagedAgentsSession.construct(
+            resources=[_resource(r) for r in resources]))
+        try:
+            assert engine.roots == [host / "notes", other / "reference"]
+            assert engine.read_only_roots == [other / "reference"]
+            assert is_mounted(host) and is_mounted(other)
+            assert (host / "notes" / "notes.md").read_text() == "first line\n"
+            assert (other / "reference" / "facts.md").read_text() == "the sky is blue\n"
+        finally:
+            await engine.dispose()
+
+    anyio.run(main)
+    assert not is_mounted(host) and not (host.parent / "elsewhere").exists()
+    assert os.listdir(host) == []

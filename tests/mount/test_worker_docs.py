@@ -1,0 +1,193 @@
+"""Every example in docs/worker.md, run as written against the stand-in control plane.
+
+Each example serves one scripted session (one `write` into a store) through the real
+SDK worker and a real memfs mount; the write must reach the store and the root must be
+empty afterwards. Only the host-specific paths of the systemd unit are replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.api import Api
+from tests.support.controlplane import (
+    ENV_ID,
+    ENV_KEY,
+    SESSION_ID,
+    TOKEN,
+    WORK_ID,
+    Call,
+    ControlPlane,
+    Script,
+    work_secret,
+)
+from tests.support.files import store_files
+from tests.support.mount import is_mounted
+from tests.support.server import ServerProcess, start_server
+
+pytestmark = pytest.mark.fuse
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "worker.md"
+BIN = Path(sys.executable).parent
+
+
+def example(name: str) -> str:
+    """The fenced block right after `<!-- example: name -->` in docs/worker.md."""
+    found = re.search(rf"<!-- example: {re.escape(name)} -->\n```[a-z]*\n(.*?)\n```",
+                      DOC.read_text(), re.S)
+    assert found, f"docs/worker.md has no example {name!r}"
+    return found.group(1) + "\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with start_server(tmp_path_factory.mktemp("worker-docs-db") / "memfs.db",
+                      api_key=TOKEN) as proc:
+        yield proc
+
+
+class Host:
+    def __init__(self, tmp: Path, api: Api) -> None:
+        self.tmp = tmp
+        self.root = tmp / "mnt-memory"
+        self.root.mkdir()
+        self.work = tmp / "work"
+        self.work.mkdir()
+        self.runtime = Path(tempfile.mkdtemp(prefix="mfs-wd-", dir="/tmp"))
+        self.store = api.create_store("Doc Notes")["id"]
+        api.create_memory(self.store, "/hello.md", "hello\n")
+        self.script = Script(resources=[{
+            "type": "memory_store", "memory_store_id": self.store, "access": "read_write",
+            "name": "Doc Notes", "mount_path": str(self.root / "doc-notes"),
+            "instructions": ""}], calls=[Call("write", {
+                "file_path": str(self.root / "doc-notes" / "from-docs.md"),
+                "content": "the example ran\n"})])
+
+    def env(self, plane: ControlPlane, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+        env.update(ANTHROPIC_BASE_URL=plane.url, XDG_RUNTIME_DIR=str(self.runtime),
+                   XDG_CACHE_HOME=str(self.tmp / "cache"), WORKDIR=str(self.work),
+                   PATH=f"{BIN}:{os.environ.get('PATH', '')}", **extra)
+        return env
+
+    def check(self, api: Api, plane: ControlPlane) -> None:
+        assert [r.is_error for r in plane.results] == [False], plane.results
+        assert store_files(api, self.store)["from-docs.md"] == "the example ran\n"
+        assert not is_mounted(self.root)
+        assert os.listdir(self.root) == []
+
+
+@pytest.fixture
+def host(tmp_path: Path, server: ServerProcess) -> Iterator[tuple[Host, Api]]:
+    with Api(server.url, TOKEN) as api:
+        h = Host(tmp_path, api)
+        try:
+            yield h, api
+        finally:
+            if is_mounted(h.root):
+                subprocess.run(["fusermount3", "-u", "-z", str(h.root)], check=False)
+            shutil.rmtree(h.runtime, ignore_errors=True)
+
+
+def wait_stopped(plane: ControlPlane, proc: subprocess.Popen[bytes], bound: float = 120
+                 ) -> None:
+    deadline = time.monotonic() + bound
+    while not plane.stopped.is_set():
+        if proc.poll() is not None:
+            raise AssertionError(f"the worker exited early: {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise AssertionError("the work item was never stopped")
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int, bound: float = 90) -> int:
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=bound)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_python_poll_example(host: tuple[Host, Api], server: ServerProcess) -> None:
+    h, api = host
+    with ControlPlane(h.script, server.url) as plane:
+        env = h.env(plane, ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY)
+        proc = subprocess.Popen([sys.executable, "-c", example("python-poll")], env=env,
+                                stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_stopped(plane, proc)
+        stop(proc, signal.SIGINT)
+        assert "GET /v1/environments/env_standin/work/poll" in plane.requests
+        h.check(api, plane)
+
+
+def test_python_handle_item_example(host: tuple[Host, Api], server: ServerProcess) -> None:
+    h, api = host
+    with ControlPlane(h.script, server.url) as plane:
+        env = h.env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
+                    ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_WORK_SECRET=work_secret())
+        done = subprocess.run([sys.executable, "-c", example("python-handle-item")],
+                              env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=180)
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        assert plane.stopped.is_set()
+        h.check(api, plane)
+
+
+def test_on_work_script_example(host: tuple[Host, Api], server: ServerProcess) -> None:
+    """As `ant beta:worker poll --on-work` runs it: ANTHROPIC_* set, the item on stdin."""
+    h, api = host
+    script = h.tmp / "memfs-on-work"
+    script.write_text(example("on-work"))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    with ControlPlane(h.script, server.url) as plane:
+        env = h.env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
+                    ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY)
+        done = subprocess.run([str(script)], env=env, capture_output=True, timeout=180,
+                              input=json.dumps(plane.work_item()).encode())
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        assert plane.stopped.is_set()
+        h.check(api, plane)
+
+
+def test_systemd_unit_example(host: tuple[Host, Api], server: ServerProcess) -> None:
+    """The unit's ExecStart with its EnvironmentFile, stopped with its KillSignal within
+    its TimeoutStopSec (only the host's paths are replaced)."""
+    h, api = host
+    unit = example("systemd")
+    service: dict[str, str] = {}
+    section = ""
+    for line in unit.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "Service" and "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            service[key] = value
+    argv = service["ExecStart"].split()
+    assert argv[0] == "/usr/local/bin/memfs-worker" and argv[1] == "poll"
+    argv[0] = str(BIN / "memfs-worker")
+    argv = [str(h.work) if a == "/home/worker/workspace" else a for a in argv]
+    assert service["KillSignal"] == "SIGTERM"
+    with ControlPlane(h.script, server.url) as plane:
+        env_file = {"ANTHROPIC_ENVIRONMENT_ID": ENV_ID, "ANTHROPIC_ENVIRONMENT_KEY": ENV_KEY}
+        proc = subprocess.Popen(argv, env=h.env(plane, **env_file), stdin=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        wait_stopped(plane, proc)
+        code = stop(proc, signal.SIGTERM, bound=float(service["TimeoutStopSec"]))
+        assert code == 0, proc.stderr.read().decode()[-3000:] if proc.stderr else code
+        h.check(api, plane)

@@ -1,0 +1,93 @@
+"""The one patch point memfs.worker relies on, checked against the installed SDK.
+
+When a new `anthropic` release changes what the patch assumes (the module name
+`WorkItemRun` builds its engine from, the engine's surface, its constructor), these
+tests fail with the reason, before any session could be served the wrong way.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic import AsyncAnthropic
+from anthropic.lib.environments import EnvironmentWorker, _worker
+from anthropic.lib.tools._memories import SessionMemoryStores
+
+from memfs import worker as memfs_worker
+from memfs.worker import (
+    ENGINE_SURFACE,
+    SDK_RANGE,
+    MemfsSessionStores,
+    SDKMismatch,
+    check_sdk_internals,
+    environment_worker,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_installed_sdk_is_one_the_patch_point_was_checked_against() -> None:
+    check_sdk_internals()  # raises SDKMismatch naming every difference
+
+
+def test_the_engine_has_the_sdk_engines_whole_public_surface() -> None:
+    public = {n for n in dir(SessionMemoryStores) if not n.startswith("_")}
+    assert public == set(ENGINE_SURFACE)
+    for name in public:
+        assert hasattr(MemfsSessionStores, name), name
+
+
+def test_the_pinned_range_is_the_one_in_pyproject() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert extras["anthropic"] == [SDK_RANGE]
+    assert "memfs[anthropic]" in extras["test"]
+
+
+def test_only_a_memfs_worker_gets_the_memfs_engine() -> None:
+    client = AsyncAnthropic(base_url="http://127.0.0.1:9", auth_token="t")
+    worker = environment_worker(client, workdir="/tmp")
+    assert isinstance(worker, EnvironmentWorker)
+    build = _worker.SessionMemoryStores
+    assert getattr(build, "_memfs_dispatch", False)
+    # Outside a memfs worker's run/handle_item: the SDK's own engine, untouched.
+    assert type(build(client, workdir="/tmp")) is SessionMemoryStores
+    token = memfs_worker._ENGINE.set(worker._engine)  # type: ignore[attr-defined]
+    try:
+        assert type(build(client, workdir="/tmp", sync_interval=5.0)) is MemfsSessionStores
+    finally:
+        memfs_worker._ENGINE.reset(token)
+    environment_worker(client)  # installing twice keeps one dispatcher
+    assert _worker.SessionMemoryStores is build
+
+
+def test_a_changed_sdk_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a release that builds its engine differently would look like."""
+    def new_init(self: Any, **kw: Any) -> None:
+        self._memory = object()
+
+    monkeypatch.setattr(_worker.WorkItemRun, "__init__", new_init)
+    with pytest.raises(SDKMismatch, match="no longer builds its engine from the module name"):
+        check_sdk_internals()
+    monkeypatch.undo()
+    monkeypatch.setattr(memfs_worker, "SDK_BELOW", (2, 16, 0))
+    with pytest.raises(SDKMismatch, match=r"is outside anthropic>=2\.16\.0,<2\.17"):
+        environment_worker(AsyncAnthropic(base_url="http://127.0.0.1:9", auth_token="t"))
+
+
+def test_memfs_worker_commands_refuse_missing_settings_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("ANTHROPIC_ENVIRONMENT_ID", "ANTHROPIC_ENVIRONMENT_KEY", "ANTHROPIC_WORK_ID",
+                 "ANTHROPIC_SESSION_ID", "ANTHROPIC_WORK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    assert memfs_worker.main(["poll"]) == 2
+    assert capsys.readouterr().err == (
+        "memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) and "
+        "ANTHROPIC_ENVIRONMENT_KEY\n")
+    monkeypatch.setattr("sys.stdin", None)
+    assert memfs_worker.main(["handle-item"]) == 2
+    assert capsys.readouterr().err == (
+        "memfs-worker: handle_item: work_id is required — pass it or set ANTHROPIC_WORK_ID\n")
