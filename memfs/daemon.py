@@ -310,7 +310,16 @@ class Daemon:
             options.add("ro")  # read-only at the VFS layer, before we are even asked
         if self.config.allow_other:
             options.add("allow_other")
+        if self._own_permissions:
+            options.discard("default_permissions")  # memfs checks, after EROFS
         return options
+
+    @property
+    def _own_permissions(self) -> bool:
+        """Session mounts mix read-only and writable stores under one superblock: with
+        the kernel checking modes, a non-root writer into a read-only store would get
+        EACCES before memfs could answer EROFS (docs/reliability.md)."""
+        return not self.config.single
 
     async def run(self, ready: Callable[[str], None] | None = None) -> int:
         """Mount, serve until stopped, tear down; returns the process exit code."""
@@ -335,7 +344,8 @@ class Daemon:
         try:
             client = StoreClient(self.http)
             await self._start_stores(client, signals)
-            self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout)
+            self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout,
+                             own_permissions=self._own_permissions)
             try:
                 pyfuse3.init(self.ops, mountpoint, self._mount_options())
             except RuntimeError as e:

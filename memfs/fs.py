@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -30,6 +31,7 @@ from memfs.paths import (
     local_name,
     may_be_alias,
 )
+from memfs.permissions import EXEC, READ, WRITE, Permissions
 from memfs.tree import Kind, Node, StoreState, Tree, check_length, check_name, stat_mode
 
 log = logging.getLogger("memfs.fs")
@@ -99,9 +101,14 @@ class MemFs(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0) -> None:
+    def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0,
+                 own_permissions: bool = False) -> None:
         super().__init__()
         self.tree = tree
+        # None: the kernel checks modes (`default_permissions`); else memfs does, after
+        # EROFS (session mounts, see memfs/permissions.py).
+        self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
+                      else None)
         self.waiter = waiter
         self.content_timeout = content_timeout
         self.closing = False  # set at unmount: writes fail with EROFS while we flush
@@ -115,10 +122,7 @@ class MemFs(pyfuse3.Operations):
         a.generation = 0
         a.entry_timeout = CACHE_TIMEOUT
         a.attr_timeout = CACHE_TIMEOUT
-        a.st_mode = stat_mode(node)
-        if node.store is not None and node.store.read_only:
-            # 0444/0555 whatever the journal remembers from a writable mount.
-            a.st_mode &= ~0o222
+        a.st_mode = self.mode(node)
         # Directories report 1 link, as btrfs does ("not counted"; find and ls cope):
         # counting subdirectories made every getattr of a large directory O(children).
         a.st_nlink = 1 if node.is_dir else (1 if node.linked else 0)
@@ -132,6 +136,18 @@ class MemFs(pyfuse3.Operations):
         a.st_mtime_ns = node.mtime_ns
         a.st_ctime_ns = node.ctime_ns
         return a
+
+    @staticmethod
+    def mode(node: Node) -> int:
+        mode = stat_mode(node)
+        if node.store is not None and node.store.read_only:
+            mode &= ~0o222  # 0444/0555 whatever the journal remembers from a writable mount
+        return mode
+
+    def _may(self, node: Node, ctx: pyfuse3.RequestContext, mask: int = 0) -> None:
+        """EACCES unless `ctx` may search to `node` and `mask` it (own checks only)."""
+        if self.perms is not None:
+            self.perms.require(node, ctx, mask)
 
     def _store(self, node: Node) -> StoreState:
         if node.store is None:
@@ -212,6 +228,7 @@ class MemFs(pyfuse3.Operations):
     async def lookup(self, parent_inode: int, name: bytes,
                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
+        self._may(parent, ctx, EXEC)
         if name == b".":
             return self._lookup_ref(parent)
         if name == b"..":
@@ -233,6 +250,17 @@ class MemFs(pyfuse3.Operations):
         return self.attrs(self.tree.get(inode))
 
     @_guard
+    async def access(self, inode: int, mode: int, ctx: pyfuse3.RequestContext) -> bool:
+        """access(2) and chdir(2); asked only on mounts without default_permissions."""
+        node = self.tree.get(inode)
+        if mode & os.W_OK:
+            self._mutable(node)  # EROFS for everybody, as on a read-only filesystem
+        mask = ((READ if mode & os.R_OK else 0) | (WRITE if mode & os.W_OK else 0)
+                | (EXEC if mode & os.X_OK else 0))
+        self._may(node, ctx, mask)
+        return True
+
+    @_guard
     async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes,
                       fields: pyfuse3.SetattrFields, fh: int | None,
                       ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
@@ -240,6 +268,8 @@ class MemFs(pyfuse3.Operations):
         store = self._mutable(node)
         if node.kind is Kind.MARKER:
             raise FsError(errno.EPERM, "the marker file is read-only")
+        if self.perms is not None:
+            self._may_setattr(node, attr, fields, fh, ctx)
         if fields.update_uid and attr.st_uid != self.tree.uid:
             raise FsError(errno.EPERM, "owners are fixed to the mounting user")
         if fields.update_gid and attr.st_gid != self.tree.gid:
@@ -258,6 +288,30 @@ class MemFs(pyfuse3.Operations):
                             attr.st_mtime_ns if fields.update_mtime else None)
         return self.attrs(node)
 
+    def _may_setattr(self, node: Node, attr: pyfuse3.EntryAttributes,
+                     fields: pyfuse3.SetattrFields, fh: int | None,
+                     ctx: pyfuse3.RequestContext) -> None:
+        """The kernel's setattr_prepare rules, which it skips without default_permissions."""
+        assert self.perms is not None
+        self._may(node, ctx)
+        if fields.update_size and fh is None:  # truncate(2); ftruncate(2) had an fd for write
+            self._may(node, ctx, WRITE)
+        if fields.update_uid or fields.update_gid:
+            self.perms.require_owner(ctx, "change a file's owner or group")
+        if fields.update_mode:
+            self.perms.require_owner(ctx, "change a file's mode")
+        if fields.update_atime or fields.update_mtime:
+            # pyfuse3 turns UTIME_NOW into the current time; a writer may set "now",
+            # only the owner any other time.
+            wall = time.time_ns()
+            times = [attr.st_atime_ns if fields.update_atime else None,
+                     attr.st_mtime_ns if fields.update_mtime else None]
+            is_now = all(t is None or abs(t - wall) < 2_000_000_000 for t in times)
+            if not self.perms.owns(ctx):
+                if not is_now:
+                    raise FsError(errno.EPERM, "only the owner may set explicit times")
+                self._may(node, ctx, WRITE)
+
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
         raise pyfuse3.FUSEError(errno.EINVAL)
 
@@ -267,6 +321,7 @@ class MemFs(pyfuse3.Operations):
         parent = self._dir(parent_inode)
         self._name(name)  # ENAMETOOLONG first, as the kernel's own lookup would answer
         store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
         if not stat.S_ISREG(mode):
             raise FsError(errno.EPERM, "only regular files can live in a memory store")
         node = self._new_file(store, parent, name, mode)
@@ -283,6 +338,7 @@ class MemFs(pyfuse3.Operations):
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
         text = check_name(name)
         if self._find(parent, text) is not None:
             raise FsError(errno.EEXIST)
@@ -293,6 +349,7 @@ class MemFs(pyfuse3.Operations):
         parent = self._dir(parent_inode)
         text = self._name(name)
         store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
         store.unlink(parent, self._child(parent, text).name)
 
     @_guard
@@ -302,22 +359,25 @@ class MemFs(pyfuse3.Operations):
         if node.store is not None and node is node.store.root:
             raise FsError(errno.EROFS, "a store's directory cannot be removed")
         store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
         store.rmdir(parent, node.name)
 
     @_guard
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
                       ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self._refuse_link(parent_inode, name)
+        return self._refuse_link(parent_inode, name, ctx)
 
     @_guard
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self._refuse_link(new_parent_inode, new_name)
+        return self._refuse_link(new_parent_inode, new_name, ctx)
 
-    def _refuse_link(self, parent_inode: int, name: bytes) -> pyfuse3.EntryAttributes:
+    def _refuse_link(self, parent_inode: int, name: bytes,
+                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         self._name(name)  # ENAMETOOLONG, then EROFS, then EPERM: Linux's order
         self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
         raise FsError(errno.EPERM, "links cannot live in a memory store")
 
     @_guard
@@ -329,6 +389,12 @@ class MemFs(pyfuse3.Operations):
         check_length(name_new)
         store = self._mutable(old_parent)
         new_store = self._mutable(new_parent)
+        if self.perms is not None:
+            self._may(old_parent, ctx, WRITE | EXEC)
+            self._may(new_parent, ctx, WRITE | EXEC)
+            moving = self._find(old_parent, old_name)
+            if moving is not None and moving.is_dir and old_parent is not new_parent:
+                self._may(moving, ctx, WRITE)  # its ".." changes
         if store is not new_store:
             raise FsError(errno.EXDEV, "cannot move between memory stores")
         if flags & pyfuse3.RENAME_EXCHANGE:
@@ -352,6 +418,10 @@ class MemFs(pyfuse3.Operations):
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY or bool(flags & os.O_TRUNC)
         if writing:
             store = self._mutable(node)
+        if self.perms is not None:
+            reading = (flags & os.O_ACCMODE) in (os.O_RDONLY, os.O_RDWR)
+            self._may(node, ctx, (READ if reading else 0) | (WRITE if writing else 0))
+        if writing:
             if node.kind is Kind.MARKER:
                 raise FsError(errno.EPERM, "the marker file is read-only")
             if flags & os.O_TRUNC:
@@ -368,6 +438,7 @@ class MemFs(pyfuse3.Operations):
                      ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._dir(parent_inode)
         store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
         node = self._new_file(store, parent, name, mode)
         node.open_handles += 1
         node.open_writers += 1
@@ -427,6 +498,7 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         node = self._dir(inode)
+        self._may(node, ctx, READ)
         assert node.children is not None
         # A snapshot of the names makes offsets stable for the life of the handle.
         names = [".", "..", *sorted(node.children,
@@ -499,6 +571,7 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node = self.tree.get(inode)
+        self._may(node, ctx, READ if name.startswith(b"user.") else 0)
         value = self._xattrs(node).get(name)
         if value is None:
             raise FsError(pyfuse3.ENOATTR)
@@ -506,7 +579,9 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        return list(self._xattrs(self.tree.get(inode)))
+        node = self.tree.get(inode)
+        self._may(node, ctx)
+        return list(self._xattrs(node))
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
         if node.store is None:
@@ -531,13 +606,16 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def setxattr(self, inode: int, name: bytes, value: bytes,
                        ctx: pyfuse3.RequestContext) -> None:
-        self._mutable(self.tree.get(inode))
+        node = self.tree.get(inode)
+        self._mutable(node)
+        self._may(node, ctx, WRITE if name.startswith(b"user.") else 0)
         raise FsError(errno.ENOTSUP, "extended attributes are not stored")
 
     @_guard
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         node = self.tree.get(inode)
         self._mutable(node)
+        self._may(node, ctx, WRITE if name.startswith(b"user.") else 0)
         if name in self._xattrs(node):
             raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
         raise FsError(pyfuse3.ENOATTR)

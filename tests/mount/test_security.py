@@ -69,6 +69,12 @@ def run(op, a):
     if op == "setxattr": os.setxattr(a["path"], a["name"], b"1"); return None
     if op == "removexattr": os.removexattr(a["path"], a["name"]); return None
     if op == "getxattr": return os.getxattr(a["path"], a["name"]).decode()
+    if op == "access_w":  # access(2) itself: os.access hides the errno
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.access(a["path"].encode(), os.W_OK) != 0:
+            raise OSError(ctypes.get_errno(), "access")
+        return None
     if op == "link": os.link(a["src"], a["dst"]); return None
     if op == "symlink": os.symlink(a["src"], a["dst"]); return None
     if op == "mknod": os.mknod(a["path"], 0o100644); return None
@@ -250,63 +256,161 @@ def test_read_only_mount_table(user: str, open_dir: Path, shared_server: ServerP
         proc.cleanup()
 
 
-def test_read_only_store_in_a_session_for_another_user(
-        open_dir: Path, shared_server: ServerProcess, shared_api: Api) -> None:
-    """Session mode is not `ro` at the mount (other stores are writable): the modes
-    shown (0444/0555) and memfs's own EROFS keep nobody out."""
+SHELL_WRITES = [  # (label, shell command run in the store's directory)
+    ("redirect", "echo x > notes/a.md"),
+    ("append", "echo x >> top.md"),
+    ("create", "echo x > new.md"),
+    ("touch_new", "touch new.md"),
+    ("touch", "touch top.md"),
+    ("mkdir", "mkdir dir"),
+    ("rm", "rm -f top.md"),
+    ("rm_r", "rm -rf notes"),
+    ("rmdir", "rmdir notes"),
+    ("mv", "mv top.md moved.md"),
+    ("mv_dir", "mv notes other"),
+    ("truncate", "truncate -s 0 top.md"),
+    ("chmod", "chmod 666 top.md"),
+    ("chown", "chown 65534 top.md"),
+    ("setfattr", "setfattr -n user.x -v 1 top.md"),
+    ("ln", "ln -s top.md sym"),
+    ("python", "python3 -c \"open('top.md', 'w')\""),
+]
+
+
+def shell_writes(directory: Path, user: str) -> dict[str, str]:
+    """Each command's exit status and whether it said "Read-only file system"."""
+    prefix = NOBODY if user == "nobody" else []
+    out = {}
+    for label, command in SHELL_WRITES:
+        result = subprocess.run([*prefix, "sh", "-c", command], cwd=directory,
+                                capture_output=True, text=True, timeout=30)
+        out[label] = ("EROFS" if result.returncode != 0
+                      and "Read-only file system" in result.stderr
+                      else f"{result.returncode}:{result.stderr.strip()}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def ro_rw_session(shared_server: ServerProcess) -> Iterator[tuple[Path, str, str]]:
+    """A real session mount (--allow-other) with a read_only and a read_write store."""
     require_fuse()
-    ro = str(shared_api.create_store("session ro")["id"])
-    rw = str(shared_api.create_store("session rw")["id"])
-    shared_api.create_memory(ro, "/notes/a.md", "remote\n")
-    shared_api.create_memory(ro, "/top.md", "top\n")
-    root = open_dir / "mnt-session"
+    base = Path(tempfile.mkdtemp(prefix="memfs-sec-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    with Api(shared_server.url) as api:
+        ro = str(api.create_store("session ro")["id"])
+        rw = str(api.create_store("session rw")["id"])
+        api.create_memory(ro, "/notes/a.md", "remote\n")
+        api.create_memory(ro, "/top.md", "top\n")
+    root = base / "mnt-session"
     root.mkdir()
     os.chmod(root, 0o755)
-    spec = open_dir / "spec.json"
+    spec = base / "spec.json"
     spec.write_text(json.dumps({"resources": [
         {"type": "memory_store", "memory_store_id": ro, "access": "read_only",
          "mount_path": f"{root}/ro"},
         {"type": "memory_store", "memory_store_id": rw, "access": "read_write",
          "mount_path": f"{root}/rw"}]}))
-    runtime = open_dir / "runtime"
+    runtime = base / "runtime"
     runtime.mkdir(mode=0o700)
     proc = MountProcess(["session", str(spec), "--root", str(root), "--allow-other",
-                         "--cache-dir", str(open_dir / "session-cache")], root,
-                        url=shared_server.url, log_path=open_dir / "session.log")
+                         "--cache-dir", str(base / "session-cache")], root,
+                        url=shared_server.url, log_path=base / "session.log")
     proc.env.update(ANTHROPIC_API_KEY="anything", XDG_RUNTIME_DIR=str(runtime))
     try:
         proc.start()
-        work = open_dir / "work"
-        work.mkdir()
-        os.chmod(work, 0o777)
-        outside = work / "outside.md"
-        outside.write_text("outside\n")
-        os.chmod(outside, 0o666)
-        table = read_only_table(root / "ro", outside)
-        got = run_ops(table, user="nobody")
-        # Any refusal is fine for nobody (EACCES from the modes, EROFS from memfs),
-        # but nothing may succeed except reads and a private map.
-        allowed = {"EROFS", "EACCES", "EPERM", "EXDEV", "EBADF"}
-        for label, _, _ in table:
-            if label in ("read", "read_after"):
-                assert got[label] == "ok:remote\n"
-            elif label == "mmap_private_write":
-                assert got[label] == "ok:X|remote\n"
-            else:
-                assert got[label] in allowed, (label, got[label])
-        assert (root / "ro/notes/a.md").read_text() == "remote\n"
-        assert sorted(os.listdir(root / "ro")) == [MARKER_NAME, "notes", "top.md"]
-        # the writable store is root's: nobody sees 0755/0644 and stays out
-        (root / "rw/mine.md").write_text("root's\n")
-        assert run_ops([
-            ("read", "read", {"path": str(root / "rw/mine.md")}),
-            ("write", "write", {"path": str(root / "rw/mine.md"), "flags": os.O_WRONLY}),
-            ("create", "open", {"path": str(root / "rw/theirs.md"),
-                                "flags": os.O_CREAT | os.O_WRONLY}),
-        ], user="nobody") == {"read": "ok:root's\n", "write": "EACCES", "create": "EACCES"}
+        yield root, ro, rw
         no_daemon_errors(proc)
     finally:
         proc.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_read_only_store_in_a_session_is_erofs_for_every_user(
+        user: str, ro_rw_session: tuple[Path, str, str], shared_api: Api) -> None:
+    """Session mode is not `ro` at the mount (other stores are writable), so memfs checks
+    permissions itself after EROFS: every write into a read-only store, and into the
+    session root, is EROFS for root and for other users alike, as on `--read-only`."""
+    root, ro, _ = ro_rw_session
+    before = {m["path"]: m["content_sha256"] for m in shared_api.list_memories(ro)}
+    work = root.parent / f"work-{user}"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    outside = work / "outside.md"
+    outside.write_text("outside\n")
+    os.chmod(outside, 0o666)
+    table = read_only_table(root / "ro", outside)
+    got = run_ops(table, user=user)
+    assert got == {label: EXPECTED_READ_ONLY.get(label, "EROFS") for label, _, _ in table}
+    assert run_ops([
+        ("create", "open", {"path": str(root / "new.md"), "flags": os.O_CREAT | os.O_WRONLY}),
+        ("mkdir", "mkdir", {"path": str(root / "dir")}),
+        ("rmdir_store", "rmdir", {"path": str(root / "ro")}),
+        ("rename_store", "rename", {"src": str(root / "rw"), "dst": str(root / "x")}),
+        ("chmod", "chmod", {"path": str(root), "mode": 0o777}),
+        ("access_w", "access_w", {"path": str(root / "ro/top.md")}),
+    ], user=user) == {"create": "EROFS", "mkdir": "EROFS", "rmdir_store": "EROFS",
+                      "rename_store": "EROFS", "chmod": "EROFS", "access_w": "EROFS"}
+    assert shell_writes(root / "ro", user) == {label: "EROFS" for label, _ in SHELL_WRITES}
+    assert sorted(os.listdir(root / "ro")) == [MARKER_NAME, "notes", "top.md"]
+    assert (root / "ro/notes/a.md").read_text() == "remote\n"
+    assert {m["path"]: m["content_sha256"] for m in shared_api.list_memories(ro)} == before
+
+
+def other_user_table(root: Path) -> tuple[list[tuple[str, str, dict[str, Any]]],
+                                           dict[str, str]]:
+    """Files the mounting user made in `root`, what nobody tries there and must get."""
+    (root / "public.md").write_text("public\n")
+    (root / "secret.md").write_text("secret\n")
+    os.chmod(root / "secret.md", 0o600)
+    (root / "private").mkdir()
+    (root / "private/inside.md").write_text("inside\n")
+    os.chmod(root / "private", 0o700)
+    (root / "shared").mkdir()
+    os.chmod(root / "shared", 0o777)
+    (root / "open.md").write_text("open\n")
+    os.chmod(root / "open.md", 0o666)
+    p = str(root)
+    ops: list[tuple[str, str, dict[str, Any]]] = [
+        ("stat", "stat", {"path": f"{p}/public.md"}),
+        ("read", "read", {"path": f"{p}/public.md"}),
+        ("write", "write", {"path": f"{p}/public.md", "flags": os.O_WRONLY}),
+        ("append", "write", {"path": f"{p}/public.md", "flags": os.O_WRONLY | os.O_APPEND}),
+        ("truncate", "truncate", {"path": f"{p}/public.md", "size": 0}),
+        ("chmod", "chmod", {"path": f"{p}/public.md", "mode": 0o666}),
+        ("chown", "chown", {"path": f"{p}/public.md", "uid": 65534, "gid": 65534}),
+        ("utime_times", "utime", {"path": f"{p}/public.md", "times": [1, 2]}),
+        ("utime_now", "utime", {"path": f"{p}/public.md"}),
+        ("utime_now_open", "utime", {"path": f"{p}/open.md"}),
+        ("unlink", "unlink", {"path": f"{p}/public.md"}),
+        ("create", "open", {"path": f"{p}/new.md", "flags": os.O_CREAT | os.O_WRONLY}),
+        ("mkdir", "mkdir", {"path": f"{p}/newdir"}),
+        ("rename", "rename", {"src": f"{p}/public.md", "dst": f"{p}/moved.md"}),
+        ("read_secret", "read", {"path": f"{p}/secret.md"}),
+        ("list_private", "listdir", {"path": f"{p}/private"}),
+        ("read_private", "read", {"path": f"{p}/private/inside.md"}),
+        ("mmap_shared_write", "mmap_shared_write", {"path": f"{p}/public.md"}),
+        ("write_open", "write", {"path": f"{p}/open.md", "flags": os.O_WRONLY}),
+        ("create_shared", "open", {"path": f"{p}/shared/n.md",
+                                   "flags": os.O_CREAT | os.O_WRONLY}),
+        ("read_after", "read", {"path": f"{p}/public.md"}),
+    ]
+    expected = {
+        "stat": "ok:0o644", "read": "ok:public\n", "write": "EACCES",
+        "append": "EACCES", "truncate": "EACCES", "chmod": "EPERM", "chown": "EPERM",
+        "utime_times": "EPERM", "utime_now": "EACCES", "utime_now_open": "ok",
+        "unlink": "EACCES", "create": "EACCES", "mkdir": "EACCES", "rename": "EACCES",
+        "read_secret": "EACCES", "list_private": "EACCES", "read_private": "EACCES",
+        "mmap_shared_write": "EACCES", "write_open": "ok", "create_shared": "ok",
+        "read_after": "ok:public\n"}
+    return ops, expected
+
+
+def check_other_user_results(root: Path) -> None:
+    """What nobody may do, it did as the mounting user: owners are fixed."""
+    st = os.stat(root / "shared/n.md")
+    assert (st.st_uid, st.st_gid) == (0, 0)
+    assert (root / "open.md").read_text() == "xpen\n"
 
 
 def test_allow_other_keeps_other_users_to_the_modes_shown(
@@ -317,51 +421,29 @@ def test_allow_other_keeps_other_users_to_the_modes_shown(
     plain = start_mount(open_dir, shared_server.url, sid, name="mnt-private")
     try:
         root = proc.mountpoint
-        (root / "public.md").write_text("public\n")
-        (root / "secret.md").write_text("secret\n")
-        os.chmod(root / "secret.md", 0o600)
-        (root / "shared").mkdir()
-        os.chmod(root / "shared", 0o777)
-        (root / "open.md").write_text("open\n")
-        os.chmod(root / "open.md", 0o666)
-        p = str(root)
-        got = run_ops([
-            ("stat", "stat", {"path": f"{p}/public.md"}),
-            ("read", "read", {"path": f"{p}/public.md"}),
-            ("write", "write", {"path": f"{p}/public.md", "flags": os.O_WRONLY}),
-            ("append", "write", {"path": f"{p}/public.md",
-                                 "flags": os.O_WRONLY | os.O_APPEND}),
-            ("truncate", "truncate", {"path": f"{p}/public.md", "size": 0}),
-            ("chmod", "chmod", {"path": f"{p}/public.md", "mode": 0o666}),
-            ("chown", "chown", {"path": f"{p}/public.md", "uid": 65534, "gid": 65534}),
-            ("utime_times", "utime", {"path": f"{p}/public.md", "times": [1, 2]}),
-            ("unlink", "unlink", {"path": f"{p}/public.md"}),
-            ("create", "open", {"path": f"{p}/new.md", "flags": os.O_CREAT | os.O_WRONLY}),
-            ("mkdir", "mkdir", {"path": f"{p}/newdir"}),
-            ("rename", "rename", {"src": f"{p}/public.md", "dst": f"{p}/moved.md"}),
-            ("read_secret", "read", {"path": f"{p}/secret.md"}),
-            ("mmap_shared_write", "mmap_shared_write", {"path": f"{p}/public.md"}),
-            ("write_open", "write", {"path": f"{p}/open.md", "flags": os.O_WRONLY}),
-            ("create_shared", "open", {"path": f"{p}/shared/n.md",
-                                       "flags": os.O_CREAT | os.O_WRONLY}),
-            ("private_mount", "listdir", {"path": str(plain.mountpoint)}),
-            ("read_after", "read", {"path": f"{p}/public.md"}),
-        ], user="nobody")
-        assert got == {
-            "stat": "ok:0o644", "read": "ok:public\n", "write": "EACCES",
-            "append": "EACCES", "truncate": "EACCES", "chmod": "EPERM", "chown": "EPERM",
-            "utime_times": "EPERM", "unlink": "EACCES", "create": "EACCES",
-            "mkdir": "EACCES", "rename": "EACCES", "read_secret": "EACCES",
-            "mmap_shared_write": "EACCES", "write_open": "ok", "create_shared": "ok",
-            "private_mount": "EACCES", "read_after": "ok:public\n"}
-        # what nobody may do, it did as the mounting user: owners are fixed
-        st = os.stat(root / "shared/n.md")
-        assert (st.st_uid, st.st_gid) == (0, 0)
-        assert (root / "open.md").read_text() == "xpen\n"
+        ops, expected = other_user_table(root)
+        ops.append(("private_mount", "listdir", {"path": str(plain.mountpoint)}))
+        expected["private_mount"] = "EACCES"
+        assert run_ops(ops, user="nobody") == expected
+        check_other_user_results(root)
         no_daemon_errors(proc)
     finally:
         proc.cleanup()
         plain.cleanup()
+
+
+def test_writable_store_in_a_session_keeps_other_users_to_the_modes_shown(
+        ro_rw_session: tuple[Path, str, str]) -> None:
+    """memfs's own checks in session mode give nobody what the kernel's give it on a
+    single mount (the same table as the test above)."""
+    rw = ro_rw_session[0] / "rw"
+    ops, expected = other_user_table(rw)
+    assert run_ops(ops, user="nobody") == expected
+    check_other_user_results(rw)
+    # the mounting user (root here) and the owner bits still rule for itself
+    assert run_ops([("read_private", "read", {"path": str(rw / "private/inside.md")}),
+                    ("write", "write", {"path": str(rw / "public.md"), "flags": os.O_WRONLY})],
+                   user="root") == {"read_private": "ok:inside\n", "write": "ok"}
 
 
 def test_cache_directory_is_private_to_the_mounting_user(
