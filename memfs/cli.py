@@ -77,8 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     session = command("session", help="mount a session's stores (up to 8) under one root")
     _add_api_options(session)
-    session.add_argument("spec", metavar="SPEC.json",
-                         help='a session object, or {"resources": [...]}')
+    session.add_argument("spec", metavar="SPEC.json", nargs="?",
+                         help='a session object, or {"resources": [...]}; without it, the '
+                         "session named by --session-id is read from the Sessions API")
+    session.add_argument("--session-id", metavar="ID",
+                         help="read the session object from GET /v1/sessions/ID (default: "
+                         "$ANTHROPIC_SESSION_ID when no SPEC.json is given)")
     session.add_argument("--root", default="/mnt/memory",
                          help="the session root (default /mnt/memory)")
     _add_mount_options(session)

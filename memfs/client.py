@@ -52,6 +52,7 @@ from memfs.errors import (
 )
 from memfs.paths import (
     ANTHROPIC_VERSION,
+    BETA_MANAGED_AGENTS,
     BETA_MEMORY,
     RemoteMemory,
     is_sha256_hex,
@@ -579,8 +580,8 @@ class StoreClient:
             text = text.replace(secret, "[redacted]")
         return text
 
-    def _headers(self, has_body: bool) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION, "anthropic-beta": BETA_MEMORY}
+    def _headers(self, has_body: bool, beta: str = BETA_MEMORY) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION, "anthropic-beta": beta}
         if has_body:
             headers["content-type"] = "application/json"
         return headers
@@ -623,6 +624,7 @@ class StoreClient:
         params: Mapping[str, Any] | None = None,
         body: Mapping[str, Any] | None = None,
         settle: Settle | None = None,
+        beta: str = BETA_MEMORY,
     ) -> Any:
         """Send with retries; return the decoded JSON body of a 2xx answer.
 
@@ -647,7 +649,7 @@ class StoreClient:
             error: StoreError
             timed_out = False
             try:
-                response = await self._send(method, url, clean_params, content)
+                response = await self._send(method, url, clean_params, content, beta)
             except httpx.RequestError as exc:
                 error = self._transport_error(exc)
                 timed_out = isinstance(exc, httpx.TimeoutException)
@@ -694,11 +696,11 @@ class StoreClient:
             await trio.sleep(delay)
 
     async def _send(self, method: str, url: str, params: dict[str, Any],
-                    content: bytes | None) -> httpx.Response:
+                    content: bytes | None, beta: str = BETA_MEMORY) -> httpx.Response:
         """One request: its status line must arrive within the first-byte bound; the
         body then only has the transfer bound (`TRANSFER_TIMEOUT`) between bytes."""
         request = self._http.build_request(method, url, params=params, content=content,
-                                           headers=self._headers(content is not None))
+                                           headers=self._headers(content is not None, beta))
         with trio.fail_after(self.first_byte_timeout):
             response = await self._http.send(request, stream=True)
         try:
@@ -712,6 +714,17 @@ class StoreClient:
             return parser(data)
         except _Malformed as exc:
             raise StoreError(f"{op}: malformed answer from the store: {exc}") from None
+
+    # ---------------------------------------------------------------- sessions
+
+    async def retrieve_session(self, session_id: str) -> dict[str, Any]:
+        """The session object: `memfs session --session-id` mounts its resources."""
+        data = await self._request("GET", f"/v1/sessions/{_seg(session_id, 'session id')}",
+                                   op="retrieve_session", beta=BETA_MANAGED_AGENTS)
+        if not isinstance(data, dict):
+            raise StoreError("retrieve_session: malformed answer from the server: "
+                             "not a JSON object")
+        return data
 
     # ---------------------------------------------------------------- stores
 

@@ -96,7 +96,14 @@ def session(args: Any) -> int:
 
     try:
         check_interval(float(args.sync_interval))
-        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ))
+        if args.spec is not None and args.session_id is not None:
+            raise ValueError("give either SPEC.json or --session-id, not both")
+        session_id = args.session_id
+        if args.spec is None and session_id is None:
+            session_id = os.environ.get("ANTHROPIC_SESSION_ID", "").strip() or None
+        args.session_id = session_id  # the restart hint names it
+        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ),
+                               session_id)
         config = _config(args, root, stores, single=False)
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)

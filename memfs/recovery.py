@@ -150,7 +150,9 @@ def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
     """The command line that starts this mount again (absolute paths, same options,
     in the background), for a dead mount's recovery hint."""
     if args.command == "session":
-        cmd = ["memfs", "session", os.path.abspath(args.spec), "--root", mountpoint]
+        source = ([os.path.abspath(args.spec)] if args.spec is not None
+                  else ["--session-id", args.session_id])
+        cmd = ["memfs", "session", *source, "--root", mountpoint]
         if args.cache_dir:
             cmd += ["--cache-dir", os.path.abspath(os.path.expanduser(args.cache_dir))]
     else:
