@@ -42,6 +42,7 @@ import trio
 from memfs.errors import (
     ConfigError,
     Conflict,
+    InvalidContent,
     NotFound,
     PathConflict,
     PreconditionFailed,
@@ -268,10 +269,6 @@ class MemoryPrefix:
     """A directory roll-up from a `depth=1` listing; `path` ends with '/'."""
 
     path: str
-
-
-class InvalidContent(StoreError):
-    """The server sent content that is not valid UTF-8 text (lone surrogates in JSON)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@
         ├── PreconditionFailed      409 memory_precondition_failed_error (or 412)
         ├── PathConflict            409 memory_path_conflict_error (+ id and path)
         ├── Conflict                409 conflict_error (archived store, head redact)
-        └── Rejected                400 / 413: permanent until the request changes
+        ├── Rejected                400 / 413: permanent until the request changes
+        └── InvalidContent          the server sent text no UTF-8 encodes (lone surrogates)
 
 Messages never contain credentials or file contents.
 """
@@ -89,3 +90,7 @@ class Conflict(StoreError):
 
 class Rejected(StoreError):
     pass
+
+
+class InvalidContent(StoreError):
+    """The server sent content that is not valid UTF-8 text (lone surrogates in JSON)."""

@@ -26,7 +26,6 @@ from memfs.client import (
     INTERACTIVE_FIRST_BYTE,
     ClientConfig,
     FullMemory,
-    InvalidContent,
     RetryPolicy,
     StoreClient,
     StoreInfo,
@@ -35,6 +34,7 @@ from memfs.client import (
 from memfs.config import ExitCode
 from memfs.errors import (
     ConfigError,
+    InvalidContent,
     NotFound,
     Rejected,
     StoreAuthError,

@@ -18,7 +18,6 @@ import logging
 import math
 import re
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,7 +25,7 @@ from typing import Any, Literal
 import trio
 
 from memfs import cachegc
-from memfs.client import FullMemory, StoreClient
+from memfs.client import StoreClient
 from memfs.errors import (
     Conflict,
     FsError,
@@ -38,6 +37,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
+from memfs.fetcher import ContentFetcher
 from memfs.notify import Notifier
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path, sha256_hex
 from memfs.tree import Kind, Node, StoreState
@@ -51,9 +51,6 @@ MIN_INTERVAL = 5.0
 # An idle pass asks only for the store's newest version; every this many passes it lists
 # the whole store anyway, as a guard against a server that changed without a version.
 FULL_LISTING_EVERY = 20
-# A read of content whose download just failed answers EIO at once for this long, so the
-# kernel's retry of the read does not wait out the content timeout a second time.
-FETCH_RETRY_AFTER = 5.0
 # The object cache is collected at start and this often (memfs/cachegc.py).
 GC_EVERY = 600.0
 
@@ -119,7 +116,7 @@ class StoreSync:
         self._exclude_re = re.compile("|".join(
             f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
         state.local_only = self._excluded_name
-        self.fetch_limit = trio.CapacityLimiter(fetch_concurrency)
+        self.fetcher = ContentFetcher(state, client, concurrency=fetch_concurrency)
         # 8 uploads in flight: the store serialises writes anyway, and more concurrent
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
         # 8 -> 9.0 s, 4 -> 8.0 s, measured side by side on the same server).
@@ -134,20 +131,15 @@ class StoreSync:
         self._completed_seq = 0
         self._completed = trio.Event()
         self._pass_lock = trio.Lock()
-        self._arrived: dict[str, trio.Event] = {}
         self._log_only_said: set[str] = set()
-        self._missing: dict[str, str] = {}  # sha -> memory id, content not yet local
         self._pending_inodes: list[int] = []
         self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)
-        self._failed: dict[str, float] = {}  # sha -> when its download last failed
         # The idle-pass shortcut (see _idle): what the last full pass saw.
         self._head_supported = True
         self._listed_head: str | None = ""
         self._listed_generation = -1
         self._left_over = True
         self._lean_passes = 0
-        self._urgent_send, self._urgent_recv = trio.open_memory_channel[tuple[str, str]](
-            10_000)
 
     # -- public verbs ---------------------------------------------------------------
     def request_sync(self) -> None:
@@ -209,30 +201,15 @@ class StoreSync:
 
     async def wait_content(self, node: Node) -> None:
         """Wait until `node`'s content is local (the caller bounds the wait)."""
-        sha = node.sha
-        if sha is None or self.state.objects.has(sha):
-            return
-        failed_at = self._failed.get(sha)
-        if failed_at is not None and time.monotonic() - failed_at < FETCH_RETRY_AFTER:
-            return  # it just failed: answer now (EIO) instead of waiting out the bound
-        event = self._arrived.setdefault(sha, trio.Event())
-        if node.memory_id is not None:
-            self._missing[sha] = node.memory_id
-        try:
-            self._urgent_send.send_nowait((sha, node.memory_id or ""))
-        except trio.WouldBlock:
-            pass  # the background download brings it anyway
-        try:
-            await event.wait()
-        except trio.Cancelled:
-            # The reader's bound ran out (a store that never answers): the kernel's
-            # retry of the same read gets EIO at once instead of a second full wait.
-            self._failed[sha] = time.monotonic()
-            raise
+        await self.fetcher.wait(node)
+
+    async def run_pass(self, *, final: bool = False) -> PassResult:
+        """One pass now, in the caller's task (tests and tools; the mount uses `run`)."""
+        return await self._pass(initial=False, final=final)
 
     def statistics(self) -> dict[str, Any]:
         stats: dict[str, Any] = dict(self.state.statistics())
-        stats["missing_content"] = len(self._missing)
+        stats["missing_content"] = self.fetcher.statistics().missing_content
         stats["offline"] = self.offline
         stats["conflict_copies"] = list(self.conflict_copies)
         refused: list[dict[str, str]] = []
@@ -284,8 +261,7 @@ class StoreSync:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._urgent_fetcher)
-            nursery.start_soon(self._background_fetch)
+            await nursery.start(self.fetcher.run)
             nursery.start_soon(self._collector)
             task_status.started()
             while True:
@@ -397,7 +373,7 @@ class StoreSync:
             remote[memory.id] = memory
         plan = self._plan(remote, final=final)
         if not initial:
-            await self._fetch([p.remote for p in plan.pulls])
+            await self.fetcher.fetch([p.remote for p in plan.pulls])
         # Removals first: a remotely deleted file may be in the way of a pulled one.
         self._apply_removals(plan)
         self._apply_pulls(plan, result, require_content=not initial)
@@ -624,153 +600,6 @@ class StoreSync:
         if tomb.entry_id is not None:
             state.journal.delete(tomb.entry_id)
             tomb.entry_id = None
-
-    # -- content --------------------------------------------------------------------
-    async def _fetch(self, memories: list[RemoteMemory]) -> None:
-        """Bring the contents of `memories` into the object store before applying."""
-        needed = [m for m in memories if not self.state.objects.has(m.content_sha256)]
-        if not needed:
-            return
-        async with trio.open_nursery() as nursery:
-            for memory in needed:
-                nursery.start_soon(self._fetch_one, memory.id, memory.content_sha256)
-
-    async def _fetch_one(self, memory_id: str, sha: str) -> FullMemory | None:
-        async with self.fetch_limit:
-            if self.state.objects.has(sha):
-                self._arrive(sha)
-                return None
-            try:
-                full = await self.client.retrieve_memory(self.store_id, memory_id)
-            except NotFound:
-                self._give_up(sha)  # deleted since the listing; the next pass removes it
-                return None
-            except StoreError as e:
-                log.warning("failed to fetch memory content memory_store_id=%s memory_id=%s: "
-                            "%s", self.store_id, memory_id, e)
-                self._give_up(sha)
-                return None
-            try:
-                self._store_content(full)
-            except OSError as e:  # the cache disk: readers get EIO, a later pass retries
-                self._cannot_keep(e)
-                self._give_up(sha)
-                return None
-            if not self.state.objects.has(sha):
-                self._give_up(sha)  # unusable, or changed since the listing
-            return full
-
-    def _cannot_keep(self, e: OSError) -> None:
-        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s: "
-                    "%s", self.store_id, e.strerror or e)
-
-    def _encoded(self, full: FullMemory) -> bytes | None:
-        try:
-            return full.content.encode("utf-8")
-        except UnicodeEncodeError:
-            log.warning("the server sent content that is not valid UTF-8; ignoring it "
-                        "memory_store_id=%s path=%s", self.store_id, full.memory.path)
-            return None
-
-    def _store_content(self, full: FullMemory) -> None:
-        data = self._encoded(full)
-        if data is None:
-            return
-        sha = sha256_hex(data)
-        self.state.objects.put(data, sha)
-        self._arrived_content(full, sha)
-
-    def _arrived_content(self, full: FullMemory, sha: str) -> None:
-        self._arrive(sha)
-        if sha != full.memory.content_sha256:
-            log.warning("the server's sha does not match its content; trusting the content "
-                        "memory_store_id=%s path=%s", self.store_id, full.memory.path)
-        self._arrive(full.memory.content_sha256)
-
-    def _give_up(self, sha: str) -> None:
-        """Wake the readers waiting for `sha` now; they answer EIO instead of waiting."""
-        self._failed[sha] = time.monotonic()
-        event = self._arrived.pop(sha, None)
-        if event is not None:
-            event.set()
-
-    def _arrive(self, sha: str) -> None:
-        self._failed.pop(sha, None)
-        self._missing.pop(sha, None)
-        event = self._arrived.pop(sha, None)
-        if event is not None:
-            event.set()
-
-    async def _urgent_fetcher(self) -> None:
-        async with trio.open_nursery() as nursery:
-            async for sha, memory_id in self._urgent_recv:
-                if memory_id and not self.state.objects.has(sha):
-                    nursery.start_soon(self._fetch_one, memory_id, sha)
-                elif self.state.objects.has(sha):
-                    self._arrive(sha)
-
-    async def _background_fetch(self) -> None:
-        """Stream every missing content in after start-up, full-view pages first."""
-        groups: Counter[str] = Counter()
-        for n in self.state.walk_files():
-            if (n.sha is not None and n.memory_id is not None and n.data is None
-                    and not self.state.objects.has(n.sha)
-                    and n.sha not in self.state.objects.evicted):  # on demand only
-                self._missing[n.sha] = n.memory_id
-                path = n.store_path()
-                groups[path[:path.index("/", 1) + 1] if path.count("/") > 1 else ""] += 1
-        if not self._missing:
-            return
-        t0 = time.monotonic()
-        count = len(self._missing)
-        if count > 64:
-            # Full-view pages (20 memories a request) beat single retrieves; several
-            # top-level directories stream side by side, since one cursor is sequential.
-            prefixes = sorted(p for p, k in groups.items() if p and k >= 20)
-            streams: list[str | None] = list(prefixes) if len(prefixes) > 1 else [None]
-            limit = trio.CapacityLimiter(4)
-            async with trio.open_nursery() as nursery:
-                for prefix in streams:
-                    nursery.start_soon(self._stream_contents, prefix, limit)
-        async with trio.open_nursery() as nursery:
-            for sha, memory_id in list(self._missing.items()):
-                nursery.start_soon(self._fetch_one, memory_id, sha)
-        log.info("downloaded %d memories memory_store_id=%s ms=%d", count, self.store_id,
-                 int((time.monotonic() - t0) * 1000))
-
-    async def _stream_contents(self, prefix: str | None, limit: trio.CapacityLimiter) -> None:
-        async with limit:
-            batch: list[FullMemory] = []
-            try:
-                async for item in self.client.iter_memories(self.store_id, view="full",
-                                                            path_prefix=prefix):
-                    if (isinstance(item, FullMemory)
-                            and item.memory.content_sha256 in self._missing):
-                        batch.append(item)
-                    if len(batch) >= 20:
-                        await self._store_batch(batch)
-                        batch = []
-                await self._store_batch(batch)
-            except StoreError as e:
-                log.warning("failed to download memory contents memory_store_id=%s: %s",
-                            self.store_id, e)
-            except OSError as e:  # the cache disk is full: what is missing is read on demand
-                self._cannot_keep(e)
-
-    async def _store_batch(self, batch: list[FullMemory]) -> None:
-        """Write a page of contents from a worker thread: creating thousands of object
-        files on the event loop delayed every FUSE request behind them (a cold mount of
-        10,000 memories spent ~1 s of loop time in open())."""
-        ready: list[tuple[FullMemory, bytes, str]] = []
-        for full in batch:
-            data = self._encoded(full)
-            if data is not None:
-                ready.append((full, data, sha256_hex(data)))
-        objects = self.state.objects
-        await trio.to_thread.run_sync(objects.write_files, [(sha, d) for _, d, sha in ready])
-        for full, data, sha in ready:
-            objects.put(data, sha)  # already on disk: only remembered
-            self._arrived_content(full, sha)
 
     # -- applying pulls ---------------------------------------------------------------
     def _apply_pulls(self, plan: _Plan, result: PassResult, *, require_content: bool) -> None:
@@ -1124,7 +953,7 @@ class StoreSync:
             full = await self.client.retrieve_memory(self.store_id, memory_id)
         except NotFound:
             return
-        self._store_content(full)
+        self.fetcher.store(full)
         node = self.state.by_memory.get(memory_id)
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
@@ -1139,11 +968,7 @@ class StoreSync:
         if data is None:
             if node.sha is not None and node.memory_id is not None:
                 # Evicted clean content of a renamed file: bring it in for the next pass.
-                self._missing[node.sha] = node.memory_id
-                try:
-                    self._urgent_send.send_nowait((node.sha, node.memory_id))
-                except trio.WouldBlock:
-                    pass
+                self.fetcher.want(node.sha, node.memory_id)
             return None
         try:
             data.decode("utf-8")

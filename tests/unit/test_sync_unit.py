@@ -79,7 +79,7 @@ class Harness:
         await self.sync.start()
 
     async def sync_once(self, *, final: bool = False) -> PassResult:
-        return await self.sync._pass(initial=False, final=final)
+        return await self.sync.run_pass(final=final)
 
     # -- local file operations, as the FUSE handlers make them ------------------------
     def node(self, path: str) -> Node:
@@ -155,7 +155,7 @@ async def synced(h: Harness, files: dict[str, str]) -> dict[str, str]:
     for path, text in files.items():
         h.fake.add(path, text)
     await h.start()
-    await h.sync._background_fetch()  # what `run()` does first: contents stream in
+    await h.sync.fetcher.fetch_all_missing()  # what `run()` does first: contents stream in
     for path in files:
         assert h.read(path) == files[path]
     return {path: h.fake.id_of(path) for path in files}
@@ -855,7 +855,7 @@ async def test_restart_with_remote_change_store_wins(h: Harness) -> None:
     h.restart()
     h.fake.edit(ids["/a.md"], content="remote")
     await h.start()
-    await h.sync._background_fetch()
+    await h.sync.fetcher.fetch_all_missing()
     assert h.read("/a.md") == "remote"
     assert h.fake.writes() == []
     node = h.node("/a.md")
@@ -1016,7 +1016,7 @@ async def test_local_rename_and_remote_edit_merge(h: Harness) -> None:
     h.rename("/a.md", "/mine.md")
     h.fake.edit(ids["/a.md"], content="remote edit")
     await h.sync_once()
-    await h.sync._background_fetch()
+    await h.sync.fetcher.fetch_all_missing()
     await h.sync_once()
     assert h.fake.by_path() == {"/mine.md": "remote edit"}
     assert h.local_files() == {"/mine.md": "remote edit"}
@@ -1049,7 +1049,7 @@ async def test_read_only_pull_invalidates_the_kernel_cache(h: Harness) -> None:
     ids = await synced(h, {"/r.md": "old"})
     h.restart(read_only=True)
     await h.start()
-    await h.sync._background_fetch()
+    await h.sync.fetcher.fetch_all_missing()
     ino = h.node("/r.md").ino
     h.notifier.inodes.clear()
     h.fake.edit(ids["/r.md"], content="new")

@@ -49,7 +49,7 @@ async def test_restore_missing_brings_back_what_a_stopped_call_moved_away(
         h.write("/saved.md", "s2")
         assert await h.sync.restore_missing() == 2
         await h.sync.sync_now()
-        await h.sync._background_fetch()
+        await h.sync.fetcher.fetch_all_missing()
     assert h.local_files() == {"/gone.md": "g", "/moved.md": "m", "/moved.md.bak": "m",
                                "/saved.md": "s2", "/stay.md": "x"}
     assert h.fake.by_path() == {"/gone.md": "g", "/moved.md": "m", "/moved.md.bak": "m",
