@@ -34,6 +34,7 @@ from memfs.paths import (
     NAME_MAX,
     PathRejected,
     check_segment,
+    join,
     marker_content,
     sha256_hex,
 )
@@ -341,7 +342,7 @@ class StoreState:
     def create_file(self, parent: Node, name: str, mode: int) -> Node:
         self.generation += 1
         self.writable()
-        path = _join(parent.store_path(), name)
+        path = join(parent.store_path(), name)
         check_depth(path, is_dir=False)
         now = time.time_ns()
         mode = (mode & 0o777) | 0o600
@@ -359,7 +360,7 @@ class StoreState:
     def mkdir(self, parent: Node, name: str, mode: int) -> Node:
         self.generation += 1
         self.writable()
-        path = _join(parent.store_path(), name)
+        path = join(parent.store_path(), name)
         check_depth(path, is_dir=True)
         now = time.time_ns()
         mode = (mode & 0o777) | 0o700
@@ -562,7 +563,7 @@ class StoreState:
         target = new_parent.children.get(new_name)
         if target is node:
             return None
-        new_path = _join(new_parent.store_path(), new_name)
+        new_path = join(new_parent.store_path(), new_name)
         check_depth(new_path, is_dir=node.is_dir)
         if node.is_dir:
             self._check_subtree_depth(node, new_path)
@@ -696,10 +697,6 @@ class StoreState:
 
 def _nothing_local(name: str) -> bool:
     return False
-
-
-def _join(parent: str, name: str) -> str:
-    return ("" if parent == "/" else parent) + "/" + name
 
 
 def _is_ancestor(node: Node, other: Node) -> bool:
