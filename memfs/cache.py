@@ -355,6 +355,9 @@ class _Transaction:
             raise
 
 
+LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
+
+
 class CacheDir:
     """One store's cache directory, locked for the lifetime of one daemon."""
 
@@ -388,6 +391,14 @@ class CacheDir:
             raise ConfigError(
                 f"cache directory {root} belongs to store {known}, not {store_id}"
             )
+
+    def never_synced(self) -> bool:
+        """No start ever merged the store's listing here, and nothing is journaled."""
+        return self.journal.get_meta(LISTED_META) is None and self.journal.is_empty()
+
+    def mark_listed(self, at: str) -> None:
+        """A start merged the store's listing: this cache can serve an offline start."""
+        self.journal.set_meta(LISTED_META, at)
 
     def save_conflict(self, path: str, data: bytes) -> Path:
         """Keep the losing bytes of a conflict; returns where they are."""

@@ -54,7 +54,6 @@ log = logging.getLogger("memfs.daemon")
 
 
 JOURNAL_NAME = "journal.sqlite"
-LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
 
 
 def _now_iso() -> str:
@@ -254,7 +253,7 @@ class Daemon:
                 raise StartError(str(e), 2) from None
             self.caches.append(cache)
             if info is None:
-                if cache.journal.get_meta(LISTED_META) is None and cache.journal.is_empty():
+                if cache.never_synced():
                     raise StartError(f"{reason}; the local copy in {cache_dir} was never "
                                      "synced, so there is nothing to start offline from",
                                      ExitCode.UNREACHABLE)
@@ -279,7 +278,7 @@ class Daemon:
             try:
                 await sync.start(offline=sync.store_id in offline)
                 if sync.store_id not in offline:
-                    sync.state.journal.set_meta(LISTED_META, _now_iso())
+                    sync.state.cache.mark_listed(_now_iso())
             except StoreUnavailable as e:
                 raise StartError(str(e), ExitCode.UNREACHABLE) from None
             except StoreAuthError as e:

@@ -115,7 +115,7 @@ class StoreSync:
         # One compiled pattern: an idle pass checks every file name against it.
         self._exclude_re = re.compile("|".join(
             f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
-        state.local_only = self._excluded_name
+        state.set_local_only(self._excluded_name)
         self.fetcher = ContentFetcher(state, client, concurrency=fetch_concurrency)
         # 8 uploads in flight: the store serialises writes anyway, and more concurrent
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
@@ -184,17 +184,17 @@ class StoreSync:
             for tomb in list(state.tombstones.values()):
                 if tomb.base_path is not None and self._node_at(tomb.base_path) is not None:
                     continue
-                self._drop_tombstone(tomb)
+                self.state.drop_tombstone(tomb)
                 restored += 1
             for node in list(state.walk_files()):
                 if (node.memory_id is None or node.base_path is None
                         or node.store_path() == node.base_path
                         or self._node_at(node.base_path) is not None):
                     continue
-                self._forget_identity(node)
+                self.state.forget_identity(node)
                 restored += 1
             if restored:
-                state.generation += 1  # defeat the idle shortcut: the next pass lists
+                state.note_change()  # the next pass lists, whatever the store's head
                 log.info("restoring files a stopped tool call left missing "
                          "memory_store_id=%s paths=%d", self.store_id, restored)
         return restored
@@ -421,7 +421,7 @@ class StoreSync:
         for node in list(state.walk_files()):
             if node.memory_id is None:
                 continue
-            self._settle_sent(node, remote.get(node.memory_id))
+            self.state.settle_sent(node, remote.get(node.memory_id))
             r = remote.get(node.memory_id)
             path = node.store_path()
             renamed = path != node.base_path
@@ -429,7 +429,7 @@ class StoreSync:
                 continue
             if r is None:
                 if node.dirty or renamed:
-                    self._forget_identity(node)
+                    self.state.forget_identity(node)
                     if state.read_only:
                         log.warning("memory deleted remotely but edited locally; keeping "
                                     "the file, which a read-only store cannot push "
@@ -451,7 +451,7 @@ class StoreSync:
                 continue
             local_sha = node.current_sha()
             if local_sha == r.content_sha256 and path == r.path:
-                self._mark_synced(node, r)  # the same change on both sides
+                self.state.mark_synced(node, r)  # the same change on both sides
                 continue
             local_content = node.dirty and local_sha != node.base_sha
             remote_content = r.content_sha256 != node.base_sha
@@ -467,16 +467,16 @@ class StoreSync:
                 plan.pulls.append(_Pull(r, node, node.version, conflict=True))
 
         for memory_id, tomb in list(state.tombstones.items()):
-            self._settle_sent(tomb, remote.get(memory_id))
+            self.state.settle_sent(tomb, remote.get(memory_id))
             r = remote.get(memory_id)
             if r is None:
-                self._drop_tombstone(tomb)
+                self.state.drop_tombstone(tomb)
             elif r.content_sha256 == tomb.base_sha and r.path == tomb.base_path:
                 plan.deletes.append(tomb)
             else:
                 log.warning("memory deleted locally but changed remotely; restoring the "
                             "remote version memory_store_id=%s path=%s", self.store_id, r.path)
-                self._drop_tombstone(tomb)
+                self.state.drop_tombstone(tomb)
                 plan.pulls.append(_Pull(r, None, 0))
 
         for node in list(state.walk_files()):
@@ -487,12 +487,11 @@ class StoreSync:
             if r is not None and r.id not in known:
                 known.add(r.id)
                 if node.current_sha() == r.content_sha256:
-                    self._mark_synced(node, r)  # a create whose answer was lost
+                    self.state.mark_synced(node, r)  # a create whose answer was lost
                 elif node.sent_sha == r.content_sha256 and node.sent_path == r.path:
                     # Our own create whose answer was lost, edited since: it is ours,
                     # and the newer bytes are pushed as an update, not lost to a copy.
-                    state.adopt_identity(node, r.id, r.content_sha256, r.path)
-                    node.sent_sha = node.sent_path = None
+                    state.adopt_own_create(node, r)
                     if self._ready_to_push(node, now, final) and not state.read_only:
                         plan.updates.append(node)
                 else:
@@ -518,17 +517,13 @@ class StoreSync:
     def _pair_saves(self) -> None:
         """A new file where a deleted memory was (vim's save) continues that memory."""
         state = self.state
-        for memory_id, tomb in list(state.tombstones.items()):
+        for tomb in list(state.tombstones.values()):
             if tomb.base_path is None:
                 continue
             node = self._node_at(tomb.base_path)
             if node is None or node.kind is not Kind.FILE or node.memory_id is not None:
                 continue
-            del state.tombstones[memory_id]
-            if tomb.entry_id is not None:
-                state.journal.delete(tomb.entry_id)
-                tomb.entry_id = None
-            state.adopt_identity(node, memory_id, tomb.base_sha, tomb.base_path, tomb.sent_sha)
+            state.continue_memory(tomb, node)
 
     def _node_at(self, path: str) -> Node | None:
         node = self.state.root
@@ -541,72 +536,12 @@ class StoreSync:
             node = child
         return node
 
-    def _settle_sent(self, node: Node, r: RemoteMemory | None) -> None:
-        """An upload whose answer was lost counts as ours if the store shows its sha."""
-        if r is None or (node.sent_sha is None and node.sent_path is None):
-            return
-        changed: dict[str, object] = {}
-        if node.sent_sha is not None and r.content_sha256 == node.sent_sha:
-            node.base_sha = r.content_sha256
-            changed["base_sha"] = r.content_sha256
-            if node.linked and node.current_sha() == r.content_sha256:
-                node.dirty = False
-                changed["dirty"] = 0
-        if node.sent_path is not None and r.path == node.sent_path:
-            node.base_path = r.path
-            changed["base_path"] = r.path
-        node.sent_sha = node.sent_path = None
-        changed.update(sent_sha=None, sent_path=None)
-        if node.entry_id is not None:
-            self.state.journal.update(node.entry_id, **changed)
-
-    def _mark_synced(self, node: Node, r: RemoteMemory) -> None:
-        state = self.state
-        if node.memory_id != r.id:
-            state.adopt_identity(node, r.id, r.content_sha256, r.path)
-        node.base_sha, node.base_path = r.content_sha256, r.path
-        self._make_clean(node, r.content_sha256)
-
-    def _make_clean(self, node: Node, sha: str) -> None:
-        """Content equal to the baseline moves from the journal to the object store."""
-        state = self.state
-        if node.data is not None:
-            state.objects.put(bytes(node.data), sha)
-            if node.open_handles == 0:
-                node.data = None
-        node.sha = sha
-        node.dirty = False
-        node.dirty_since = None
-        if node.entry_id is not None:
-            state.journal.update(node.entry_id, sha=sha, data=None, dirty=0,
-                                 base_sha=node.base_sha, base_path=node.base_path,
-                                 memory_id=node.memory_id, sent_sha=None, sent_path=None)
-
-    def _forget_identity(self, node: Node) -> None:
-        state = self.state
-        if node.memory_id is not None and state.by_memory.get(node.memory_id) is node:
-            del state.by_memory[node.memory_id]
-        node.memory_id = node.base_sha = node.base_path = None
-        node.sent_sha = node.sent_path = None
-        node.dirty = True
-        if node.entry_id is not None:
-            state.journal.update(node.entry_id, memory_id=None, base_sha=None,
-                                 base_path=None, sent_sha=None, sent_path=None, dirty=1)
-
-    def _drop_tombstone(self, tomb: Node) -> None:
-        state = self.state
-        if tomb.memory_id is not None and state.tombstones.get(tomb.memory_id) is tomb:
-            del state.tombstones[tomb.memory_id]
-        if tomb.entry_id is not None:
-            state.journal.delete(tomb.entry_id)
-            tomb.entry_id = None
-
     # -- applying pulls ---------------------------------------------------------------
     def _apply_pulls(self, plan: _Plan, result: PassResult, *, require_content: bool) -> None:
         """Land every pull; synchronous, so the kernel never sees a half-applied pass."""
         # One journal transaction for the batch: a cold start of 10,000 memories is
         # one commit, not 10,000 (measured: 2.8 s -> 0.23 s at 5,000).
-        with self.state.journal.transaction():
+        with self.state.batch():
             self._land_pulls(plan, result, require_content=require_content)
 
     def _land_pulls(self, plan: _Plan, result: PassResult, *, require_content: bool) -> None:
@@ -624,13 +559,11 @@ class StoreSync:
                         continue  # changed locally meanwhile: decide again next pass
                 if pull.merge == "move":
                     if self._move(node, r.path, entries):
-                        node.base_path = r.path
-                        if node.entry_id is not None:
-                            self.state.journal.update(node.entry_id, base_path=r.path)
+                        self.state.set_base_path(node, r.path)
                         result.pulled += 1
                     continue
                 if pull.merge == "content":
-                    self._take_content(node, r, inodes)
+                    self.state.take_content(node, r, inodes)
                     result.pulled += 1
                     continue
                 if pull.conflict or node.dirty:
@@ -646,14 +579,14 @@ class StoreSync:
         for r, node in todo:
             if node is not None and node.store_path() != r.path and \
                     node.store_path() in targets:
-                self._detach(node, entries)
+                self.state.detach(node, entries)
                 detached.add(node.ino)
         for r, node in todo:
             target = self._land(r, node, inodes, entries)
             if target is not None:
                 result.pulled += 1
             elif node is not None and node.ino in detached:
-                self._reattach(node, entries)
+                self.state.reattach(node)
         self._notify(inodes, entries)
 
     def _keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str
@@ -673,41 +606,11 @@ class StoreSync:
                         "memory_store_id=%s path=%s remote_path=%s", self.store_id, path,
                         remote_path)
             return False
-        copy = state.cache.save_conflict(path, local)
-        node.conflict = str(copy)
-        if node.entry_id is not None:
-            state.journal.update(node.entry_id, conflict=str(copy))
-        self.conflict_copies.append({"path": path, "copy": str(copy), "at": _now_iso()})
+        copy = state.keep_conflict(node, path, local)
+        self.conflict_copies.append({"path": path, "copy": copy, "at": _now_iso()})
         log.warning("memory changed both locally and remotely; keeping the remote version "
                     "memory_store_id=%s path=%s conflict_copy=%s", self.store_id, path, copy)
         return True
-
-    def _detach(self, node: Node, entries: list[tuple[int, str]]) -> None:
-        """Take a file out of its directory for a moment (it is re-placed before any await)."""
-        assert node.parent is not None and node.parent.children is not None
-        entries.append((node.parent.ino, node.name))
-        del node.parent.children[node.name]
-        if node.entry_id is not None:  # a unique placeholder: paths are UNIQUE
-            self.state.journal.update(node.entry_id, path=f"\0{node.entry_id}")
-
-    def _reattach(self, node: Node, entries: list[tuple[int, str]]) -> None:
-        """Put a detached file back where it was, or drop it (its content is safe)."""
-        parent = node.parent
-        assert parent is not None and parent.children is not None
-        if node.name not in parent.children:
-            parent.children[node.name] = node
-            if node.entry_id is not None:
-                self.state.journal.update(node.entry_id, path=node.store_path())
-            return
-        # Its old name was taken meanwhile: the store has it elsewhere; the next pass
-        # brings it back as a new arrival. A dirty file's bytes were kept as a conflict.
-        node.linked = False
-        if node.memory_id is not None and self.state.by_memory.get(node.memory_id) is node:
-            del self.state.by_memory[node.memory_id]
-        if node.entry_id is not None:
-            self.state.journal.delete(node.entry_id)
-            node.entry_id = None
-        self.state.tree.maybe_drop(node)
 
     def _clear_way(self, path: str, node: Node | None, entries: list[tuple[int, str]],
                    remote_sha: str | None) -> bool:
@@ -720,7 +623,7 @@ class StoreSync:
             self._unlink_local(occupant, entries)
             return True
         if occupant.kind is Kind.DIR and not occupant.children:
-            self._remove_empty_dir(occupant, entries)
+            self.state.remove_empty_dir(occupant, entries)
             return True
         if (occupant.kind is Kind.FILE and occupant.base_path is not None
                 and occupant.store_path() != occupant.base_path
@@ -734,16 +637,6 @@ class StoreSync:
         log.warning("a local entry is in the way of a remote memory; will retry "
                     "memory_store_id=%s path=%s", self.store_id, path)
         return False
-
-    def _remove_empty_dir(self, node: Node, entries: list[tuple[int, str]]) -> None:
-        assert node.parent is not None and node.parent.children is not None
-        entries.append((node.parent.ino, node.name))
-        del node.parent.children[node.name]
-        node.linked = False
-        if node.entry_id is not None:
-            self.state.journal.delete(node.entry_id)
-            node.entry_id = None
-        self.state.tree.maybe_drop(node)
 
     def _place(self, node: Node | None, path: str, entries: list[tuple[int, str]],
                remote_sha: str | None = None) -> tuple[Node, str] | None:
@@ -765,76 +658,19 @@ class StoreSync:
         if placed is None:
             return False
         parent, name = placed
-        old = node.parent
-        assert old is not None and old.children is not None and parent.children is not None
-        if old.children.get(node.name) is node:
-            if old is parent and node.name == name:
-                return True
-            entries.append((old.ino, node.name))
-            del old.children[node.name]
-        node.parent = parent
-        node.name = name
-        parent.children[name] = node
-        node.ctime_ns = time.time_ns()
-        if node.entry_id is not None:
-            self.state.journal.update(node.entry_id, path=path)
+        self.state.place(node, parent, name, entries)
         return True
-
-    def _take_content(self, node: Node, r: RemoteMemory, inodes: list[int]) -> None:
-        """Remote content into a file that keeps its local path (a merged pull)."""
-        node.base_sha = r.content_sha256
-        node.data = None
-        node.sha = r.content_sha256
-        node.size = r.content_size_bytes
-        node.mtime_ns = node.ctime_ns = time.time_ns()
-        node.dirty = False
-        node.dirty_since = None
-        node.version += 1
-        inodes.append(node.ino)
-        if node.entry_id is not None:
-            self.state.journal.update(node.entry_id, base_sha=r.content_sha256,
-                                      sha=r.content_sha256, data=None, dirty=0)
 
     def _land(self, r: RemoteMemory, node: Node | None, inodes: list[int],
               entries: list[tuple[int, str]]) -> Node | None:
         """Make the local tree show remote memory `r` (content, path, identity)."""
-        state = self.state
         placed = self._place(node, r.path, entries, r.content_sha256)
         if placed is None:
             return None
         parent, name = placed
-        fresh = node is None
-        if node is None:
-            node = state.tree.new_node(Kind.FILE, name, parent, state, state.file_mode(),
-                                       time.time_ns())
-        elif not self._move(node, r.path, entries):
+        if node is not None and not self._move(node, r.path, entries):
             return None
-        if node.memory_id is not None and node.memory_id != r.id:
-            state.by_memory.pop(node.memory_id, None)
-        node.memory_id = r.id
-        state.by_memory[r.id] = node
-        node.base_sha, node.base_path = r.content_sha256, r.path
-        if node.sha != r.content_sha256 or node.data is not None:
-            node.data = None
-            node.sha = r.content_sha256
-            node.size = r.content_size_bytes
-            node.mtime_ns = node.ctime_ns = time.time_ns()
-            if not fresh:  # the kernel cannot have cached a node it never saw
-                inodes.append(node.ino)
-        node.dirty = False
-        node.dirty_since = None
-        node.version += 1
-        node.sent_sha = node.sent_path = None
-        if fresh:  # one insert with every field (a cold start lands thousands)
-            node.entry_id = state.journal.insert(
-                path=r.path, kind="file", mode=node.mode, mtime_ns=node.mtime_ns,
-                memory_id=r.id, base_sha=r.content_sha256, base_path=r.path,
-                sha=r.content_sha256, dirty=0)
-        elif node.entry_id is not None:
-            state.journal.update(node.entry_id, memory_id=r.id, base_sha=r.content_sha256,
-                                 base_path=r.path, sha=r.content_sha256, data=None, dirty=0,
-                                 sent_sha=None, sent_path=None, mtime_ns=node.mtime_ns)
-        return node
+        return self.state.land(r, node, parent, name, inodes)
 
     def _unlink_local(self, node: Node, entries: list[tuple[int, str]]) -> None:
         assert node.parent is not None
@@ -895,9 +731,7 @@ class StoreSync:
             log.warning("failed to move memory aside memory_store_id=%s path=%s: %s",
                         self.store_id, node.base_path, err)
             return False
-        node.base_path = memory.path
-        if node.entry_id is not None:
-            self.state.journal.update(node.entry_id, base_path=memory.path)
+        self.state.set_base_path(node, memory.path)
         log.debug("moved memory aside to free a path memory_store_id=%s path=%s parked=%s",
                   self.store_id, e.conflicting_path, parked)
         return True
@@ -932,7 +766,7 @@ class StoreSync:
             except (PreconditionFailed, Conflict):
                 log.warning("memory deleted locally but changed remotely; keeping the remote "
                             "version memory_store_id=%s path=%s", self.store_id, tomb.base_path)
-                self._drop_tombstone(tomb)
+                self.state.drop_tombstone(tomb)
                 await self._pull_one(memory_id, result)
                 return
             except (StoreUnavailable, StoreAuthError):
@@ -942,7 +776,7 @@ class StoreSync:
                             self.store_id, tomb.base_path, e)
                 return
         if self.state.tombstones.get(memory_id) is tomb:
-            self._drop_tombstone(tomb)
+            self.state.drop_tombstone(tomb)
             result.deleted += 1
             log.info("propagated local deletion memory_store_id=%s path=%s", self.store_id,
                      tomb.base_path)
@@ -991,13 +825,10 @@ class StoreSync:
         send_content = sha != node.base_sha
         send_path = path != node.base_path
         if not send_content and not send_path:
-            self._mark_synced_after_push(node, sha, path, version)
+            self.state.record_pushed(node, sha, path, version)
             return
-        node.sent_sha = sha if send_content else None
-        node.sent_path = path if send_path else None
-        if node.entry_id is not None:
-            self.state.journal.update(node.entry_id, sent_sha=node.sent_sha,
-                                      sent_path=node.sent_path)
+        self.state.record_sent(node, sha if send_content else None,
+                               path if send_path else None)
         async with self.push_limit:
             try:
                 memory = await self.client.update_memory(
@@ -1015,7 +846,7 @@ class StoreSync:
                 log.info("memory deleted remotely but edited locally; re-creating it from "
                          "the file memory_store_id=%s path=%s", self.store_id, path)
                 if node.linked:
-                    self._forget_identity(node)
+                    self.state.forget_identity(node)
                     await self._push_create(node, result, locked=True)
                 return
             except Rejected as e:
@@ -1029,21 +860,9 @@ class StoreSync:
                             "taken in the store (%s); will retry", self.store_id, path,
                             e.conflicting_path)
                 return
-        node.base_sha, node.base_path = memory.content_sha256, memory.path
         result.pushed += 1
-        self._mark_synced_after_push(node, sha, memory.path, version)
-
-    def _mark_synced_after_push(self, node: Node, sha: str, path: str, version: int) -> None:
-        node.sent_sha = node.sent_path = None
-        if node.version == version and node.store_path() == path and node.linked:
-            if node.conflict is not None:  # a new local edit reached the store: resolved
-                node.conflict = None
-                if node.entry_id is not None:
-                    self.state.journal.update(node.entry_id, conflict=None)
-            self._make_clean(node, sha)
-        elif node.entry_id is not None:
-            self.state.journal.update(node.entry_id, base_sha=node.base_sha,
-                                      base_path=node.base_path, sent_sha=None, sent_path=None)
+        self.state.record_pushed(node, sha, memory.path, version,
+                                 base_sha=memory.content_sha256, base_path=memory.path)
 
     async def _push_create(self, node: Node, result: PassResult, *, locked: bool = False
                            ) -> None:
@@ -1052,9 +871,7 @@ class StoreSync:
             return
         data, sha, version = snap
         path = node.store_path()
-        node.sent_sha, node.sent_path = sha, path
-        if node.entry_id is not None:
-            self.state.journal.update(node.entry_id, sent_sha=sha, sent_path=path)
+        self.state.record_sent(node, sha, path)
         try:
             if locked:
                 memory = await self.client.create_memory(self.store_id, path,
@@ -1077,18 +894,12 @@ class StoreSync:
         self.state.adopt_identity(node, memory.id, memory.content_sha256, memory.path)
         if not node.linked:
             # Unlinked during its own upload: the memory now exists, so delete it later.
-            self.state.by_memory.pop(memory.id, None)
-            self.state.bury(node)
+            self.state.bury_unlinked_create(node, memory.id)
             return
-        self._mark_synced_after_push(node, sha, memory.path, version)
+        self.state.record_pushed(node, sha, memory.path, version)
 
     def _refuse(self, node: Node, sha: str, e: StoreError) -> None:
-        node.refused_sha = sha
-        node.refused_why = e.message
-        if node.entry_id is not None:
-            self.state.journal.update(node.entry_id, refused_sha=sha, refused_why=e.message,
-                                      sent_sha=None, sent_path=None)
-        node.sent_sha = node.sent_path = None
+        self.state.refuse(node, sha, e.message)
         log.warning("the server rejected this memory file, so it stays un-synced until its "
                     "content changes memory_store_id=%s path=%s rejection=%r",
                     self.store_id, node.store_path(), e.message)

@@ -38,6 +38,7 @@ from memfs.paths import (
     marker_content,
     sha256_hex,
 )
+from memfs.records import SyncRecords
 
 log = logging.getLogger("memfs.tree")
 
@@ -199,8 +200,12 @@ def check_depth(path: str, *, is_dir: bool) -> None:
         raise FsError(errno.ENAMETOOLONG, f"path is deeper than {MAX_PATH_SEGMENTS} segments")
 
 
-class StoreState:
-    """One store's subtree, its journal and its content, kept in step."""
+class StoreState(SyncRecords):
+    """One store's subtree, its journal and its content, kept in step.
+
+    The only writer of the store's nodes and journal: local changes through the methods
+    here, sync results through those of `SyncRecords` (memfs/records.py).
+    """
 
     def __init__(self, tree: Tree, store_id: str, name: str, cache: CacheDir, *,
                  read_only: bool, parent: Node | None = None) -> None:
@@ -309,6 +314,15 @@ class StoreState:
 
     def dir_mode(self) -> int:
         return 0o555 if self.read_only else DIR_MODE
+
+    def set_local_only(self, rule: Callable[[str], bool]) -> None:
+        """Names the sync never pushes (its excludes): not memories, no content rules."""
+        self.local_only = rule
+
+    def new_file(self, parent: Node, name: str) -> Node:
+        """A file node arriving from the store (its journal row is the caller's)."""
+        return self.tree.new_node(Kind.FILE, name, parent, self, self.file_mode(),
+                                  time.time_ns())
 
     def file_mode(self) -> int:
         return 0o444 if self.read_only else FILE_MODE
