@@ -42,8 +42,8 @@ def parse_size(text: str) -> int:
 
 def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
             ) -> MountConfig:
+    from memfs.config import DEFAULT_EXCLUDES, check_interval
     from memfs.daemon import MountConfig
-    from memfs.sync import DEFAULT_EXCLUDES, check_interval
 
     interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
@@ -90,9 +90,9 @@ def _restart(args: Any, config: MountConfig) -> str:
 
 
 def session(args: Any) -> int:
+    from memfs.config import check_interval
     from memfs.daemon import StartError, launch
     from memfs.session import prepare
-    from memfs.sync import check_interval
 
     try:
         check_interval(float(args.sync_interval))

@@ -42,12 +42,13 @@ from memfs.client import (
     StoreInfo,
     make_http_client,
 )
-from memfs.config import ExitCode
+from memfs.config import DEFAULT_EXCLUDES, DeletionMode, ExitCode
 from memfs.control import ControlServer, runtime_dir
 from memfs.errors import ConfigError, MemfsError, NotFound, StoreAuthError, StoreUnavailable
 from memfs.fs import MemFs
 from memfs.notify import KernelNotifier, Notifier
-from memfs.sync import DEFAULT_EXCLUDES, DeletionMode, PassResult, StoreSync
+from memfs.plan import PassResult
+from memfs.sync import StoreSync
 from memfs.tree import Node, StoreState, Tree
 
 log = logging.getLogger("memfs.daemon")

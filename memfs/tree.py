@@ -315,6 +315,18 @@ class StoreState(SyncRecords):
     def dir_mode(self) -> int:
         return 0o555 if self.read_only else DIR_MODE
 
+    def node_at(self, path: str) -> Node | None:
+        """The linked node at store path `path`, if any."""
+        node = self.root
+        for name in path[1:].split("/"):
+            if node.children is None:
+                return None
+            child = node.children.get(name)
+            if child is None:
+                return None
+            node = child
+        return node
+
     def set_local_only(self, rule: Callable[[str], bool]) -> None:
         """Names the sync never pushes (its excludes): not memories, no content rules."""
         self.local_only = rule

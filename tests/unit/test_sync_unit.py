@@ -20,13 +20,19 @@ import httpx
 import pytest
 import trio
 
+import memfs.landing
+import memfs.plan
+import memfs.pusher
 import memfs.sync
 import memfs.tree
 from memfs.cache import CacheDir
 from memfs.client import ClientConfig, RetryPolicy, StoreClient, make_http_client
+from memfs.config import DEFAULT_EXCLUDES
 from memfs.notify import NullNotifier
 from memfs.paths import sha256_hex
-from memfs.sync import DEFAULT_EXCLUDES, PassResult, StoreSync, delete_cap
+from memfs.plan import PassResult
+from memfs.pusher import delete_cap
+from memfs.sync import StoreSync
 from memfs.tree import Node, StoreState, Tree
 from tests.support.fakestore import STORE, FakeStore
 
@@ -177,8 +183,8 @@ def trio_clock_time(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
                                     if not k.startswith("__")})
     fake.monotonic = trio.current_time
-    monkeypatch.setattr(memfs.sync, "time", fake)
-    monkeypatch.setattr(memfs.tree, "time", fake)
+    for module in (memfs.sync, memfs.plan, memfs.tree):
+        monkeypatch.setattr(module, "time", fake)
 
 
 # --------------------------------------------------------------------------- pulls
@@ -885,8 +891,10 @@ async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
             return wrapper
         monkeypatch.setattr(h.state, "content", counting("content", h.state.content))
         monkeypatch.setattr(h.state.objects, "get", counting("get", h.state.objects.get))
-        monkeypatch.setattr(memfs.sync, "sha256_hex", counting("hash", memfs.sync.sha256_hex))
-        monkeypatch.setattr(memfs.tree, "sha256_hex", counting("hash", memfs.tree.sha256_hex))
+        for module in (memfs.plan, memfs.landing, memfs.pusher, memfs.tree):
+            if hasattr(module, "sha256_hex"):
+                monkeypatch.setattr(module, "sha256_hex",
+                                    counting("hash", module.sha256_hex))
         h.fake.requests.clear()
         h.notifier.inodes.clear()
         h.notifier.entries.clear()
