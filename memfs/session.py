@@ -24,6 +24,7 @@ from memfs.client import (
     ClientConfig,
     StoreClient,
     StoreInfo,
+    is_loopback,
     make_http_client,
 )
 from memfs.daemon import START_RETRY, StartError, StoreSpec, clear_dead_mount, lookup_store
@@ -33,11 +34,18 @@ from memfs.paths import MAX_STORES_PER_SESSION, slugify
 log = logging.getLogger("memfs.session")
 
 DEFAULT_ROOT = "/mnt/memory"
-NO_TOKEN = (
-    "cannot mount the session's memories: the work item carried no sessions token; the "
-    "memory endpoints reject the environment key, so forward the work item's secret as "
-    "ANTHROPIC_WORK_SECRET (or set ANTHROPIC_AUTH_TOKEN / ANTHROPIC_API_KEY)"
-)
+
+
+def no_credentials(base_url: str) -> str:
+    """The refusal without credentials, in the words of whoever runs that server: a
+    local `memfs serve` user has no work item, only (maybe) a key."""
+    if is_loopback(base_url):
+        return (f"no credentials for the store server at {base_url}: set "
+                "ANTHROPIC_API_KEY (a `memfs serve` started without --api-key accepts any "
+                "value, e.g. ANTHROPIC_API_KEY=local)")
+    return (f"no credentials for the store server at {base_url}: set ANTHROPIC_API_KEY "
+            "or ANTHROPIC_AUTH_TOKEN, or on an agent host forward the work item's secret "
+            "as ANTHROPIC_WORK_SECRET (an environment key alone is not accepted)")
 
 
 @dataclass
@@ -195,7 +203,11 @@ def build_specs(attachments: list[Attachment], infos: dict[str, StoreInfo], root
 
 def prepare(spec_path: str, root: str, api_url: str | None,
             environ: dict[str, str]) -> tuple[str, list[StoreSpec]]:
-    """Validate everything a session needs; returns the real root and the store specs."""
+    """Validate everything a session needs; returns the real root and the store specs.
+
+    A relative `root` is taken from the current directory, as `memfs mount` takes its
+    mount point."""
+    root = os.path.abspath(root)
     attachments = load_spec(spec_path)
     real_root = check_root(root)
     try:
@@ -205,6 +217,6 @@ def prepare(spec_path: str, root: str, api_url: str | None,
     if not attachments:
         raise StartError("the session attaches no memory stores; nothing to mount", 2)
     if config.auth_header is None:
-        raise StartError(NO_TOKEN, 2)
+        raise StartError(no_credentials(config.base_url), 2)
     infos = trio.run(fetch_stores, attachments, config)
     return real_root, build_specs(attachments, infos, real_root, root)

@@ -38,6 +38,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
+from memfs.logs import rfc3339
 from memfs.notify import Notifier
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path, sha256_hex
 from memfs.tree import Kind, Node, StoreState
@@ -69,6 +70,15 @@ class PassResult:
     deleted: int = 0
     conflicts: int = 0
     listed: bool = True  # False: nothing changed on either side, the listing was skipped
+    # This pass's conflicts: {"path", "copy", "at"}, so `memfs sync` can name them.
+    conflict_copies: list[dict[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
+        return {"at": rfc3339(self.started_at), "duration_s": round(self.duration_s, 3),
+                "outcome": self.outcome, "error": self.error, "pulled": self.pulled,
+                "pushed": self.pushed, "deleted": self.deleted, "conflicts": self.conflicts,
+                "conflict_copies": list(self.conflict_copies), "listed": self.listed}
 
 
 @dataclass
@@ -252,16 +262,8 @@ class StoreSync:
         stats["dirty"] = len(dirty)
         stats["excluded"] = excluded
         stats["pending_delete_paths"] = [n.base_path for n in self.state.tombstones.values()]
-        if self.last_pass is not None:
-            lp = self.last_pass
-            stats["last_pass"] = {"at": lp.started_at, "duration_s": round(lp.duration_s, 3),
-                                  "outcome": lp.outcome, "error": lp.error,
-                                  "pulled": lp.pulled, "pushed": lp.pushed,
-                                  "deleted": lp.deleted, "conflicts": lp.conflicts,
-                                  "listed": lp.listed}
-        else:
-            stats["last_pass"] = None
-        stats["next_pass_at"] = self.next_pass_at
+        stats["last_pass"] = self.last_pass.to_json() if self.last_pass else None
+        stats["next_pass_at"] = rfc3339(self.next_pass_at) if self.next_pass_at else None
         return stats
 
     # -- lifetime -------------------------------------------------------------------
@@ -307,7 +309,7 @@ class StoreSync:
             try:
                 await self.collect_garbage()
             except OSError as e:
-                log.warning("object cache collection failed memory_store_id=%s: %s",
+                log.warning("object cache collection failed memory_store_id=%s error=%s",
                             self.store_id, e)
             await trio.sleep(GC_EVERY)
 
@@ -317,9 +319,9 @@ class StoreSync:
         with trio.move_on_after(timeout) as scope:
             return await self._pass(initial=False, final=True)
         left = self.statistics()["dirty"]
-        log.warning("final memory sync cut off after %dms; %d changed files had not "
-                    "finished uploading and stay in the journal memory_store_id=%s",
-                    int(timeout * 1000), left, self.store_id)
+        log.warning("final memory sync cut off; changed files that had not finished "
+                    "uploading stay in the journal memory_store_id=%s files=%d after_ms=%d",
+                    self.store_id, left, int(timeout * 1000))
         assert scope.cancelled_caught
         return PassResult(time.time(), timeout, "cut-off", "final sync cut off")
 
@@ -338,7 +340,8 @@ class StoreSync:
                 if cause is None:
                     raise  # a bug: end the mount; the journal keeps every dirty byte
                 result.outcome, result.error = "failed", str(cause)
-                log.warning("memory sync failed memory_store_id=%s: %s", self.store_id, cause)
+                log.warning("memory sync failed memory_store_id=%s error=%s", self.store_id,
+                            cause)
                 self.offline = isinstance(cause, StoreUnavailable)
             else:
                 if self.offline:
@@ -392,7 +395,7 @@ class StoreSync:
                 continue
             if not is_valid_memory_path(memory.path):
                 log.warning("the server listed a path no memory can have; skipping "
-                            "memory_store_id=%s path=%r", self.store_id, memory.path)
+                            "memory_store_id=%s path=%s", self.store_id, memory.path)
                 continue
             remote[memory.id] = memory
         plan = self._plan(remote, final=final)
@@ -646,8 +649,8 @@ class StoreSync:
                 self._give_up(sha)  # deleted since the listing; the next pass removes it
                 return None
             except StoreError as e:
-                log.warning("failed to fetch memory content memory_store_id=%s memory_id=%s: "
-                            "%s", self.store_id, memory_id, e)
+                log.warning("failed to fetch memory content memory_store_id=%s memory_id=%s "
+                            "error=%s", self.store_id, memory_id, e)
                 self._give_up(sha)
                 return None
             try:
@@ -661,8 +664,8 @@ class StoreSync:
             return full
 
     def _cannot_keep(self, e: OSError) -> None:
-        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s: "
-                    "%s", self.store_id, e.strerror or e)
+        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s "
+                    "error=%s", self.store_id, e.strerror or e)
 
     def _encoded(self, full: FullMemory) -> bytes | None:
         try:
@@ -735,8 +738,8 @@ class StoreSync:
         async with trio.open_nursery() as nursery:
             for sha, memory_id in list(self._missing.items()):
                 nursery.start_soon(self._fetch_one, memory_id, sha)
-        log.info("downloaded %d memories memory_store_id=%s ms=%d", count, self.store_id,
-                 int((time.monotonic() - t0) * 1000))
+        log.info("downloaded memory contents memory_store_id=%s memories=%d ms=%d",
+                 self.store_id, count, int((time.monotonic() - t0) * 1000))
 
     async def _stream_contents(self, prefix: str | None, limit: trio.CapacityLimiter) -> None:
         async with limit:
@@ -752,7 +755,7 @@ class StoreSync:
                         batch = []
                 await self._store_batch(batch)
             except StoreError as e:
-                log.warning("failed to download memory contents memory_store_id=%s: %s",
+                log.warning("failed to download memory contents memory_store_id=%s error=%s",
                             self.store_id, e)
             except OSError as e:  # the cache disk is full: what is missing is read on demand
                 self._cannot_keep(e)
@@ -807,6 +810,7 @@ class StoreSync:
                 if pull.conflict or node.dirty:
                     if self._keep_losing_bytes(node, r.content_sha256, r.path):
                         result.conflicts += 1
+                        result.conflict_copies.append(self.conflict_copies[-1])
                 if not node.linked:
                     node = None
             todo.append((r, node))
@@ -1063,7 +1067,7 @@ class StoreSync:
                 self.store_id, node.memory_id, path=parked,
                 precondition_sha256=node.base_sha)
         except StoreError as err:
-            log.warning("failed to move memory aside memory_store_id=%s path=%s: %s",
+            log.warning("failed to move memory aside memory_store_id=%s path=%s error=%s",
                         self.store_id, node.base_path, err)
             return False
         node.base_path = memory.path
@@ -1085,8 +1089,9 @@ class StoreSync:
             return
         cap = delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
         if len(tombs) > cap:
-            log.warning("delete cap reached: sent %d deletes, held %d for later syncs "
-                        "memory_store_id=%s", cap, len(tombs) - cap, self.store_id)
+            log.warning("delete cap reached; the held deletes go out in later syncs "
+                        "memory_store_id=%s sent=%d held=%d", self.store_id, cap,
+                        len(tombs) - cap)
         async with trio.open_nursery() as nursery:
             for tomb in tombs[:cap]:
                 nursery.start_soon(self._push_delete, tomb, result)
@@ -1109,7 +1114,7 @@ class StoreSync:
             except (StoreUnavailable, StoreAuthError):
                 raise
             except StoreError as e:
-                log.warning("failed to delete memory memory_store_id=%s path=%s: %s",
+                log.warning("failed to delete memory memory_store_id=%s path=%s error=%s",
                             self.store_id, tomb.base_path, e)
                 return
         if self.state.tombstones.get(memory_id) is tomb:
@@ -1131,6 +1136,7 @@ class StoreSync:
         if node is not None and self._keep_losing_bytes(
                 node, full.memory.content_sha256, full.memory.path):
             result.conflicts += 1
+            result.conflict_copies.append(self.conflict_copies[-1])
         self._land(full.memory, node, inodes, entries)
         self._notify(inodes, entries)
 
@@ -1200,9 +1206,9 @@ class StoreSync:
                 if await self._step_aside(node, e):
                     self._renames_to_retry.append(node)
                     return
-                log.warning("failed to upload memory memory_store_id=%s path=%s: the path is "
-                            "taken in the store (%s); will retry", self.store_id, path,
-                            e.conflicting_path)
+                log.warning("failed to upload memory: the path is taken in the store; will "
+                            "retry memory_store_id=%s path=%s taken_by=%s", self.store_id,
+                            path, e.conflicting_path)
                 return
         node.base_sha, node.base_path = memory.content_sha256, memory.path
         result.pushed += 1
@@ -1242,9 +1248,9 @@ class StoreSync:
             self._refuse(node, sha, e)
             return
         except PathConflict as e:
-            log.warning("failed to upload memory memory_store_id=%s path=%s: the path is "
-                        "taken in the store (%s); the next pass settles it", self.store_id,
-                        path, e.conflicting_path)
+            log.warning("failed to upload memory: the path is taken in the store; the next "
+                        "pass settles it memory_store_id=%s path=%s taken_by=%s",
+                        self.store_id, path, e.conflicting_path)
             return
         result.pushed += 1
         if node.memory_id is not None:  # adopted meanwhile (should not happen)
@@ -1265,7 +1271,7 @@ class StoreSync:
                                       sent_sha=None, sent_path=None)
         node.sent_sha = node.sent_path = None
         log.warning("the server rejected this memory file, so it stays un-synced until its "
-                    "content changes memory_store_id=%s path=%s rejection=%r",
+                    "content changes memory_store_id=%s path=%s rejection=%s",
                     self.store_id, node.store_path(), e.message)
 
 
@@ -1284,7 +1290,7 @@ def _expected_failure(e: BaseException) -> BaseException | None:
 
 
 def _now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return rfc3339(time.time())
 
 
 def check_interval(value: float) -> float:
