@@ -91,7 +91,7 @@ _CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 def _unexpected(handler: str) -> pyfuse3.FUSEError:
     """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
-    log.exception("unexpected error; answering EIO handler=%s", handler)
+    log.exception("unexpected error in handler; answering EIO handler=%s", handler)
     return pyfuse3.FUSEError(errno.EIO)
 
 

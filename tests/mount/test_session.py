@@ -440,9 +440,9 @@ def test_final_flush_that_cannot_push_exits_non_zero_and_a_restart_pushes(
                          r"/unpushed\.md, /a\.md)", stderr), stderr
         assert ref not in stderr  # a read-only store has nothing to push
         log = proc.log()
-        assert re.search(rf"WARNING memfs\.daemon: memory flush left 2 changed files "
+        assert re.search(rf"WARNING memfs\.daemon: memory flush left changed files "
                          rf"un-pushed; they stay in the journal for the next start "
-                         rf"memory_store_id={notes} paths=", log), log
+                         rf"memory_store_id={notes} files=2 paths=", log), log
         assert not is_mounted(root) and os.listdir(root) == []
     finally:
         proc.cleanup()
