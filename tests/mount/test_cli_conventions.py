@@ -10,8 +10,11 @@ import json
 import os
 import pty
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -243,3 +246,103 @@ def test_a_daemon_mount_logs_json_to_its_cache_dir(
     records = _records(cache / "memfs.log")
     messages = [r["message"] for r in records]
     assert "mounted memory" in messages and "unmounted" in messages, messages
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _new_terminal_env(home: Path) -> dict[str, str]:
+    """What a new login terminal has: no memfs on PATH, none of a test's variables."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": "root",
+            "LANG": "C.UTF-8", "XDG_RUNTIME_DIR": str(home / "run")}
+
+
+def _readme_usage_block() -> str:
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text[text.index("## Using it"):]
+    start = section.index("```sh\n") + len("```sh\n")
+    return section[start:section.index("\n```", start)]
+
+
+def test_the_readme_commands_run_in_a_new_terminal(tmp_path: Path) -> None:
+    """The README's "Using it" block, run as pasted into a new terminal in the clone's
+    directory after `scripts/install`: every memfs is `.venv/bin/memfs`, and the
+    commands work in order. Only the port, /mnt/memory and `sudo` are replaced."""
+    block = _readme_usage_block()
+    for line in block.splitlines():
+        code = line.split("#", 1)[0]
+        assert not re.search(r"(^|[;&|(]|\$\(|\s)memfs\s", " " + code), line
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / ".venv").symlink_to(REPO_ROOT / ".venv")
+    root = tmp_path / "mnt-memory"
+    script = (block.replace("8765", str(_free_port())).replace("/mnt/memory", str(root))
+              .replace("sudo ", ""))
+    env = _new_terminal_env(tmp_path / "home")
+    (tmp_path / "home" / "run").mkdir()
+    wrapped = ("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+               + script)
+    try:
+        out = subprocess.run(["bash", "-c", wrapped], cwd=clone, env=env,
+                             capture_output=True, text=True, timeout=150)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert '"dirty": 0' in out.stdout, out.stdout  # `status` on a pipe: JSON
+        assert "team-notes\nuser-preferences\n" in out.stdout, out.stdout  # the session
+        prefs = tmp_path / "home" / "prefs"
+        assert not is_mounted(prefs) and not is_mounted(root)
+        exported = (clone / "backup" / "preferences.md").read_text()
+        assert exported == "- prefers short answers\n"
+    finally:
+        for path in (tmp_path / "home" / "prefs", root):
+            lazy_unmount(path)
+
+
+def test_the_demo_hints_work_from_another_terminal(tmp_path: Path) -> None:
+    mnt = tmp_path / "demo-mount"
+    env = {**os.environ, "MEMFS_DEMO_DIR": str(tmp_path / "demo"),
+           "MEMFS_DEMO_PORT": str(_free_port()), "MEMFS_DEMO_MOUNT": str(mnt)}
+    env.pop("ANTHROPIC_BASE_URL", None)
+    demo = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "demo")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    assert demo.stdout is not None and demo.stderr is not None
+    try:
+        hints = []
+        for raw in demo.stdout:
+            line = raw.decode()
+            if line.startswith("    "):
+                hints.append(line.strip())
+            if line.startswith("memfs demo: stop with Ctrl-C"):
+                break
+        assert len(hints) == 3, hints
+        for _ in range(600):  # the mount goes live after the hints are printed
+            if is_mounted(mnt):
+                break
+            time.sleep(0.05)
+        assert is_mounted(mnt)
+        other = _new_terminal_env(tmp_path / "other-home")
+        other["XDG_RUNTIME_DIR"] = os.environ.get("XDG_RUNTIME_DIR", "")
+        if not other["XDG_RUNTIME_DIR"]:
+            del other["XDG_RUNTIME_DIR"]  # the same control-socket directory as the demo
+        for hint in hints:
+            assert ".venv/bin/memfs" not in hint or f"{REPO_ROOT}/.venv/bin/memfs" in hint
+            out = subprocess.run(["bash", "-c", hint], cwd="/", env=other,
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, (hint, out.stdout, out.stderr)
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)
+        try:
+            demo.wait(timeout=60)
+        finally:
+            if demo.poll() is None:
+                os.killpg(demo.pid, signal.SIGKILL)
+                demo.wait()
+            lazy_unmount(mnt)
+    err = demo.stderr.read().decode()
+    assert "importing" not in err and "Traceback" not in err, err
+    assert not is_mounted(mnt)
