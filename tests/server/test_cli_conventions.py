@@ -5,8 +5,10 @@ help for every option, and log lines that split into `key=value` fields (or JSON
 from __future__ import annotations
 
 import argparse
+import ast
 import itertools
 import json
+import logging
 import os
 import re
 import subprocess
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from memfs import __version__
+from memfs import __version__, logs
 from memfs.cli import build_parser
 from memfs.config import ExitCode
 from tests.support.api import Api
@@ -291,3 +293,61 @@ def test_server_logs_json(tmp_path: Path) -> None:
     assert fault["message"] == "" and isinstance(fault["status"], int), fault
     for r in records:
         assert "=" not in r["message"], r
+
+
+# ------------------------------------------------------------------ the docs are true
+
+DOCS = REPO_ROOT / "docs"
+
+
+def test_operations_has_the_one_exit_code_table() -> None:
+    text = (DOCS / "operations.md").read_text()
+    section = text[text.index("### Exit codes"):]
+    section = section[:section.index("\n#")]
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| ", section, re.MULTILINE)
+    assert {int(code): name for code, name in rows} == {e.value: e.name for e in ExitCode}
+    for doc in [*sorted(DOCS.glob("*.md")), REPO_ROOT / "README.md"]:
+        if doc.name != "operations.md":  # one table: the others link to it
+            assert not re.search(r"^\| (Exit|Code) \|", doc.read_text(), re.MULTILINE), doc
+    # `--daemon` logs to the cache directory by default (tests/mount checks that it does)
+    assert "give it `--log-file` to keep its logs" not in text
+    assert "it logs to\n`memfs.log` in the cache directory" in text
+
+
+def _log_calls() -> Iterator[tuple[str, int, str, int]]:
+    """(file, line, format string, number of arguments) of every `log.*(...)` call."""
+    for path in sorted((REPO_ROOT / "memfs").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "log"
+                    and node.func.attr in ("debug", "info", "warning", "error", "exception",
+                                           "log")):
+                args = node.args[1:] if node.func.attr == "log" else node.args
+                level = node.func.attr
+                assert args and isinstance(args[0], ast.Constant), (path, node.lineno)
+                yield (f"{path.relative_to(REPO_ROOT)}:{node.lineno}", 0 if level == "debug"
+                       else 1, str(args[0].value), len(args) - 1)
+
+
+def test_every_log_line_has_the_key_value_form_and_a_troubleshooting_row() -> None:
+    rows = [line for line in (DOCS / "operations.md").read_text().splitlines()
+            if line.startswith("|")]
+    problems = []
+    for where, shown, msg, nargs in _log_calls():
+        record = logging.LogRecord("memfs", logging.INFO, where, 0, msg, (1,) * nargs, None)
+        parts = logs.split(record)
+        if parts is None or "=" in parts[0]:
+            problems.append(f"{where}: not `message key=%s…`: {msg!r}")
+            continue
+        head, pairs = parts
+        keys = [key for key, _ in pairs]
+        if not shown:
+            continue  # debug lines need no row
+        start = f"`{head}`" if not keys else "`" + (f"{head} " if head else "") + f"{keys[0]}="
+        row = next((r for r in rows if start in r), None)
+        if row is None:
+            problems.append(f"{where}: no docs/operations.md row starts with {start}")
+        elif missing := [k for k in keys if f"{k}=" not in row]:
+            problems.append(f"{where}: its row lacks {missing}")
+    assert problems == []
