@@ -152,7 +152,7 @@ def decode_work_secret(secret: str) -> str:
     return token.strip()
 
 
-def _is_loopback(url: str) -> bool:
+def is_loopback(url: str) -> bool:
     host = httpx.URL(url).host
     if host == "localhost":
         return True
@@ -204,7 +204,7 @@ def make_http_client(
         timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=TRANSFER_TIMEOUT,
                               write=TRANSFER_TIMEOUT, pool=120.0),
         transport=transport,
-        trust_env=not _is_loopback(config.base_url),
+        trust_env=not is_loopback(config.base_url),
         follow_redirects=False,
     )
 
@@ -593,9 +593,8 @@ class StoreClient:
             detail = f"it did not accept a connection within {CONNECT_TIMEOUT:g}s"
         elif isinstance(exc, httpx.TimeoutException):
             detail = f"it stopped answering for {TRANSFER_TIMEOUT:g}s mid-transfer"
-        text = f"cannot reach the store at {self._where()}: {name}"
-        if detail and detail != name:
-            text += f": {detail}"
+        # The detail alone: "ConnectError: all attempts to connect … failed" says it twice.
+        text = f"cannot reach the store at {self._where()}: {detail or name}"
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
             return StoreError(text)
         if isinstance(exc, httpx.TransportError):
@@ -681,15 +680,16 @@ class StoreClient:
             retry_after = error.retry_after if isinstance(error, StoreUnavailable) else None
             delay = self.retry.delay(attempt, retry_after)
             elapsed = trio.current_time() - started
-            context = _kv(op=op, memory_store_id=store_id, path=memory_path, attempt=attempt)
             if attempt >= self.retry.max_attempts or elapsed + delay > self.retry.deadline:
                 if self.retry.max_attempts > 1:  # the caller reports the error itself
-                    log.debug("giving up on store request %s elapsed=%.1f error=%s",
-                              context, elapsed, _quote(str(error)))
+                    log.debug("giving up on store request op=%s memory_store_id=%s path=%s "
+                              "attempt=%d elapsed=%.1f error=%s", op, store_id, memory_path,
+                              attempt, elapsed, error)
                 raise error
             level = logging.DEBUG if attempt == 1 else logging.WARNING
-            log.log(level, "retrying store request %s delay=%.2f error=%s",
-                    context, delay, _quote(str(error)))
+            log.log(level, "retrying store request op=%s memory_store_id=%s path=%s "
+                    "attempt=%d delay=%.2f error=%s", op, store_id, memory_path, attempt,
+                    delay, error)
             await trio.sleep(delay)
 
     async def _send(self, method: str, url: str, params: dict[str, Any],
@@ -842,7 +842,7 @@ class StoreClient:
                 except _Malformed as e:
                     # One bad record must not stop a whole store from syncing.
                     log.warning("the server listed a malformed memory; skipping it "
-                                "memory_store_id=%s memory_id=%r: %s", store_id,
+                                "memory_store_id=%s memory_id=%s error=%s", store_id,
                                 str(item.get("id"))[:80], e)
             else:
                 log.debug("skipping unknown list item type=%s memory_store_id=%s",
@@ -918,9 +918,8 @@ class StoreClient:
             except NotFound:
                 return _RETRY  # deleted meanwhile: the path may be free now
             if found.get("path") == path and found.get("content_sha256") == sha:
-                log.info("create settled by sha after a lost answer %s",
-                         _kv(memory_store_id=store_id, path=path,
-                             memory_id=error.conflicting_memory_id))
+                log.info("create settled by sha after a lost answer memory_store_id=%s "
+                         "path=%s memory_id=%s", store_id, path, error.conflicting_memory_id)
                 return found
             return None
 
@@ -1063,19 +1062,3 @@ class StoreClient:
         result: MemoryVersion = self._parse("redact_version", _parse_version, data)
         return result
 
-
-def _quote(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _kv(**fields: object) -> str:
-    """`key=value` pairs for log lines; values with spaces are JSON-quoted."""
-    parts = []
-    for key, value in fields.items():
-        if value is None:
-            continue
-        text = str(value)
-        if not text or any(c.isspace() or c in '"=' for c in text):
-            text = _quote(text)
-        parts.append(f"{key}={text}")
-    return " ".join(parts)

@@ -21,6 +21,11 @@ from __future__ import annotations
 import errno as _errno
 
 
+def missing_store(store_id: str) -> str:
+    """The one wording of "no such store", for `mount`, `session` and `store` alike."""
+    return f"memory store {store_id} does not exist"
+
+
 class MemfsError(Exception):
     """Base of every error memfs raises on purpose."""
 

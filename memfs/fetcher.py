@@ -137,8 +137,8 @@ class ContentFetcher:
         async with trio.open_nursery() as nursery:
             for sha, memory_id in list(self._missing.items()):
                 nursery.start_soon(self._fetch_one, memory_id, sha)
-        log.info("downloaded %d memories memory_store_id=%s ms=%d", count, self.store_id,
-                 int((time.monotonic() - t0) * 1000))
+        log.info("downloaded memory contents memory_store_id=%s memories=%d ms=%d",
+                 self.store_id, count, int((time.monotonic() - t0) * 1000))
 
     # -- internals ----------------------------------------------------------------------
     async def _fetch_one(self, memory_id: str, sha: str) -> FullMemory | None:
@@ -152,8 +152,8 @@ class ContentFetcher:
                 self._give_up(sha)  # deleted since the listing; the next pass removes it
                 return None
             except StoreError as e:
-                log.warning("failed to fetch memory content memory_store_id=%s memory_id=%s: "
-                            "%s", self.store_id, memory_id, e)
+                log.warning("failed to fetch memory content memory_store_id=%s memory_id=%s "
+                            "error=%s", self.store_id, memory_id, e)
                 self._give_up(sha)
                 return None
             try:
@@ -167,8 +167,8 @@ class ContentFetcher:
             return full
 
     def _cannot_keep(self, e: OSError) -> None:
-        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s: "
-                    "%s", self.store_id, e.strerror or e)
+        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s "
+                    "error=%s", self.store_id, e.strerror or e)
 
     def _encoded(self, full: FullMemory) -> bytes | None:
         try:
@@ -221,7 +221,7 @@ class ContentFetcher:
                         batch = []
                 await self._store_batch(batch)
             except StoreError as e:
-                log.warning("failed to download memory contents memory_store_id=%s: %s",
+                log.warning("failed to download memory contents memory_store_id=%s error=%s",
                             self.store_id, e)
             except OSError as e:  # the cache disk is full: what is missing is read on demand
                 self._cannot_keep(e)

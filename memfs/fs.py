@@ -77,7 +77,7 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
             if e.errno not in _CACHE_DISK_ERRNOS:
                 raise _unexpected(fn.__name__) from None
             # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
-            log.warning("cache disk error in handler=%s errno=%s: %s", fn.__name__,
+            log.warning("cache disk error handler=%s errno=%s error=%s", fn.__name__,
                         errno.errorcode.get(e.errno, e.errno), e.strerror or e)
             raise pyfuse3.FUSEError(e.errno) from None
         except Exception:
@@ -91,7 +91,7 @@ _CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 def _unexpected(handler: str) -> pyfuse3.FUSEError:
     """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
-    log.exception("unexpected error in handler=%s; answering EIO", handler)
+    log.exception("unexpected error in handler; answering EIO handler=%s", handler)
     return pyfuse3.FUSEError(errno.EIO)
 
 

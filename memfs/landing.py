@@ -13,6 +13,7 @@ import logging
 import time
 
 from memfs.errors import FsError
+from memfs.logs import rfc3339
 from memfs.notify import Notifier
 from memfs.paths import RemoteMemory, sha256_hex
 from memfs.plan import PassResult, Plan
@@ -39,6 +40,7 @@ class Lander:
         if node is not None and self.keep_losing_bytes(node, memory.content_sha256,
                                                        memory.path):
             result.conflicts += 1
+            result.conflict_copies.append(self.conflict_copies[-1])
         self.land(memory, node, inodes, entries)
         self.notify(inodes, entries)
 
@@ -74,6 +76,7 @@ class Lander:
                 if pull.conflict or node.dirty:
                     if self.keep_losing_bytes(node, r.content_sha256, r.path):
                         result.conflicts += 1
+                        result.conflict_copies.append(self.conflict_copies[-1])
                 if not node.linked:
                     node = None
             todo.append((r, node))
@@ -202,4 +205,4 @@ class Lander:
 
 
 def _now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return rfc3339(time.time())

@@ -11,8 +11,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from memfs.logs import rfc3339
 from memfs.paths import RemoteMemory
 from memfs.tree import Kind, Node, StoreState
 
@@ -32,6 +33,15 @@ class PassResult:
     deleted: int = 0
     conflicts: int = 0
     listed: bool = True  # False: nothing changed on either side, the listing was skipped
+    # This pass's conflicts: {"path", "copy", "at"}, so `memfs sync` can name them.
+    conflict_copies: list[dict[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
+        return {"at": rfc3339(self.started_at), "duration_s": round(self.duration_s, 3),
+                "outcome": self.outcome, "error": self.error, "pulled": self.pulled,
+                "pushed": self.pushed, "deleted": self.deleted, "conflicts": self.conflicts,
+                "conflict_copies": list(self.conflict_copies), "listed": self.listed}
 
 
 @dataclass

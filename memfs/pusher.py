@@ -89,7 +89,7 @@ class Pusher:
                 self.store_id, node.memory_id, path=parked,
                 precondition_sha256=node.base_sha)
         except StoreError as err:
-            log.warning("failed to move memory aside memory_store_id=%s path=%s: %s",
+            log.warning("failed to move memory aside memory_store_id=%s path=%s error=%s",
                         self.store_id, node.base_path, err)
             return False
         self.state.set_base_path(node, memory.path)
@@ -109,8 +109,9 @@ class Pusher:
             return
         cap = delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
         if len(tombs) > cap:
-            log.warning("delete cap reached: sent %d deletes, held %d for later syncs "
-                        "memory_store_id=%s", cap, len(tombs) - cap, self.store_id)
+            log.warning("delete cap reached; the held deletes go out in later syncs "
+                        "memory_store_id=%s sent=%d held=%d", self.store_id, cap,
+                        len(tombs) - cap)
         async with trio.open_nursery() as nursery:
             for tomb in tombs[:cap]:
                 nursery.start_soon(self._push_delete, tomb, result)
@@ -133,7 +134,7 @@ class Pusher:
             except (StoreUnavailable, StoreAuthError):
                 raise
             except StoreError as e:
-                log.warning("failed to delete memory memory_store_id=%s path=%s: %s",
+                log.warning("failed to delete memory memory_store_id=%s path=%s error=%s",
                             self.store_id, tomb.base_path, e)
                 return
         if self.state.tombstones.get(memory_id) is tomb:
@@ -210,9 +211,9 @@ class Pusher:
                 if await self._step_aside(node, e):
                     self._renames_to_retry.append(node)
                     return
-                log.warning("failed to upload memory memory_store_id=%s path=%s: the path is "
-                            "taken in the store (%s); will retry", self.store_id, path,
-                            e.conflicting_path)
+                log.warning("failed to upload memory: the path is taken in the store; will "
+                            "retry memory_store_id=%s path=%s taken_by=%s", self.store_id,
+                            path, e.conflicting_path)
                 return
         result.pushed += 1
         self.state.record_pushed(node, sha, memory.path, version,
@@ -238,9 +239,9 @@ class Pusher:
             self._refuse(node, sha, e)
             return
         except PathConflict as e:
-            log.warning("failed to upload memory memory_store_id=%s path=%s: the path is "
-                        "taken in the store (%s); the next pass settles it", self.store_id,
-                        path, e.conflicting_path)
+            log.warning("failed to upload memory: the path is taken in the store; the next "
+                        "pass settles it memory_store_id=%s path=%s taken_by=%s",
+                        self.store_id, path, e.conflicting_path)
             return
         result.pushed += 1
         if node.memory_id is not None:  # adopted meanwhile (should not happen)
@@ -255,5 +256,5 @@ class Pusher:
     def _refuse(self, node: Node, sha: str, e: StoreError) -> None:
         self.state.refuse(node, sha, e.message)
         log.warning("the server rejected this memory file, so it stays un-synced until its "
-                    "content changes memory_store_id=%s path=%s rejection=%r",
+                    "content changes memory_store_id=%s path=%s rejection=%s",
                     self.store_id, node.store_path(), e.message)

@@ -174,5 +174,7 @@ def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
         cmd.append("--allow-other")
     if getattr(args, "log_file", None):
         cmd += ["--log-file", os.path.abspath(args.log_file)]
+    if getattr(args, "log_format", "text") != "text":
+        cmd += ["--log-format", args.log_format]
     cmd.append("--daemon")
     return shlex.join(cmd)

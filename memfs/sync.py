@@ -33,6 +33,7 @@ from memfs.errors import (
 )
 from memfs.fetcher import ContentFetcher
 from memfs.landing import Lander
+from memfs.logs import rfc3339
 from memfs.notify import Notifier
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.plan import PassResult, Planner
@@ -188,16 +189,8 @@ class StoreSync:
         stats["dirty"] = len(dirty)
         stats["excluded"] = excluded
         stats["pending_delete_paths"] = [n.base_path for n in self.state.tombstones.values()]
-        if self.last_pass is not None:
-            lp = self.last_pass
-            stats["last_pass"] = {"at": lp.started_at, "duration_s": round(lp.duration_s, 3),
-                                  "outcome": lp.outcome, "error": lp.error,
-                                  "pulled": lp.pulled, "pushed": lp.pushed,
-                                  "deleted": lp.deleted, "conflicts": lp.conflicts,
-                                  "listed": lp.listed}
-        else:
-            stats["last_pass"] = None
-        stats["next_pass_at"] = self.next_pass_at
+        stats["last_pass"] = self.last_pass.to_json() if self.last_pass else None
+        stats["next_pass_at"] = rfc3339(self.next_pass_at) if self.next_pass_at else None
         return stats
 
     # -- lifetime -------------------------------------------------------------------
@@ -242,7 +235,7 @@ class StoreSync:
             try:
                 await self.collect_garbage()
             except OSError as e:
-                log.warning("object cache collection failed memory_store_id=%s: %s",
+                log.warning("object cache collection failed memory_store_id=%s error=%s",
                             self.store_id, e)
             await trio.sleep(GC_EVERY)
 
@@ -252,9 +245,9 @@ class StoreSync:
         with trio.move_on_after(timeout) as scope:
             return await self._pass(initial=False, final=True)
         left = self.statistics()["dirty"]
-        log.warning("final memory sync cut off after %dms; %d changed files had not "
-                    "finished uploading and stay in the journal memory_store_id=%s",
-                    int(timeout * 1000), left, self.store_id)
+        log.warning("final memory sync cut off; changed files that had not finished "
+                    "uploading stay in the journal memory_store_id=%s files=%d after_ms=%d",
+                    self.store_id, left, int(timeout * 1000))
         assert scope.cancelled_caught
         return PassResult(time.time(), timeout, "cut-off", "final sync cut off")
 
@@ -273,7 +266,8 @@ class StoreSync:
                 if cause is None:
                     raise  # a bug: end the mount; the journal keeps every dirty byte
                 result.outcome, result.error = "failed", str(cause)
-                log.warning("memory sync failed memory_store_id=%s: %s", self.store_id, cause)
+                log.warning("memory sync failed memory_store_id=%s error=%s", self.store_id,
+                            cause)
                 self.offline = isinstance(cause, StoreUnavailable)
             else:
                 if self.offline:
@@ -327,7 +321,7 @@ class StoreSync:
                 continue
             if not is_valid_memory_path(memory.path):
                 log.warning("the server listed a path no memory can have; skipping "
-                            "memory_store_id=%s path=%r", self.store_id, memory.path)
+                            "memory_store_id=%s path=%s", self.store_id, memory.path)
                 continue
             remote[memory.id] = memory
         plan = self.planner.plan(remote, final=final, interval=self.interval)

@@ -445,9 +445,9 @@ class StoreState(SyncRecords):
                 self.journal.update(node.entry_id, refused_sha=sha, refused_why=why)
             except OSError:
                 pass  # a full cache disk: held back in memory, for this daemon's life
-        log.warning("%s, so the file is held back from the store until a write or truncate "
-                    "succeeds memory_store_id=%s path=%s", why, self.store_id,
-                    node.store_path())
+        log.warning("a write was refused, so the file is held back from the store until a "
+                    "write or truncate succeeds memory_store_id=%s path=%s why=%s",
+                    self.store_id, node.store_path(), why)
 
     def truncate(self, node: Node, size: int) -> None:
         self.writable()

@@ -123,7 +123,7 @@ def test_session_id_refusals_say_what_is_wrong_and_mount_nothing(
                      ANTHROPIC_WORK_SECRET=work_secret()),
              2, "give either SPEC.json or --session-id, not both"),
             (h.memfs(plane.url, "session", "--session-id", SESSION_ID, *root),
-             2, "cannot mount the session's memories"),
+             2, "no credentials for the store server at"),
             (h.memfs(f"http://127.0.0.1:{_closed_port()}", "session", "--session-id",
                      SESSION_ID, *root, ANTHROPIC_WORK_SECRET=work_secret()),
              3, "cannot reach the store at"),
