@@ -98,7 +98,7 @@ class Planner:
             if self.excluded(node):
                 continue
             if r is None:
-                if node.dirty or renamed:
+                if node.dirty or (renamed and state.content(node) is not None):
                     self.state.forget_identity(node)
                     if state.read_only:
                         log.warning("memory deleted remotely but edited locally; keeping "

@@ -53,6 +53,7 @@ class Pusher:
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
         # 8 -> 9.0 s, 4 -> 8.0 s, measured side by side on the same server).
         self.limit = trio.CapacityLimiter(concurrency)
+        self.deletes_held = 0  # > 0: flushes in progress that send no deletes
         self._log_only_said: set[str] = set()
         self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)
 
@@ -100,6 +101,8 @@ class Pusher:
     async def _push_deletes(self, tombs: list[Node], result: PassResult) -> None:
         if not tombs or self.deletions == "disabled":
             return
+        if self.deletions == "enabled" and self.deletes_held:
+            return  # a push-only flush (StoreSync.flush_writes): they wait in the journal
         if self.deletions == "log_only":
             for tomb in tombs:
                 if tomb.memory_id not in self._log_only_said:

@@ -81,6 +81,7 @@ class StoreSync:
         self._started_seq = 0
         self._completed_seq = 0
         self._completed = trio.Event()
+        self._last_cause: BaseException | None = None  # of the last failed pass
         self._pass_lock = trio.Lock()
         # The idle-pass shortcut (see _idle): what the last full pass saw.
         self._head_supported = True
@@ -120,13 +121,12 @@ class StoreSync:
         A session that ends on an error or cancel may have removed files it meant to put
         back; its deletions wait in the journal (tombstones) instead of reaching the store.
         """
-        saved = self.deletions
-        if saved == "enabled":
-            self.deletions = "disabled"
+        # A count, not a saved mode: overlapping flushes must not leave deletes off.
+        self.pusher.deletes_held += 1
         try:
             return await self.sync_now()
         finally:
-            self.deletions = saved
+            self.pusher.deletes_held -= 1
 
     async def restore_missing(self) -> int:
         """Bring back every synced file that is missing now instead of deleting it remotely.
@@ -208,6 +208,11 @@ class StoreSync:
             return
         result = await self._pass(initial=True)
         if result.outcome != "ok":
+            # The cause itself, so start-up can tell unreachable (exit 3) and refused
+            # credentials (exit 2) from other failures.
+            cause = self._last_cause
+            if isinstance(cause, StoreError):
+                raise cause
             raise StoreError(result.error or "the first sync failed")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -266,6 +271,7 @@ class StoreSync:
                 if cause is None:
                     raise  # a bug: end the mount; the journal keeps every dirty byte
                 result.outcome, result.error = "failed", str(cause)
+                self._last_cause = cause
                 log.warning("memory sync failed memory_store_id=%s error=%s", self.store_id,
                             cause)
                 self.offline = isinstance(cause, StoreUnavailable)
