@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.server.test_cli_conventions import LOG_LINE
 from tests.support.api import Api
+from tests.support.loglines import LOG_LINE
 from tests.support.mount import MountProcess, is_mounted, lazy_unmount, mount_store
 from tests.support.server import REPO_ROOT, ServerProcess
 

@@ -24,17 +24,10 @@ from memfs.cli import build_parser
 from memfs.config import ExitCode
 from tests.support.api import Api
 from tests.support.hung import HungServer
+from tests.support.loglines import LOG_LINE
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
 pytestmark = pytest.mark.deadline(120)
-
-# `DATE TIME LEVEL logger: message key=value…`: the message holds no `=`; a value is a
-# bare token or a JSON string.
-_PAIR = r"[A-Za-z_][\w.]*=(?:\"(?:[^\"\\]|\\.)*\"|[^\s\"]+)"
-LOG_LINE = re.compile(
-    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: "
-    rf"(?:[^=\"]*?(?: {_PAIR})*|{_PAIR}(?: {_PAIR})*)")
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from memfs.errors import StoreAuthError, StoreUnavailable
-from tests.unit.test_sync_unit import Harness, running, synced
+from tests.support.syncharness import Harness, running, synced
 
 
 @pytest.fixture
