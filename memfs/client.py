@@ -34,7 +34,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import httpx
 import trio
@@ -59,6 +59,8 @@ from memfs.paths import (
     is_sha256_hex,
     sha256_hex,
 )
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("memfs.client")
 
@@ -706,7 +708,7 @@ class StoreClient:
             await response.aclose()
         return response
 
-    def _parse(self, op: str, parser: Callable[[Any], Any], data: Any) -> Any:
+    def _parse(self, op: str, parser: Callable[[Any], _T], data: Any) -> _T:
         try:
             return parser(data)
         except _Malformed as exc:
@@ -728,8 +730,7 @@ class StoreClient:
     async def retrieve_store(self, store_id: str) -> StoreInfo:
         data = await self._request("GET", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
                                    op="retrieve_store", store_id=store_id)
-        result: StoreInfo = self._parse("retrieve_store", _parse_store, data)
-        return result
+        return self._parse("retrieve_store", _parse_store, data)
 
     async def list_stores(self, *, include_archived: bool = False) -> list[StoreInfo]:
         """Every store (all pages), newest first."""
@@ -755,8 +756,7 @@ class StoreClient:
         if metadata:
             body["metadata"] = dict(metadata)
         data = await self._request("POST", "/v1/memory_stores", op="create_store", body=body)
-        result: StoreInfo = self._parse("create_store", _parse_store, data)
-        return result
+        return self._parse("create_store", _parse_store, data)
 
     async def update_store(
         self,
@@ -778,16 +778,14 @@ class StoreClient:
             "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
             op="update_store", store_id=store_id, body=body,
         )
-        result: StoreInfo = self._parse("update_store", _parse_store, data)
-        return result
+        return self._parse("update_store", _parse_store, data)
 
     async def archive_store(self, store_id: str) -> StoreInfo:
         data = await self._request(
             "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}/archive",
             op="archive_store", store_id=store_id,
         )
-        result: StoreInfo = self._parse("archive_store", _parse_store, data)
-        return result
+        return self._parse("archive_store", _parse_store, data)
 
     async def delete_store(self, store_id: str) -> None:
         """Delete a store and everything in it; a retry that meets 404 counts as done."""
@@ -883,18 +881,15 @@ class StoreClient:
             "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
             store_id=store_id, params={"view": "full"},
         )
-        result: FullMemory = self._parse(
-            "retrieve_memory", lambda v: _parse_full(_obj(v, "memory")), data)
-        return result
+        return self._parse("retrieve_memory", lambda v: _parse_full(_obj(v, "memory")), data)
 
     async def _retrieve_basic(self, store_id: str, memory_id: str) -> dict[str, Any]:
         data = await self._request(
             "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
             store_id=store_id, params={"view": "basic"},
         )
-        result: dict[str, Any] = self._parse("retrieve_memory",
+        return self._parse("retrieve_memory",
                                              lambda v: _obj(v, "memory"), data)
-        return result
 
     async def create_memory(self, store_id: str, path: str, content: str) -> RemoteMemory:
         """Create a memory; never overwrites (`PathConflict` if the path is taken).
@@ -928,9 +923,7 @@ class StoreClient:
             memory_path=path, params={"view": "basic"},
             body={"path": path, "content": content}, settle=settle,
         )
-        result: RemoteMemory = self._parse(
-            "create_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
-        return result
+        return self._parse("create_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
     async def update_memory(
         self,
@@ -961,9 +954,7 @@ class StoreClient:
             "POST", self._memories_url(store_id, memory_id), op="update_memory",
             store_id=store_id, memory_path=path, params={"view": "basic"}, body=body,
         )
-        result: RemoteMemory = self._parse(
-            "update_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
-        return result
+        return self._parse("update_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
     async def delete_memory(
         self, store_id: str, memory_id: str, *, expected_sha256: str | None = None
@@ -1050,8 +1041,7 @@ class StoreClient:
             f"{_seg(version_id, 'version id')}",
             op="retrieve_version", store_id=store_id, params={"view": "full"},
         )
-        result: MemoryVersion = self._parse("retrieve_version", _parse_version, data)
-        return result
+        return self._parse("retrieve_version", _parse_version, data)
 
     async def redact_version(self, store_id: str, version_id: str) -> MemoryVersion:
         data = await self._request(
@@ -1059,6 +1049,5 @@ class StoreClient:
             f"{_seg(version_id, 'version id')}/redact",
             op="redact_version", store_id=store_id, body={},
         )
-        result: MemoryVersion = self._parse("redact_version", _parse_version, data)
-        return result
+        return self._parse("redact_version", _parse_version, data)
 
