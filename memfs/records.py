@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from memfs.paths import RemoteMemory
 
 if TYPE_CHECKING:
-    from memfs.cache import CacheDir, Journal, ObjectStore
+    from memfs.cache import CacheDir, EntryFields, Journal, ObjectStore
     from memfs.tree import Node, Tree
 
 # (parent inode, name) pairs whose kernel dentries a batch must invalidate.
@@ -81,7 +81,7 @@ class SyncRecords:
         """An upload whose answer was lost counts as ours if the store shows its sha."""
         if r is None or (node.sent_sha is None and node.sent_path is None):
             return
-        changed: dict[str, object] = {}
+        changed: EntryFields = {}
         if node.sent_sha is not None and r.content_sha256 == node.sent_sha:
             node.base_sha = r.content_sha256
             changed["base_sha"] = r.content_sha256
@@ -92,7 +92,7 @@ class SyncRecords:
             node.base_path = r.path
             changed["base_path"] = r.path
         node.sent_sha = node.sent_path = None
-        changed.update(sent_sha=None, sent_path=None)
+        changed["sent_sha"] = changed["sent_path"] = None
         if node.entry_id is not None:
             self.journal.update(node.entry_id, **changed)
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from enum import Enum
 
-from memfs.cache import CacheDir, EntryRow
+from memfs.cache import CacheDir, EntryFields, EntryRow
 from memfs.errors import FsError
 from memfs.paths import (
     LOCAL_ONLY_MAX_BYTES,
@@ -468,10 +468,10 @@ class StoreState(SyncRecords):
         refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
         close."""
         now = time.time_ns()
-        fields: dict[str, object] = {"data": bytes(data), "dirty": 1, "sha": None,
-                                     "mtime_ns": now}
+        fields: EntryFields = {"data": bytes(data), "dirty": 1, "sha": None,
+                               "mtime_ns": now}
         if node.refused_sha is not None:
-            fields.update(refused_sha=None, refused_why=None)
+            fields["refused_sha"] = fields["refused_why"] = None
         if node.entry_id is not None:
             self.journal.update(node.entry_id, **fields)
         self.generation += 1
@@ -670,7 +670,7 @@ class StoreState(SyncRecords):
                 stack.extend(cur.children.values())
 
     def _rejournal_paths(self, node: Node) -> None:
-        changes: list[tuple[int, dict[str, object]]] = []
+        changes: list[tuple[int, EntryFields]] = []
         for cur in self._walk(node):
             if cur.entry_id is not None:
                 # Two-step to dodge transient UNIQUE collisions inside the subtree.
