@@ -32,7 +32,7 @@ import httpx
 import pyfuse3
 import trio
 
-from memfs import logs
+from memfs import history, logs
 from memfs.cache import CacheDir
 from memfs.client import (
     INTERACTIVE_FIRST_BYTE,
@@ -556,6 +556,9 @@ class Daemon:
                         if restored.get(sync.store_id):
                             nursery.start_soon(sync.sync_now)
             return {"ok": True, "restored": restored}
+        if op == "history":  # memfs log/show/diff/restore (memfs/history.py)
+            return await history.answer(request, [s.state for s in self.syncs],
+                                        self.config.single, self._start_client())
         if op == "unmount":
             self._stop.set()
             await self._flushed.wait()

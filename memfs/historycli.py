@@ -1,0 +1,379 @@
+"""`memfs log | show | diff | restore`: a memory's versions from the shell.
+
+PATH is a file in a live mount (the daemon answers: it knows the file's memory id and
+holds the credentials) or `STORE_ID:/path` (this process asks the store itself, with
+the credentials in the environment). A restore never rewrites history: through a mount
+it is a new local change, written as an atomic save and pushed by the next sync pass
+with a precondition; for `STORE_ID:/path` it is an update with a precondition.
+Nothing here is imported before one of these commands runs (cli.py stays quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import errno
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memfs import control
+from memfs.config import ExitCode
+
+COMMANDS = ("log", "show", "diff", "restore")
+STORE_FORM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]*):(/.*)")
+# The temporary name of an atomic restore: excluded from sync (DEFAULT_EXCLUDES has
+# `.#*`), so no pass can push it before it is renamed over the file.
+TEMP_PREFIX = ".#memfs-restore-"
+ASK_TIMEOUT = 60.0
+
+
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The parsers; `command(name, help=...)` is cli.py's sub-command factory."""
+    where = ("a file in a live mount, or STORE_ID:/path (then the store is asked "
+             "directly, with the credentials in the environment)")
+    p = command("log", help="a memory's versions, newest first")
+    p.add_argument("path", metavar="PATH", help=where)
+    p.add_argument("--json", action="store_true")
+    _api(p)
+    p = command("show", help="print one version's content (PATH@VERSION; default head)")
+    p.add_argument("path", metavar="PATH[@VERSION]",
+                   help="VERSION: a memver_ id, head, or ~N (N versions before the newest)")
+    _api(p)
+    p = command("diff", help="unified diff between two versions, or a version and the "
+                "local file (default: the store's head against the local file)")
+    p.add_argument("path", metavar="PATH[@A]")
+    p.add_argument("other", metavar="@B", nargs="?",
+                   help="the other side: @VERSION or @local (default @local in a mount)")
+    _api(p)
+    p = command("restore", help="write an old version back as a new change "
+                "(history is never rewritten)")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--to", required=True, metavar="VERSION",
+                   help="a memver_ id, head, or ~N")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite local changes that were not pushed yet")
+    _api(p)
+
+
+def _api(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api-url", help="for STORE_ID:/path: the Memory Stores API "
+                        "base URL (default: $ANTHROPIC_BASE_URL)")
+
+
+class Failed(Exception):
+    def __init__(self, message: str, code: int = ExitCode.FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore}
+        return handler[args.command](args)
+    except Failed as e:
+        print(f"memfs: {_printable(str(e))}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("memfs: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() or c in " \n" else repr(c)[1:-1] for c in text)
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    """What PATH names: a file in a mount (`info`, `rel`, `local`) or a store path."""
+
+    shown: str
+    spec: str | None
+    info: dict[str, Any] | None = None
+    rel: str = ""
+    local: str = ""
+    store_id: str = ""
+    path: str = ""
+    api_url: str | None = None
+
+
+def target(arg: str, api_url: str | None = None) -> Target:
+    from memfs.history import split_version
+
+    path, spec = split_version(arg)
+    form = STORE_FORM.fullmatch(path)
+    if form is not None and not os.path.exists(path):
+        return Target(path, spec, store_id=form[1], path=form[2], api_url=api_url)
+    info = control.find_mount(path)
+    if info is None:
+        raise Failed(f"no live memfs mount at {path} (for a store, name the memory as "
+                     "STORE_ID:/path)")
+    mountpoint = str(info["mountpoint"])
+    real = os.path.realpath(path)
+    rel = real[len(mountpoint):] or "/"
+    return Target(path, spec, info=info, rel=rel, local=os.path.abspath(path))
+
+
+def ask(t: Target, what: str, version: str | None = None) -> dict[str, Any]:
+    """The history answer for `t` (see memfs/history.py), or Failed."""
+    if t.info is not None:
+        try:
+            answer = control.request(t.info, "history", timeout=ASK_TIMEOUT, what=what,
+                                     path=t.rel, version=version)
+        except TimeoutError:
+            raise Failed(f"the daemon did not answer within {ASK_TIMEOUT:g}s") from None
+        except OSError as e:
+            raise Failed(f"the daemon did not answer: {e}") from None
+    else:
+        answer = _direct(t, what, version)
+    if not answer.get("ok"):
+        raise Failed(f"{t.shown}: {answer.get('error')}",
+                     ExitCode.UNREACHABLE if answer.get("unreachable") else ExitCode.FAILED)
+    return answer
+
+
+def _direct(t: Target, what: str, version: str | None,
+            restore: bool = False) -> dict[str, Any]:
+    """The same answer as a daemon's, asked of the store by this process."""
+    import trio
+
+    from memfs.client import ClientConfig
+    from memfs.errors import ConfigError, StoreAuthError, StoreError, StoreUnavailable
+
+    try:
+        config = ClientConfig.from_env(t.api_url)
+        result: dict[str, Any] = trio.run(_direct_async, config, t, what, version, restore)
+        return result
+    except ConfigError as e:
+        raise Failed(str(e), ExitCode.USAGE) from None
+    except StoreUnavailable as e:
+        raise Failed(f"{e} (is the server running? check --api-url or "
+                     "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
+    except StoreAuthError as e:
+        raise Failed(str(e), ExitCode.USAGE) from None
+    except StoreError as e:
+        raise Failed(f"{t.shown}: {e}") from None
+
+
+async def _direct_async(config: Any, t: Target, what: str, version: str | None,
+                        restore: bool) -> dict[str, Any]:
+    from memfs import history
+    from memfs.client import INTERACTIVE_FIRST_BYTE, StoreClient, make_http_client
+    from memfs.errors import NotFound
+    from memfs.storecli import CLI_RETRY
+
+    async with make_http_client(config) as http:
+        client = StoreClient(http, retry=CLI_RETRY, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
+        try:
+            store = await client.retrieve_store(t.store_id)
+        except NotFound:
+            return {"ok": False, "error": f"memory store {t.store_id} does not exist"}
+        memory_id = await history.find_memory(client, t.store_id, t.path)
+        if memory_id is None:
+            return {"ok": False, "error": "the store has no memory at this path, and "
+                    "none was deleted there recently"}
+        versions = await history.versions_of(client, t.store_id, memory_id)
+        answer: dict[str, Any] = {
+            "ok": True, "memory_store_id": t.store_id, "path": t.path,
+            "memory_id": memory_id,
+            "access": "read_only" if store.archived_at else "read_write",
+            "local": None, "versions": [history.version_json(v) for v in versions]}
+        if what == "show":
+            try:
+                chosen = history.pick(versions, version)
+                content = await history.content_of(client, t.store_id, chosen)
+            except history.HistoryError as e:
+                return {"ok": False, "error": str(e)}
+            answer["version"] = history.version_json(chosen)
+            answer["content"] = content
+            if restore:
+                answer["restored"] = await _restore_in_store(client, t, answer, versions)
+        return answer
+
+
+async def _restore_in_store(client: Any, t: Target, answer: dict[str, Any],
+                            versions: list[Any]) -> dict[str, Any]:
+    """An update with the current sha as precondition (or a create, if it was deleted)."""
+    from memfs.errors import PathConflict, PreconditionFailed
+    from memfs.paths import sha256_hex
+
+    if answer["access"] == "read_only":
+        return {"ok": False, "error": f"{t.store_id} is archived (read-only); restore "
+                "writes nothing to it"}
+    content: str = answer["content"]
+    sha = sha256_hex(content.encode("utf-8", "surrogatepass"))
+    newest = versions[0]
+    try:
+        if newest.operation == "deleted":
+            memory = await client.create_memory(t.store_id, t.path, content)
+        elif newest.content_sha256 == sha and newest.path == t.path:
+            return {"ok": True, "unchanged": True}
+        else:
+            memory = await client.update_memory(
+                t.store_id, answer["memory_id"], content=content,
+                path=None if newest.path == t.path else t.path,
+                precondition_sha256=newest.content_sha256)
+    except PreconditionFailed:
+        return {"ok": False, "error": "the memory changed while restoring; nothing was "
+                "written (run the restore again)"}
+    except PathConflict as e:
+        return {"ok": False, "error": f"another memory holds the path now ({e})"}
+    return {"ok": True, "memory_id": memory.id, "version": memory.memory_version_id}
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _log(args: argparse.Namespace) -> int:
+    t = target(args.path, args.api_url)
+    answer = ask(t, "log")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return ExitCode.OK
+    local = answer.get("local")
+    where = (f"{answer['path']}  memory {answer.get('memory_id') or '-'}  store "
+             f"{answer['memory_store_id']} ({answer['access']})")
+    if local is not None:
+        where += f"  local: {local['state']}"
+    print(where)
+    versions = answer["versions"]
+    if not versions:
+        print("  no versions in the store yet (the file was never pushed)")
+    head = next((v["id"] for v in versions if v["operation"] != "deleted"), None)
+    for n, v in enumerate(versions):
+        size = "-" if v["content_size_bytes"] is None else f"{v['content_size_bytes']} B"
+        sha = (v["content_sha256"] or "-")[:12]
+        line = (f"  ~{n:<3} {v['id']}  {v['created_at']}  {v['actor']:<24} "
+                f"{v['operation']:<9} {size:>9}  {sha}")
+        if v["path"] != answer["path"]:
+            line += f"  at {v['path']}"
+        if v["redacted_at"]:
+            line += "  (redacted)"
+        if v["id"] == head and versions[0]["operation"] != "deleted":
+            line += "  (head)"
+        print(_printable(line))
+    return ExitCode.OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    t = target(args.path, args.api_url)
+    answer = ask(t, "show", t.spec)
+    sys.stdout.buffer.write(_bytes(answer["content"]))
+    sys.stdout.flush()
+    return ExitCode.OK
+
+
+def _bytes(content: str) -> bytes:
+    return content.encode("utf-8", "surrogatepass")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    t = target(args.path, args.api_url)
+    other = args.other
+    if other is not None:
+        if not other.startswith("@"):
+            raise Failed(f"{other}: the other side is @VERSION or @local", ExitCode.USAGE)
+        other = other[1:]
+    if t.info is None:
+        if other == "local":
+            raise Failed("STORE_ID:/path has no local file; compare two versions",
+                         ExitCode.USAGE)
+        a_spec, b_spec = t.spec or "~1", other or "head"
+    else:
+        a_spec, b_spec = t.spec or "head", other or "local"
+    a_label, a = _side(t, a_spec)
+    b_label, b = _side(t, b_spec)
+    sys.stdout.buffer.write(unified(a, b, a_label, b_label))
+    sys.stdout.flush()
+    return ExitCode.OK
+
+
+def _side(t: Target, spec: str) -> tuple[str, bytes]:
+    if spec == "local":
+        try:
+            with open(t.local, "rb") as f:
+                return f"{t.shown} (local)", f.read()
+        except FileNotFoundError:
+            return f"{t.shown} (absent locally)", b""
+        except OSError as e:
+            raise Failed(f"cannot read {t.local}: {e.strerror}") from None
+    answer = ask(t, "show", spec)
+    return f"{t.shown}@{answer['version']['id']}", _bytes(answer["content"])
+
+
+def unified(a: bytes, b: bytes, a_label: str, b_label: str) -> bytes:
+    """A unified diff of two contents, bytes exact (`\\ No newline at end of file`)."""
+    left = a.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    right = b.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    out: list[str] = []
+    for line in difflib.unified_diff(left, right, a_label, b_label):
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out).encode("utf-8", "surrogateescape")
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from memfs.paths import sha256_hex
+
+    t = target(args.path, args.api_url)
+    if t.spec is not None:
+        raise Failed("name the version with --to, not PATH@VERSION", ExitCode.USAGE)
+    if t.info is None:
+        answer = _direct(t, "show", args.to, restore=True)
+        if not answer.get("ok"):
+            raise Failed(f"{t.shown}: {answer.get('error')}")
+        done = answer["restored"]
+        if not done.get("ok"):
+            raise Failed(f"{t.shown}: {done['error']}")
+        if done.get("unchanged"):
+            print(f"{t.shown} already has the content of {answer['version']['id']}; "
+                  "nothing written")
+        else:
+            print(f"{t.shown}: restored the content of {answer['version']['id']} as new "
+                  f"version {done['version']}")
+        return ExitCode.OK
+    answer = ask(t, "show", args.to)
+    version = answer["version"]["id"]
+    if answer["access"] == "read_only":
+        raise Failed(f"{t.shown} is in a read-only store; restore writes nothing to it")
+    local = answer["local"]
+    data = _bytes(answer["content"])
+    if local["exists"] and local.get("sha") == sha256_hex(data):
+        print(f"{t.shown} already has the content of {version}; nothing written")
+        return ExitCode.OK
+    if local.get("dirty") and not args.force:
+        raise Failed(f"{t.shown} has local changes that were not pushed yet; push them "
+                     f"first (memfs sync), or pass --force to overwrite them")
+    write_through_mount(t.local, data)
+    print(f"{t.shown}: restored the content of {version} as a local change; the next "
+          f"sync pass pushes it as a new version (memfs sync {t.shown} to push now)")
+    return ExitCode.OK
+
+
+def write_through_mount(path: str, data: bytes) -> None:
+    """An atomic save into a mount: a temporary file the sync never pushes, renamed over
+    `path` (the file keeps its memory id and history)."""
+    parent = os.path.dirname(path) or "."
+    temp = os.path.join(parent, f"{TEMP_PREFIX}{os.getpid()}")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except OSError as e:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        if e.errno == errno.EROFS:
+            raise Failed(f"{path} is in a read-only store; nothing was written") from None
+        raise Failed(f"cannot write {path}: {e.strerror}") from None
