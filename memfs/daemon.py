@@ -32,7 +32,7 @@ import httpx
 import pyfuse3
 import trio
 
-from memfs import history, logs
+from memfs import conflicts, history, logs
 from memfs.cache import CacheDir
 from memfs.client import (
     INTERACTIVE_FIRST_BYTE,
@@ -559,6 +559,8 @@ class Daemon:
         if op == "history":  # memfs log/show/diff/restore (memfs/history.py)
             return await history.answer(request, [s.state for s in self.syncs],
                                         self.config.single, self._start_client())
+        if op == "conflicts":  # memfs conflicts (memfs/conflicts.py)
+            return conflicts.answer(request, self.syncs, self.mountpoint, self.config.single)
         if op == "unmount":
             self._stop.set()
             await self._flushed.wait()

@@ -1,4 +1,4 @@
-"""`memfs log | show | diff | restore`: a memory's versions from the shell.
+"""`memfs log | show | diff | restore | conflicts`: a memory's past from the shell.
 
 PATH is a file in a live mount (the daemon answers: it knows the file's memory id and
 holds the credentials) or `STORE_ID:/path` (this process asks the store itself, with
@@ -24,7 +24,8 @@ from typing import Any
 from memfs import control
 from memfs.config import ExitCode
 
-COMMANDS = ("log", "show", "diff", "restore")
+COMMANDS = ("log", "show", "diff", "restore", "conflicts")
+CONFLICT_ACTIONS = ("show", "restore", "drop")
 STORE_FORM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]*):(/.*)")
 # The temporary name of an atomic restore: excluded from sync (DEFAULT_EXCLUDES has
 # `.#*`), so no pass can push it before it is renamed over the file.
@@ -58,6 +59,16 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--force", action="store_true",
                    help="overwrite local changes that were not pushed yet")
     _api(p)
+    p = command("conflicts", help="the conflict copies kept for a mount: list, show, "
+                "restore (put the losing bytes back as a new change), drop",
+                usage="memfs conflicts [MOUNT] [--json]\n"
+                "       memfs conflicts show|restore|drop ID [--mount MOUNT] [--force]")
+    p.add_argument("words", nargs="*", metavar="ARG", help="[MOUNT], or ACTION ID")
+    p.add_argument("--mount", metavar="MOUNT", help="look for ID in this mount only "
+                   "(default: every live mount)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--force", action="store_true",
+                   help="restore: overwrite local changes that were not pushed yet")
 
 
 def _api(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +84,8 @@ class Failed(Exception):
 
 def run(args: argparse.Namespace) -> int:
     try:
-        handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore}
+        handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore,
+                   "conflicts": _conflicts}
         return handler[args.command](args)
     except Failed as e:
         print(f"memfs: {_printable(str(e))}", file=sys.stderr)
@@ -377,3 +389,119 @@ def write_through_mount(path: str, data: bytes) -> None:
         if e.errno == errno.EROFS:
             raise Failed(f"{path} is in a read-only store; nothing was written") from None
         raise Failed(f"cannot write {path}: {e.strerror}") from None
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+def _request(info: dict[str, Any], op: str, **fields: Any) -> dict[str, Any]:
+    try:
+        return control.request(info, op, timeout=ASK_TIMEOUT, **fields)
+    except TimeoutError:
+        raise Failed(f"the daemon of {info['mountpoint']} did not answer within "
+                     f"{ASK_TIMEOUT:g}s") from None
+    except OSError as e:
+        raise Failed(f"the daemon of {info['mountpoint']} did not answer: {e}") from None
+
+
+def _mounts(path: str | None) -> list[dict[str, Any]]:
+    if path is None:
+        return control.live_mounts()
+    info = control.find_mount(path)
+    if info is None:
+        raise Failed(f"no live memfs mount at {path}")
+    return [info]
+
+
+def _conflicts(args: argparse.Namespace) -> int:
+    words = list(args.words)
+    if words and words[0] in CONFLICT_ACTIONS:
+        if len(words) != 2:
+            raise Failed(f"usage: memfs conflicts {words[0]} ID", ExitCode.USAGE)
+        return _conflict_action(words[0], words[1], args)
+    if len(words) > 1:
+        raise Failed("usage: memfs conflicts [MOUNT] | show|restore|drop ID",
+                     ExitCode.USAGE)
+    mount = words[0] if words else args.mount
+    answers = []
+    for info in _mounts(mount):
+        try:
+            answer = _request(info, "conflicts", what="list")
+        except Failed:
+            if mount is not None:
+                raise
+            continue  # gone while we asked
+        if not answer.get("ok"):
+            print(f"memfs: {info['mountpoint']}: {answer.get('error')}", file=sys.stderr)
+            continue
+        answers.append(answer)
+    if args.json:
+        print(json.dumps({"mounts": answers}, indent=2))
+        return ExitCode.OK
+    if not answers:
+        print("no live memfs mounts")
+    for answer in answers:
+        found = answer.get("conflicts", [])
+        print(f"{answer.get('mountpoint')}: {len(found)} conflict copies")
+        for c in found:
+            won = c["remote_version"] or "an unrecorded version"
+            state = f"  restored {c['restored_at']}" if c["restored_at"] else ""
+            print(_printable(f"  {c['id']}  {c['at']}  {c['path']}  {c['size']} B  lost "
+                             f"to {won}{state}"))
+            print(_printable(f"            copy: {c['copy']}"))
+    return ExitCode.OK
+
+
+def _find_conflict(conflict_id: str, mount: str | None, what: str
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    infos = _mounts(mount)
+    for info in infos:
+        try:
+            answer = _request(info, "conflicts", what=what, id=conflict_id)
+        except Failed:
+            if mount is not None:
+                raise
+            continue  # a daemon going away while we ask every mount is not an error
+        if answer.get("ok"):
+            return info, answer
+        if mount is not None or not str(answer.get("error")).startswith("unknown op"):
+            if not answer.get("missing"):
+                raise Failed(str(answer.get("error")))
+    raise Failed(f"no conflict copy {conflict_id!r} in "
+                 f"{mount or 'any live mount'} (see `memfs conflicts`)")
+
+
+def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) -> int:
+    import base64
+
+    from memfs.paths import sha256_hex
+
+    if action == "drop":
+        _, answer = _find_conflict(conflict_id, args.mount, "drop")
+        gone = answer["dropped"]
+        print(f"dropped conflict copy {gone['id']} of {gone['path']} ({gone['copy']})")
+        return ExitCode.OK
+    info, answer = _find_conflict(conflict_id, args.mount, "get")
+    data = base64.b64decode(answer["content_b64"])
+    kept = answer["conflict"]
+    if action == "show":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return ExitCode.OK
+    local_path = kept["local_path"]
+    if answer["access"] == "read_only":
+        raise Failed(f"{local_path} is in a read-only store; restore writes nothing to it")
+    local = answer["local"]
+    if local["exists"] and local.get("sha") == sha256_hex(data):
+        print(f"{local_path} already holds the bytes of conflict copy {kept['id']}; "
+              "nothing written")
+        return ExitCode.OK
+    if local.get("dirty") and not args.force:
+        raise Failed(f"{local_path} has local changes that were not pushed yet; push them "
+                     "first (memfs sync), or pass --force to overwrite them")
+    write_through_mount(local_path, data)
+    _request(info, "conflicts", what="restored", id=kept["id"])
+    print(f"{local_path}: the bytes of conflict copy {kept['id']} are back as a local "
+          "change; the next sync pass pushes them with a precondition (if the memory "
+          "changed again they lose again, and are kept again)")
+    return ExitCode.OK

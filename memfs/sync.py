@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import trio
 
-from memfs import cachegc
+from memfs import cachegc, conflicts
 from memfs.client import FullMemory, StoreClient
 from memfs.errors import (
     Conflict,
@@ -805,7 +805,8 @@ class StoreSync:
                     result.pulled += 1
                     continue
                 if pull.conflict or node.dirty:
-                    if self._keep_losing_bytes(node, r.content_sha256, r.path):
+                    if self._keep_losing_bytes(node, r.content_sha256, r.path,
+                                               r.memory_version_id):
                         result.conflicts += 1
                 if not node.linked:
                     node = None
@@ -827,8 +828,8 @@ class StoreSync:
                 self._reattach(node, entries)
         self._notify(inodes, entries)
 
-    def _keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str
-                           ) -> bool:
+    def _keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str,
+                           remote_version: str = "") -> bool:
         """Save the local bytes a pull is about to replace; True if a conflict was kept."""
         state = self.state
         local = state.content(node)
@@ -845,6 +846,9 @@ class StoreSync:
                         remote_path)
             return False
         copy = state.cache.save_conflict(path, local)
+        conflicts.record(self.store_id, copy, path=path, memory_id=node.memory_id,
+                         local_sha=local_sha, size=len(local), remote_sha=remote_sha,
+                         remote_version=remote_version)
         node.conflict = str(copy)
         if node.entry_id is not None:
             state.journal.update(node.entry_id, conflict=str(copy))
@@ -1129,7 +1133,8 @@ class StoreSync:
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
         if node is not None and self._keep_losing_bytes(
-                node, full.memory.content_sha256, full.memory.path):
+                node, full.memory.content_sha256, full.memory.path,
+                full.memory.memory_version_id):
             result.conflicts += 1
         self._land(full.memory, node, inodes, entries)
         self._notify(inodes, entries)
