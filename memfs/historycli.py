@@ -1,4 +1,4 @@
-"""`memfs log | show | diff | restore | conflicts`: a memory's past from the shell.
+"""`memfs log | show | diff | restore | conflicts | audit`: a memory's past from the shell.
 
 PATH is a file in a live mount (the daemon answers: it knows the file's memory id and
 holds the credentials) or `STORE_ID:/path` (this process asks the store itself, with
@@ -19,12 +19,13 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memfs import control
 from memfs.config import ExitCode
 
-COMMANDS = ("log", "show", "diff", "restore", "conflicts")
+COMMANDS = ("log", "show", "diff", "restore", "conflicts", "audit")
 CONFLICT_ACTIONS = ("show", "restore", "drop")
 STORE_FORM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]*):(/.*)")
 # The temporary name of an atomic restore: excluded from sync (DEFAULT_EXCLUDES has
@@ -69,6 +70,16 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--force", action="store_true",
                    help="restore: overwrite local changes that were not pushed yet")
+    p = command("audit", help="every change a mount accepted: when, which process, and "
+                "what sync did with it (read from the cache directory)")
+    p.add_argument("mount", metavar="MOUNT", nargs="?",
+                   help="a live or dead (killed) mount; or give --cache-dir")
+    p.add_argument("--since", metavar="WHEN", help="30m, 2h, 1d (ago), or an ISO time")
+    p.add_argument("--path", metavar="PATH", help="only changes to PATH or below it (a "
+                   "path in the mount, or a store path)")
+    p.add_argument("--cache-dir", metavar="DIR", help="read the trail in DIR (a store's "
+                   "cache directory, or a session's cache root) without a mount")
+    p.add_argument("--json", action="store_true")
 
 
 def _api(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +96,7 @@ class Failed(Exception):
 def run(args: argparse.Namespace) -> int:
     try:
         handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore,
-                   "conflicts": _conflicts}
+                   "conflicts": _conflicts, "audit": _audit}
         return handler[args.command](args)
     except Failed as e:
         print(f"memfs: {_printable(str(e))}", file=sys.stderr)
@@ -505,3 +516,89 @@ def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) ->
           "change; the next sync pass pushes them with a precondition (if the memory "
           "changed again they lose again, and are kept again)")
     return ExitCode.OK
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def _trail_dirs(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    """The cache directories to read, and the mount's exclude patterns."""
+    from memfs.audit import TRAIL_NAME
+
+    if args.cache_dir:
+        root = Path(args.cache_dir).expanduser()
+        if (root / TRAIL_NAME).exists() or not root.is_dir():
+            return [root], []
+        return sorted(p.parent for p in root.glob(f"*/{TRAIL_NAME}")), []
+    if args.mount is None:
+        raise Failed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
+    info = control.find_mount(args.mount) or control.find_dead_mount(args.mount)
+    if info is None:
+        raise Failed(f"no memfs mount at {args.mount} (after an unmount, read the trail "
+                     "with --cache-dir)")
+    caches = info.get("caches") or {}
+    return [Path(str(d)) for d in caches.values()], [str(e) for e in
+                                                     info.get("excludes") or []]
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from memfs import audit
+
+    dirs, excludes = _trail_dirs(args)
+    try:
+        since = audit.parse_since(args.since) if args.since else None
+    except ValueError as e:
+        raise Failed(str(e), ExitCode.USAGE) from None
+    records = audit.outcomes(audit.read_trail(dirs), excludes)
+    audit.place(records)
+    # --path is a path in the mount (relative to here, or absolute) or a store path.
+    wanted = (args.path, os.path.abspath(args.path)) if args.path else ()
+    shown = list(audit.select(records, since=since, paths=wanted))
+    if wanted:
+        shown = [r for r in shown if r.get("kind") == "change"]
+    else:
+        shown = [r for r in shown if r.get("kind") in ("change", "mount")]
+    if args.json:
+        print(json.dumps({"records": shown}, indent=2))
+        return ExitCode.OK
+    for r in shown:
+        print(_printable(audit_line(r)))
+    return ExitCode.OK
+
+
+def audit_line(r: dict[str, Any]) -> str:
+    at = str(r.get("at", ""))[:23] + "Z"
+    if r.get("kind") == "mount":
+        return f"{at}  memfs[{r.get('pid')}]  {r.get('op')}  {r.get('mount_path') or ''}"
+    who = f"{r.get('comm')}[{r.get('pid')}]"
+    where = str(r.get("local_path") or r.get("path"))
+    if r.get("op") == "rename":
+        where += f" -> {r.get('local_to') or r.get('to')}"
+    if r.get("op") == "truncate":
+        where += f" (to {r.get('size')} B)"
+    return f"{at}  {who:<20} {r.get('op'):<8} {where}  => {describe(r.get('outcome'))}"
+
+
+def describe(outcome: dict[str, Any] | None) -> str:
+    """What became of a change, in words."""
+    if not outcome:
+        return "not pushed yet"
+    op = outcome.get("op")
+    if op == "pushed":
+        return f"pushed as {outcome.get('version') or 'a new version'}"
+    if op == "conflict":
+        return (f"lost a conflict to {outcome.get('version') or 'the remote version'}; "
+                f"the local bytes are kept ({outcome.get('copy')})")
+    if op == "refused":
+        return f"refused by the store: {outcome.get('why')}"
+    if op == "deleted":
+        return "deleted in the store"
+    if op == "undeleted":
+        return f"not deleted: {outcome.get('why')}"
+    if op == "kept":
+        return f"not deleted ({outcome.get('why')})"
+    if op == "local":
+        return f"local only ({outcome.get('why')})"
+    if op == "removed":
+        return str(outcome.get("why"))
+    return str(op)

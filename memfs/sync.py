@@ -26,6 +26,7 @@ from typing import Any, Literal
 import trio
 
 from memfs import cachegc, conflicts
+from memfs.audit import Trail
 from memfs.client import FullMemory, StoreClient
 from memfs.errors import (
     Conflict,
@@ -128,6 +129,7 @@ class StoreSync:
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
         self.conflict_copies: list[dict[str, str]] = []
+        self.trail = Trail()  # the audit trail: what became of each local change
         self.offline = False  # the last pass could not reach the store (or none yet)
         self._wake = trio.Event()
         self._started_seq = 0
@@ -500,6 +502,8 @@ class StoreSync:
             else:
                 log.warning("memory deleted locally but changed remotely; restoring the "
                             "remote version memory_store_id=%s path=%s", self.store_id, r.path)
+                self.trail.outcome(self.store_id, "undeleted", tomb.base_path,
+                                   why="changed remotely; the remote version is back")
                 self._drop_tombstone(tomb)
                 plan.pulls.append(_Pull(r, None, 0))
 
@@ -853,6 +857,8 @@ class StoreSync:
         if node.entry_id is not None:
             state.journal.update(node.entry_id, conflict=str(copy))
         self.conflict_copies.append({"path": path, "copy": str(copy), "at": _now_iso()})
+        self.trail.outcome(self.store_id, "conflict", path, copy=str(copy),
+                           version=remote_version or None, memory_id=node.memory_id)
         log.warning("memory changed both locally and remotely; keeping the remote version "
                     "memory_store_id=%s path=%s conflict_copy=%s", self.store_id, path, copy)
         return True
@@ -1086,6 +1092,8 @@ class StoreSync:
                     self._log_only_said.add(tomb.memory_id or "")
                     log.info("log-only: sync would delete this memory on the server "
                              "memory_store_id=%s path=%s", self.store_id, tomb.base_path)
+                    self.trail.outcome(self.store_id, "kept", tomb.base_path,
+                                       why="--deletions log_only")
             return
         cap = delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
         if len(tombs) > cap:
@@ -1107,6 +1115,8 @@ class StoreSync:
             except (PreconditionFailed, Conflict):
                 log.warning("memory deleted locally but changed remotely; keeping the remote "
                             "version memory_store_id=%s path=%s", self.store_id, tomb.base_path)
+                self.trail.outcome(self.store_id, "undeleted", tomb.base_path,
+                                   why="changed remotely; the remote version is back")
                 self._drop_tombstone(tomb)
                 await self._pull_one(memory_id, result)
                 return
@@ -1121,6 +1131,7 @@ class StoreSync:
             result.deleted += 1
             log.info("propagated local deletion memory_store_id=%s path=%s", self.store_id,
                      tomb.base_path)
+            self.trail.outcome(self.store_id, "deleted", tomb.base_path, memory_id=memory_id)
 
     async def _pull_one(self, memory_id: str, result: PassResult) -> None:
         """Bring one memory's current remote state in now (after a lost race)."""
@@ -1211,6 +1222,8 @@ class StoreSync:
                 return
         node.base_sha, node.base_path = memory.content_sha256, memory.path
         result.pushed += 1
+        self.trail.outcome(self.store_id, "pushed", memory.path, memory_id=memory.id,
+                           version=memory.memory_version_id or None)
         self._mark_synced_after_push(node, sha, memory.path, version)
 
     def _mark_synced_after_push(self, node: Node, sha: str, path: str, version: int) -> None:
@@ -1252,6 +1265,8 @@ class StoreSync:
                         path, e.conflicting_path)
             return
         result.pushed += 1
+        self.trail.outcome(self.store_id, "pushed", memory.path, memory_id=memory.id,
+                           version=memory.memory_version_id or None)
         if node.memory_id is not None:  # adopted meanwhile (should not happen)
             return
         self.state.adopt_identity(node, memory.id, memory.content_sha256, memory.path)
@@ -1269,6 +1284,7 @@ class StoreSync:
             self.state.journal.update(node.entry_id, refused_sha=sha, refused_why=e.message,
                                       sent_sha=None, sent_path=None)
         node.sent_sha = node.sent_path = None
+        self.trail.outcome(self.store_id, "refused", node.store_path(), why=e.message)
         log.warning("the server rejected this memory file, so it stays un-synced until its "
                     "content changes memory_store_id=%s path=%s rejection=%r",
                     self.store_id, node.store_path(), e.message)
