@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +33,11 @@ REMOTE_ACTOR = {"type": "api_actor", "api_key_id": api_key_id(REMOTE_KEY)}
 def start_mount(tmp_path: Path, url: str, store_id: str, *extra: str,
                 name: str = "mnt") -> MountProcess:
     """A mount writing as MOUNT_KEY (the shared server accepts any key and names it;
-    MountProcess drops ANTHROPIC_API_KEY, so it goes as a bearer token)."""
+    MountProcess drops ANTHROPIC_API_KEY, so it goes as a bearer token). It syncs only
+    when asked, so no pass lands between a test's steps."""
     mountpoint = tmp_path / name
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(tmp_path / f"{name}-c"),
-            *extra]
+            "--sync-interval", "3600", *extra]
     return MountProcess(args, mountpoint, url=url, log_path=tmp_path / f"{name}.log",
                         env={"ANTHROPIC_AUTH_TOKEN": MOUNT_KEY}).start()
 
@@ -232,3 +235,51 @@ def test_read_only_stores_show_history_and_refuse_every_restore(
     refused = cli(ro, "restore", f"{sid}:/fact.md", "--to", "~1")
     assert refused.returncode == 1 and b"archived (read-only)" in refused.stderr
     assert len(log(ro, f"{sid}:/fact.md")["versions"]) == 2
+
+
+def test_a_session_shows_each_store_history_audit_and_refuses_the_read_only_one(
+        tmp_path: Path, shared_server: ServerProcess, shared_api: Api, remote: Api) -> None:
+    notes = str(shared_api.create_store("Notes")["id"])
+    team = str(shared_api.create_store("Team")["id"])
+    fact = remote.create_memory(team, "/fact.md", "v1\n")
+    remote.update_memory(team, fact["id"], content="v2\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"resources": [
+        {"type": "memory_store", "memory_store_id": notes, "access": "read_write"},
+        {"type": "memory_store", "memory_store_id": team, "access": "read_only"}]}))
+    root = tmp_path / "root"
+    root.mkdir()
+    runtime = Path(tempfile.mkdtemp(prefix="mfs-rt-", dir="/tmp"))
+    proc = MountProcess(["session", str(spec), "--root", str(root), "--cache-dir",
+                         str(tmp_path / "session-cache"), "--sync-interval", "3600"],
+                        root, url=shared_server.url, log_path=tmp_path / "session.log",
+                        env={"ANTHROPIC_AUTH_TOKEN": MOUNT_KEY,
+                             "XDG_RUNTIME_DIR": str(runtime)})
+    proc.start()
+    try:
+        mine = root / "notes" / "a.md"
+        subprocess.run(["sh", "-c", f"echo hello > {mine}"], check=True)
+        proc.sync()
+        answer = log(proc, str(mine))
+        assert answer["memory_store_id"] == notes and answer["path"] == "/a.md"
+        (version,) = answer["versions"]
+        assert version["created_by"] == MOUNT_ACTOR
+        trail = json.loads(ok(proc, "audit", str(root), "--path", str(mine), "--json"))
+        assert [(r["comm"], r["op"], r["local_path"], r["outcome"]["version"])
+                for r in trail["records"]] == [("sh", "create", str(mine), version["id"]),
+                                               ("sh", "write", str(mine), version["id"])]
+        theirs = root / "team" / "fact.md"
+        answer = log(proc, str(theirs))
+        assert answer["access"] == "read_only" and len(answer["versions"]) == 2
+        assert ok(proc, "show", f"{theirs}@~1") == b"v1\n"
+        refused = cli(proc, "restore", str(theirs), "--to", "~1")
+        assert refused.returncode == 1 and b"read-only store" in refused.stderr
+        assert remote.get_memory(team, fact["id"])["content"] == "v2\n"
+        for where, why in [(root, b"the session root is not a memory"),
+                           (root / "team", b"a store's directory is not a memory"),
+                           (root / "other" / "x.md", b"no store of this session")]:
+            wrong = cli(proc, "log", str(where))
+            assert wrong.returncode == 1 and why in wrong.stderr, wrong.stderr
+    finally:
+        proc.cleanup()
+        shutil.rmtree(runtime, ignore_errors=True)
