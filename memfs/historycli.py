@@ -14,6 +14,7 @@ import argparse
 import difflib
 import errno
 import json
+import logging
 import os
 import re
 import sys
@@ -94,6 +95,9 @@ class Failed(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "log_level", "info") != "debug":
+        # As in `memfs store`: retry notices would only precede the one-line error.
+        logging.getLogger("memfs.client").setLevel(logging.ERROR)
     try:
         handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore,
                    "conflicts": _conflicts, "audit": _audit}
@@ -545,6 +549,11 @@ def _audit(args: argparse.Namespace) -> int:
     from memfs import audit
 
     dirs, excludes = _trail_dirs(args)
+    for d in dirs:
+        trail_file = d / audit.TRAIL_NAME
+        if trail_file.exists() and not os.access(trail_file, os.R_OK):
+            raise Failed(f"cannot read the audit trail {trail_file}: permission denied "
+                         "(run as the user the mount runs as)")
     try:
         since = audit.parse_since(args.since) if args.since else None
     except ValueError as e:
