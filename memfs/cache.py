@@ -6,7 +6,9 @@ Layout of a cache directory (one per store):
                             `lock` reads, writes or collects them (memfs/cachegc.py)
     journal.sqlite          one row per local file, directory or tombstone; the truth
                             after a crash
-    conflicts/              losing local bytes from store-wins conflicts
+    conflicts/              losing local bytes from store-wins conflicts, each with a
+                            hidden `.<copy>.json` record (memfs/conflicts.py)
+    audit.jsonl[.N]         the audit trail of accepted changes (memfs/audit.py)
     lock                    flock'd by the live daemon: one daemon per directory
 
 Synchronous on purpose: every call is a few local writes, and a journal update must be

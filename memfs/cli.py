@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     busy.add_argument("--force", action="store_true",
                       help="final sync, then unmount even if processes use it (they get "
                       "ENOTCONN); memfs mounts nested inside are unmounted first")
+    from memfs import historycli  # log, show, diff, restore, conflicts, audit
+
+    historycli.add_commands(command)
     for child in _subparsers(parser):
         _add_global_options(child, top=False)
     return parser
@@ -266,8 +269,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from memfs import storecli
 
         return storecli.run(args)
-    from memfs import commands
+    from memfs import commands, historycli
 
+    if args.command in historycli.COMMANDS:
+        return historycli.run(args)
     handler = {"mount": commands.mount, "session": commands.session, "sync": commands.sync,
                "status": commands.status, "unmount": commands.unmount}.get(args.command)
     if handler is not None:

@@ -2,9 +2,10 @@
 
 Each daemon registers itself in a per-user runtime directory (`$XDG_RUNTIME_DIR/memfs`,
 else `/tmp/memfs-<uid>`): `<key>.sock` to talk to, `<key>.json` describing the mount.
-A request is one JSON line (`{"op": "status" | "sync" | "flush" | "restore" | "unmount"}`;
-the last three serve the SDK worker adapter, memfs/worker.py), the answer is one
-JSON line. The CLI side is plain blocking sockets: it never needs an event loop.
+A request is one JSON line (`{"op": "status" | "sync" | "flush" | "restore" | "unmount"
+| "history" | "conflicts"}`; `flush` and `restore` serve the SDK worker adapter,
+memfs/worker.py, `history` and `conflicts` the commands of memfs/historycli.py), the
+answer is one JSON line. The CLI side is plain blocking sockets: it never needs an event loop.
 """
 
 from __future__ import annotations

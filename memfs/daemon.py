@@ -32,7 +32,8 @@ import httpx
 import pyfuse3
 import trio
 
-from memfs import logs
+from memfs import conflicts, history, logs
+from memfs.audit import Trail
 from memfs.cache import CacheDir
 from memfs.client import (
     INTERACTIVE_FIRST_BYTE,
@@ -212,6 +213,7 @@ class Daemon:
         self.syncs: list[StoreSync] = []
         self.infos: dict[str, StoreInfo] = {}
         self.caches: list[CacheDir] = []
+        self.trail = Trail()  # the audit trail of each store (memfs/audit.py)
         self.ops: MemFs | None = None
         self._stop = trio.Event()
         self._flushed = trio.Event()
@@ -260,6 +262,7 @@ class Daemon:
             except ConfigError as e:
                 raise StartError(str(e), 2) from None
             self.caches.append(cache)
+            self.trail.open(spec.store_id, cache.root)
             if info is None:
                 if cache.never_synced():
                     raise StartError(f"{reason}; the local copy in {cache_dir} was never "
@@ -278,6 +281,7 @@ class Daemon:
                              deletions=cfg.deletions, excludes=cfg.excludes,
                              flush_timeout=cfg.flush_timeout,
                              cache_max_bytes=cfg.cache_max_bytes)
+            sync.trail = self.trail
             self.syncs.append(sync)
         if not cfg.single:
             self.tree.root.mode = 0o555
@@ -353,11 +357,13 @@ class Daemon:
             await self._start_stores(client, signals)
             self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout,
                              own_permissions=self._own_permissions)
+            self.ops.trail = self.trail
             try:
                 pyfuse3.init(self.ops, mountpoint, self._mount_options())
             except RuntimeError as e:
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
+            self.trail.mount("mounted", self._places())
             total = sum(s.state.statistics()["memories"] for s in self.syncs)
             log.info("mounted memory stores=%s mountpoint=%s memories=%d",
                      ",".join(s.store_id for s in self.syncs), mountpoint, total)
@@ -370,6 +376,9 @@ class Daemon:
             if mounted:
                 # A crash leaves the mount dead (ENOTCONN), never a bare directory.
                 pyfuse3.close(unmount=not crashed)
+            if mounted:
+                self.trail.mount("crashed" if crashed else "unmounted", self._places())
+            self.trail.close()
             for cache in self.caches:
                 cache.close()
             with trio.CancelScope(shield=True):
@@ -489,6 +498,11 @@ class Daemon:
                         store_id, len(paths), ",".join(paths[:20]))
         return 0 if not left else 1
 
+    def _places(self) -> dict[str, str]:
+        """Where each store shows in the mount."""
+        return {s.store_id: self.mountpoint if self.config.single else
+                os.path.join(self.mountpoint, s.state.root.name) for s in self.syncs}
+
     # -- control ---------------------------------------------------------------------
     def _describe(self) -> dict[str, Any]:
         # The cache directories and the restart command outlive a killed daemon here:
@@ -564,6 +578,11 @@ class Daemon:
                         if restored.get(sync.store_id):
                             nursery.start_soon(sync.sync_now)
             return {"ok": True, "restored": restored}
+        if op == "history":  # memfs log/show/diff/restore (memfs/history.py)
+            return await history.answer(request, [s.state for s in self.syncs],
+                                        self.config.single, self._start_client())
+        if op == "conflicts":  # memfs conflicts (memfs/conflicts.py)
+            return conflicts.answer(request, self.syncs, self.mountpoint, self.config.single)
         if op == "unmount":
             self._stop.set()
             await self._flushed.wait()

@@ -23,6 +23,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 import pyfuse3
 import trio
 
+from memfs.audit import Trail, command_name
 from memfs.errors import FsError
 from memfs.paths import (
     MAX_CONTENT_BYTES,
@@ -50,6 +51,12 @@ class FileHandle:
     node: Node
     writable: bool
     append: bool
+    # Who opened it for writing: pyfuse3 gives `write` no request context, so the
+    # audit trail names the opener (memfs/audit.py); `wrote` coalesces writes per open.
+    pid: int = 0
+    uid: int = 0
+    comm: str = ""
+    wrote: bool = False
 
 
 @dataclass(eq=False)
@@ -112,6 +119,7 @@ class MemFs(pyfuse3.Operations):
         self.waiter = waiter
         self.content_timeout = content_timeout
         self.closing = False  # set at unmount: writes fail with EROFS while we flush
+        self.trail = Trail()  # the daemon's audit trails (none: nothing is recorded)
         self._handles: dict[int, FileHandle | DirHandle] = {}
         self._next_fh = 1
 
@@ -281,6 +289,8 @@ class MemFs(pyfuse3.Operations):
                 await self._content(node)  # like a write: wait for content on its way
                 store = self._mutable(node)  # re-check after the await
             store.truncate(node, attr.st_size)
+            self.trail.change(store.store_id, "truncate", node.store_path(), ctx.pid,
+                              ctx.uid, size=attr.st_size)
         if fields.update_mode:
             store.set_mode(node, attr.st_mode)
         if fields.update_atime or fields.update_mtime:
@@ -342,7 +352,9 @@ class MemFs(pyfuse3.Operations):
         text = check_name(name)
         if self._find(parent, text) is not None:
             raise FsError(errno.EEXIST)
-        return self._lookup_ref(store.mkdir(parent, text, mode))
+        node = store.mkdir(parent, text, mode)
+        self.trail.change(store.store_id, "mkdir", node.store_path(), ctx.pid, ctx.uid)
+        return self._lookup_ref(node)
 
     @_guard
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -350,7 +362,10 @@ class MemFs(pyfuse3.Operations):
         text = self._name(name)
         store = self._mutable(parent)
         self._may(parent, ctx, WRITE | EXEC)
-        store.unlink(parent, self._child(parent, text).name)
+        node = self._child(parent, text)
+        path = node.store_path()
+        store.unlink(parent, node.name)
+        self.trail.change(store.store_id, "unlink", path, ctx.pid, ctx.uid)
 
     @_guard
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -360,7 +375,9 @@ class MemFs(pyfuse3.Operations):
             raise FsError(errno.EROFS, "a store's directory cannot be removed")
         store = self._mutable(parent)
         self._may(parent, ctx, WRITE | EXEC)
+        path = node.store_path()
         store.rmdir(parent, node.name)
+        self.trail.change(store.store_id, "rmdir", path, ctx.pid, ctx.uid)
 
     @_guard
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
@@ -406,8 +423,11 @@ class MemFs(pyfuse3.Operations):
         target = self._find(new_parent, new_name)
         if target is not None:
             new_name = target.name  # replacing a file shown under its alias
+        old_path = node.store_path()
         store.rename(old_parent, node.name, new_parent, new_name,
                      noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
+        self.trail.change(store.store_id, "rename", old_path, ctx.pid, ctx.uid,
+                          to=node.store_path())
 
     # -- files ----------------------------------------------------------------------
     @_guard
@@ -424,11 +444,15 @@ class MemFs(pyfuse3.Operations):
         if writing:
             if node.kind is Kind.MARKER:
                 raise FsError(errno.EPERM, "the marker file is read-only")
+        handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
+        if writing:
+            handle.pid, handle.uid, handle.comm = ctx.pid, ctx.uid, command_name(ctx.pid)
             if flags & os.O_TRUNC:
                 store.truncate(node, 0)
+                self.trail.change(store.store_id, "truncate", node.store_path(), ctx.pid,
+                                  ctx.uid, handle.comm, size=0)
         assert node.store is not None
         node.store.opened(node, writing=writing)
-        handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
 
     @_guard
@@ -440,7 +464,10 @@ class MemFs(pyfuse3.Operations):
         self._may(parent, ctx, WRITE | EXEC)
         node = self._new_file(store, parent, name, mode)
         store.opened(node, writing=True)
-        handle = FileHandle(node, True, bool(flags & os.O_APPEND))
+        handle = FileHandle(node, True, bool(flags & os.O_APPEND), ctx.pid, ctx.uid,
+                            command_name(ctx.pid))
+        self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid,
+                          handle.comm)
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True), self._lookup_ref(node)
 
     @_guard
@@ -461,7 +488,12 @@ class MemFs(pyfuse3.Operations):
             store = self._mutable(node)  # re-check after the await
         if handle.append:
             off = node.size
-        return store.write(node, off, buf)
+        written = store.write(node, off, buf)
+        if not handle.wrote:  # one line per open, before the first write is answered
+            handle.wrote = True
+            self.trail.change(store.store_id, "write", node.store_path(), handle.pid,
+                              handle.uid, handle.comm)
+        return written
 
     @_guard
     async def flush(self, fh: int) -> None:
@@ -476,6 +508,7 @@ class MemFs(pyfuse3.Operations):
         if handle.writable and store is not None:
             store.check_utf8(handle.node)
             store.checkpoint()
+            self.trail.sync_to_disk(store.store_id)
 
     @_guard
     async def release(self, fh: int) -> None:

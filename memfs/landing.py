@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
+from memfs import conflicts
+from memfs.audit import Trail
 from memfs.errors import FsError
 from memfs.logs import rfc3339
 from memfs.notify import Notifier
@@ -31,6 +34,7 @@ class Lander:
         self.store_id = state.store_id
         self.conflict_copies: list[dict[str, str]] = []
         self._pending_inodes: list[int] = []
+        self.trail = Trail()  # the audit trail (StoreSync.trail sets the daemon's)
 
     def land_retrieved(self, memory: RemoteMemory, result: PassResult) -> None:
         """Land one memory retrieved after a lost race (its content is already local)."""
@@ -38,7 +42,7 @@ class Lander:
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
         if node is not None and self.keep_losing_bytes(node, memory.content_sha256,
-                                                       memory.path):
+                                                       memory.path, memory.memory_version_id):
             result.conflicts += 1
             result.conflict_copies.append(self.conflict_copies[-1])
         self.land(memory, node, inodes, entries)
@@ -74,7 +78,8 @@ class Lander:
                     result.pulled += 1
                     continue
                 if pull.conflict or node.dirty:
-                    if self.keep_losing_bytes(node, r.content_sha256, r.path):
+                    if self.keep_losing_bytes(node, r.content_sha256, r.path,
+                                              r.memory_version_id):
                         result.conflicts += 1
                         result.conflict_copies.append(self.conflict_copies[-1])
                 if not node.linked:
@@ -97,8 +102,8 @@ class Lander:
                 self.state.reattach(node)
         self.notify(inodes, entries)
 
-    def keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str
-                           ) -> bool:
+    def keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str,
+                          remote_version: str = "") -> bool:
         """Save the local bytes a pull is about to replace; True if a conflict was kept."""
         state = self.state
         local = state.content(node)
@@ -115,7 +120,12 @@ class Lander:
                         remote_path)
             return False
         copy = state.keep_conflict(node, path, local)
+        conflicts.record(self.store_id, Path(copy), path=path, memory_id=node.memory_id,
+                         local_sha=local_sha, size=len(local), remote_sha=remote_sha,
+                         remote_version=remote_version)
         self.conflict_copies.append({"path": path, "copy": copy, "at": _now_iso()})
+        self.trail.outcome(self.store_id, "conflict", path, copy=copy,
+                           version=remote_version or None, memory_id=node.memory_id)
         log.warning("memory changed both locally and remotely; keeping the remote version "
                     "memory_store_id=%s path=%s conflict_copy=%s", self.store_id, path, copy)
         return True

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memfs.audit import Trail
 from memfs.logs import rfc3339
 from memfs.paths import RemoteMemory
 from memfs.tree import Kind, Node, StoreState
@@ -74,6 +75,7 @@ class Planner:
         self.state = state
         self.store_id = state.store_id
         self.excluded = excluded
+        self.trail = Trail()  # the audit trail (StoreSync.trail sets the daemon's)
 
     def plan(self, remote: dict[str, RemoteMemory], *, final: bool, interval: float) -> Plan:
         """What this pass pulls, removes and pushes, from one listing (no await).
@@ -146,6 +148,8 @@ class Planner:
             else:
                 log.warning("memory deleted locally but changed remotely; restoring the "
                             "remote version memory_store_id=%s path=%s", self.store_id, r.path)
+                self.trail.outcome(self.store_id, "undeleted", tomb.base_path,
+                                   why="changed remotely; the remote version is back")
                 self.state.drop_tombstone(tomb)
                 plan.pulls.append(Pull(r, None, 0))
 

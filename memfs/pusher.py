@@ -11,6 +11,7 @@ import logging
 
 import trio
 
+from memfs.audit import Trail
 from memfs.client import StoreClient
 from memfs.config import DeletionMode
 from memfs.errors import (
@@ -53,6 +54,7 @@ class Pusher:
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
         # 8 -> 9.0 s, 4 -> 8.0 s, measured side by side on the same server).
         self.limit = trio.CapacityLimiter(concurrency)
+        self.trail = Trail()  # the audit trail (StoreSync.trail sets the daemon's)
         self.deletes_held = 0  # > 0: flushes in progress that send no deletes
         self._log_only_said: set[str] = set()
         self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)
@@ -109,6 +111,8 @@ class Pusher:
                     self._log_only_said.add(tomb.memory_id or "")
                     log.info("log-only: sync would delete this memory on the server "
                              "memory_store_id=%s path=%s", self.store_id, tomb.base_path)
+                    self.trail.outcome(self.store_id, "kept", tomb.base_path,
+                                       why="--deletions log_only")
             return
         cap = delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
         if len(tombs) > cap:
@@ -131,6 +135,8 @@ class Pusher:
             except (PreconditionFailed, Conflict):
                 log.warning("memory deleted locally but changed remotely; keeping the remote "
                             "version memory_store_id=%s path=%s", self.store_id, tomb.base_path)
+                self.trail.outcome(self.store_id, "undeleted", tomb.base_path,
+                                   why="changed remotely; the remote version is back")
                 self.state.drop_tombstone(tomb)
                 await self._pull_one(memory_id, result)
                 return
@@ -145,6 +151,7 @@ class Pusher:
             result.deleted += 1
             log.info("propagated local deletion memory_store_id=%s path=%s", self.store_id,
                      tomb.base_path)
+            self.trail.outcome(self.store_id, "deleted", tomb.base_path, memory_id=memory_id)
 
     async def _pull_one(self, memory_id: str, result: PassResult) -> None:
         """Bring one memory's current remote state in now (after a lost race)."""
@@ -219,6 +226,8 @@ class Pusher:
                             path, e.conflicting_path)
                 return
         result.pushed += 1
+        self.trail.outcome(self.store_id, "pushed", memory.path, memory_id=memory.id,
+                           version=memory.memory_version_id or None)
         self.state.record_pushed(node, sha, memory.path, version,
                                  base_sha=memory.content_sha256, base_path=memory.path)
 
@@ -247,6 +256,8 @@ class Pusher:
                         self.store_id, path, e.conflicting_path)
             return
         result.pushed += 1
+        self.trail.outcome(self.store_id, "pushed", memory.path, memory_id=memory.id,
+                           version=memory.memory_version_id or None)
         if node.memory_id is not None:  # adopted meanwhile (should not happen)
             return
         self.state.adopt_identity(node, memory.id, memory.content_sha256, memory.path)
@@ -258,6 +269,7 @@ class Pusher:
 
     def _refuse(self, node: Node, sha: str, e: StoreError) -> None:
         self.state.refuse(node, sha, e.message)
+        self.trail.outcome(self.store_id, "refused", node.store_path(), why=e.message)
         log.warning("the server rejected this memory file, so it stays un-synced until its "
                     "content changes memory_store_id=%s path=%s rejection=%s",
                     self.store_id, node.store_path(), e.message)

@@ -170,6 +170,12 @@ class SyncRecords:
             self.journal.update(node.entry_id, conflict=copy)
         return copy
 
+    def clear_conflict(self, node: Node) -> None:
+        """The file no longer names a conflict copy (it was dropped)."""
+        node.conflict = None
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, conflict=None)
+
     # -- the shape of the tree --------------------------------------------------------
     def detach(self, node: Node, entries: Entries) -> None:
         """Take a file out of its directory for a moment (it is re-placed before any await)."""

@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from memfs import cachegc
+from memfs.audit import Trail
 from memfs.client import StoreClient
 from memfs.config import DEFAULT_EXCLUDES, DeletionMode
 from memfs.errors import (
@@ -97,6 +98,15 @@ class StoreSync:
     @deletions.setter
     def deletions(self, mode: DeletionMode) -> None:
         self.pusher.deletions = mode
+
+    @property
+    def trail(self) -> Trail:
+        """The audit trail (memfs/audit.py): what became of each local change."""
+        return self.pusher.trail
+
+    @trail.setter
+    def trail(self, trail: Trail) -> None:
+        self.planner.trail = self.lander.trail = self.pusher.trail = trail
 
     @property
     def conflict_copies(self) -> list[dict[str, str]]:

@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -618,10 +619,12 @@ def tree_listing(root: Path, skip: tuple[Path, ...] = ()) -> set[str]:
 
 
 def cache_files_are_expected(cache: Path) -> None:
-    """Only the documented layout: journal, lock, objects/ab/<sha>, conflicts/…"""
+    """Only the documented layout: journal, lock, the audit trail, objects/ab/<sha>,
+    conflicts/…"""
     for p in cache.rglob("*"):
         rel = p.relative_to(cache).parts
-        if rel[0] in ("journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock"):
+        if rel[0] in ("journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock",
+                      "audit.jsonl") or re.fullmatch(r"audit\.jsonl\.\d+", rel[0]):
             assert len(rel) == 1
         elif rel[0] == "objects":
             if len(rel) == 1:

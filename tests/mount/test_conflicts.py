@@ -1,0 +1,152 @@
+"""`memfs conflicts` through the real CLI on live mounts: a forced conflict is listed with
+the version that won, its bytes come back exactly, a restore reaches the store (or loses
+again and is kept again), drop forgets it, and a read-only store refuses the restore."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.api import Api
+from tests.support.mount import MountProcess, mount_store, xattrs
+from tests.support.server import ServerProcess
+
+pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
+
+
+@pytest.fixture
+def quiet(tmp_path: Path, shared_server: ServerProcess,
+          store: dict[str, Any]) -> Iterator[MountProcess]:
+    """A mount that syncs only when asked (no pass runs between a test's steps)."""
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]),
+                       "--sync-interval", "3600")
+    try:
+        yield proc
+    finally:
+        proc.cleanup()
+
+
+def cli(mount: MountProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=mount.env,
+                          capture_output=True, timeout=60)
+
+
+def ok(mount: MountProcess, *args: str) -> bytes:
+    result = cli(mount, *args)
+    assert result.returncode == 0, (args, result.stderr.decode())
+    return result.stdout
+
+
+def listed(mount: MountProcess) -> list[dict[str, Any]]:
+    answer = json.loads(ok(mount, "conflicts", str(mount.mountpoint), "--json"))
+    (one,) = answer["mounts"]
+    found: list[dict[str, Any]] = one["conflicts"]
+    return found
+
+
+def memory(api: Api, store_id: str, path: str) -> dict[str, Any]:
+    (m,) = [m for m in api.list_memories(store_id) if m["path"] == path]
+    return api.get_memory(store_id, m["id"])
+
+
+LOSING = "local \u00e9dit that loses\r\nno newline".encode()
+
+
+def force_conflict(mount: MountProcess, api: Api, store_id: str, remote: str) -> Path:
+    f = mount.mountpoint / "plan.md"
+    f.write_text("base\n")
+    mount.sync()
+    mid = memory(api, store_id, "/plan.md")["id"]
+    api.update_memory(store_id, mid, content=remote)
+    f.write_bytes(LOSING)
+    mount.sync()
+    assert f.read_text() == remote
+    return f
+
+
+def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
+        quiet: MountProcess, shared_api: Api, store: dict[str, Any]) -> None:
+    sid = str(store["id"])
+    f = force_conflict(quiet, shared_api, sid, "remote wins\n")
+    winner = memory(shared_api, sid, "/plan.md")
+    (kept,) = listed(quiet)
+    assert kept["path"] == "/plan.md" and kept["local_path"] == str(f)
+    assert kept["remote_version"] == winner["memory_version_id"]
+    assert kept["size"] == len(LOSING) and kept["restored_at"] is None
+    assert kept["memory_id"] == winner["id"]
+    assert Path(kept["copy"]).read_bytes() == LOSING
+    text = ok(quiet, "conflicts", str(quiet.mountpoint)).decode()
+    assert f"{kept['id']}" in text and f"lost to {winner['memory_version_id']}" in text
+    assert ok(quiet, "conflicts", "show", kept["id"]) == LOSING
+    assert ok(quiet, "conflicts", "show", kept["id"][:4]) == LOSING  # a unique prefix
+
+    ok(quiet, "conflicts", "restore", kept["id"])
+    assert f.read_bytes() == LOSING
+    quiet.sync()
+    back = memory(shared_api, sid, "/plan.md")
+    assert back["content"].encode() == LOSING and back["id"] == winner["id"]
+    (after,) = listed(quiet)
+    assert after["restored_at"] is not None
+    assert xattrs(f)["user.memfs.state"] == "clean"  # the pushed edit resolved it
+
+    ok(quiet, "conflicts", "drop", kept["id"])
+    assert listed(quiet) == []
+    assert not Path(kept["copy"]).exists()
+    missing = cli(quiet, "conflicts", "show", kept["id"])
+    assert missing.returncode == 1 and b"no conflict copy" in missing.stderr
+
+
+def test_a_restore_that_loses_again_is_kept_again(
+        quiet: MountProcess, shared_api: Api, store: dict[str, Any]) -> None:
+    sid = str(store["id"])
+    f = force_conflict(quiet, shared_api, sid, "remote wins\n")
+    (first,) = listed(quiet)
+    mid = memory(shared_api, sid, "/plan.md")["id"]
+    shared_api.update_memory(sid, mid, content="remote again\n")  # not pulled yet
+    ok(quiet, "conflicts", "restore", first["id"], "--mount", str(quiet.mountpoint))
+    assert f.read_bytes() == LOSING
+    quiet.sync()  # pushed with a precondition: the store changed, so it loses again
+    assert f.read_text() == "remote again\n"
+    assert memory(shared_api, sid, "/plan.md")["content"] == "remote again\n"
+    copies = listed(quiet)
+    assert len(copies) == 2
+    second = next(c for c in copies if c["id"] != first["id"])
+    assert Path(second["copy"]).read_bytes() == LOSING
+    assert second["remote_version"] == memory(shared_api, sid,
+                                              "/plan.md")["memory_version_id"]
+    # a dirty file is not overwritten without --force
+    f.write_text("new local work\n")
+    refused = cli(quiet, "conflicts", "restore", second["id"], "--mount",
+                  str(quiet.mountpoint))
+    assert refused.returncode == 1 and b"not pushed yet" in refused.stderr
+    assert f.read_text() == "new local work\n"
+
+
+def test_copies_outlive_the_mount_and_a_read_only_store_refuses_their_restore(
+        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
+        store: dict[str, Any]) -> None:
+    sid = str(store["id"])
+    first = mount_store(tmp_path, shared_server.url, sid, "--sync-interval", "3600")
+    try:
+        force_conflict(first, shared_api, sid, "remote wins\n")
+        (kept,) = listed(first)
+        assert first.stop() == 0
+    finally:
+        first.cleanup()
+    ro = mount_store(tmp_path, shared_server.url, sid, "--read-only")  # same cache dir
+    try:
+        assert listed(ro) == [kept]
+        where = ("--mount", str(ro.mountpoint))
+        assert ok(ro, "conflicts", "show", kept["id"], *where) == LOSING
+        refused = cli(ro, "conflicts", "restore", kept["id"], *where)
+        assert refused.returncode == 1 and b"read-only store" in refused.stderr
+        assert (ro.mountpoint / "plan.md").read_text() == "remote wins\n"
+        assert memory(shared_api, sid, "/plan.md")["content"] == "remote wins\n"
+    finally:
+        ro.cleanup()
