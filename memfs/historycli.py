@@ -42,17 +42,14 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("log", help="a memory's versions, newest first")
     p.add_argument("path", metavar="PATH", help=where)
     p.add_argument("--json", action="store_true")
-    _api(p)
     p = command("show", help="print one version's content (PATH@VERSION; default head)")
     p.add_argument("path", metavar="PATH[@VERSION]",
                    help="VERSION: a memver_ id, head, or ~N (N versions before the newest)")
-    _api(p)
     p = command("diff", help="unified diff between two versions, or a version and the "
                 "local file (default: the store's head against the local file)")
     p.add_argument("path", metavar="PATH[@A]")
     p.add_argument("other", metavar="@B", nargs="?",
                    help="the other side: @VERSION or @local (default @local in a mount)")
-    _api(p)
     p = command("restore", help="write an old version back as a new change "
                 "(history is never rewritten)")
     p.add_argument("path", metavar="PATH")
@@ -60,7 +57,6 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="a memver_ id, head, or ~N")
     p.add_argument("--force", action="store_true",
                    help="overwrite local changes that were not pushed yet")
-    _api(p)
     p = command("conflicts", help="the conflict copies kept for a mount: list, show, "
                 "restore (put the losing bytes back as a new change), drop",
                 usage="memfs conflicts [MOUNT] [--json]\n"
@@ -81,11 +77,6 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--cache-dir", metavar="DIR", help="read the trail in DIR (a store's "
                    "cache directory, or a session's cache root) without a mount")
     p.add_argument("--json", action="store_true")
-
-
-def _api(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-url", help="for STORE_ID:/path: the Memory Stores API "
-                        "base URL (default: $ANTHROPIC_BASE_URL)")
 
 
 class Failed(Exception):
