@@ -19,13 +19,13 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import trio
 
-from memfs import cachegc
+from memfs import cachegc, metrics
 from memfs.client import FullMemory, StoreClient
 from memfs.errors import (
     Conflict,
@@ -40,6 +40,7 @@ from memfs.errors import (
 )
 from memfs.notify import Notifier
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path, sha256_hex
+from memfs.progress import Tracker
 from memfs.tree import Kind, Node, StoreState
 
 log = logging.getLogger("memfs.sync")
@@ -125,6 +126,7 @@ class StoreSync:
         # 8 -> 9.0 s, 4 -> 8.0 s, measured side by side on the same server).
         self.push_limit = trio.CapacityLimiter(push_concurrency)
         self.store_id = state.store_id
+        self.progress = Tracker()  # what the running pass is doing (memfs/progress.py)
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
         self.conflict_copies: list[dict[str, str]] = []
@@ -316,6 +318,8 @@ class StoreSync:
         timeout = self.flush_timeout
         with trio.move_on_after(timeout) as scope:
             return await self._pass(initial=False, final=True)
+        self.progress.end()
+        metrics.sync_pass(self.store_id, "cut-off", 0)
         left = self.statistics()["dirty"]
         log.warning("final memory sync cut off after %dms; %d changed files had not "
                     "finished uploading and stay in the journal memory_store_id=%s",
@@ -345,7 +349,11 @@ class StoreSync:
                     log.info("memory store reachable again memory_store_id=%s",
                              self.store_id)
                 self.offline = False
+            finally:
+                self.progress.end()
             result.duration_s = time.monotonic() - t0
+            metrics.sync_pass(self.store_id, "idle" if result.outcome == "ok"
+                              and not result.listed else result.outcome, result.conflicts)
             self.last_pass = result
             self._completed_seq = seq
             done, self._completed = self._completed, trio.Event()
@@ -385,7 +393,11 @@ class StoreSync:
             return
         generation = self.state.generation
         remote: dict[str, RemoteMemory] = {}
-        for memory in await self.client.list_memories(self.store_id):
+        self.progress.begin("listing")
+        async for memory in self.client.iter_memories(self.store_id):
+            if not isinstance(memory, RemoteMemory):
+                continue
+            self.progress.advance()
             if memory.path == MARKER_PATH:
                 log.warning("the server listed the reserved marker path; skipping path=%s "
                             "memory_store_id=%s", memory.path, self.store_id)
@@ -395,6 +407,7 @@ class StoreSync:
                             "memory_store_id=%s path=%r", self.store_id, memory.path)
                 continue
             remote[memory.id] = memory
+        self.progress.end()
         plan = self._plan(remote, final=final)
         if not initial:
             await self._fetch([p.remote for p in plan.pulls])
@@ -1033,19 +1046,31 @@ class StoreSync:
     # -- pushing --------------------------------------------------------------------
     async def _push(self, plan: _Plan, result: PassResult) -> None:
         await self.flush_invalidations()
+        deletes = len(plan.deletes) if self.deletions == "enabled" else 0
+        total = min(deletes, delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
+                    ) + len(plan.updates) + len(plan.creates)
+        if total:
+            self.progress.begin("pushing", total)
+        else:
+            self.progress.end()
         await self._push_deletes(plan.deletes, result)
         self._renames_to_retry = []
         async with trio.open_nursery() as nursery:
             for node in plan.updates:
-                nursery.start_soon(self._push_update, node, result)
+                nursery.start_soon(self._counted, self._push_update, node, result)
         retry, self._renames_to_retry = self._renames_to_retry, []
         async with trio.open_nursery() as nursery:  # those that stepped aside, now freed
             for node in retry:
                 nursery.start_soon(self._push_update, node, result)
         async with trio.open_nursery() as nursery:
             for node in plan.creates:
-                nursery.start_soon(self._push_create, node, result)
+                nursery.start_soon(self._counted, self._push_create, node, result)
         await self.flush_invalidations()
+
+    async def _counted(self, push: Callable[[Node, PassResult], Awaitable[None]],
+                       node: Node, result: PassResult) -> None:
+        await push(node, result)
+        self.progress.advance()
 
     async def _step_aside(self, node: Node, e: PathConflict) -> bool:
         """A rename blocked by another of our own memories that is itself moving away
@@ -1089,7 +1114,7 @@ class StoreSync:
                         "memory_store_id=%s", cap, len(tombs) - cap, self.store_id)
         async with trio.open_nursery() as nursery:
             for tomb in tombs[:cap]:
-                nursery.start_soon(self._push_delete, tomb, result)
+                nursery.start_soon(self._counted, self._push_delete, tomb, result)
 
     async def _push_delete(self, tomb: Node, result: PassResult) -> None:
         assert tomb.memory_id is not None
