@@ -158,7 +158,7 @@ def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
     """On a terminal, what the daemon is doing while `op` waits (memfs/progress.py)."""
     from memfs import progress
 
-    names = {"sync": {"listing": "listing", "pushing": "pushing"},
+    names = {"sync": {"pushing": "pushing"},
              "unmount": {"pushing": "flushing"}}.get(op)
     if names is None or not progress.on_terminal():
         return nullcontext()

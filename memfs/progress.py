@@ -30,6 +30,7 @@ class Tracker:
     done: int = 0
     total: int | None = None
     watchers: list[Callable[[Tracker], None]] = field(default_factory=list, repr=False)
+    last: dict[str, Any] | None = None  # the snapshot of the phase that ended last
 
     def begin(self, phase: str, total: int | None = None) -> None:
         self.phase, self.done, self.total = phase, 0, total
@@ -42,11 +43,13 @@ class Tracker:
 
     def end(self) -> None:
         if self.phase:
+            self.last = self.snapshot()
             self._tell(ended=True)
             self.phase, self.done, self.total = "", 0, None
 
     def snapshot(self) -> dict[str, Any]:
-        return {"phase": self.phase, "done": self.done, "total": self.total}
+        return {"phase": self.phase, "done": self.done, "total": self.total,
+                **({"last": self.last} if self.last and self.phase == "" else {})}
 
     def _tell(self, *, ended: bool = False) -> None:
         for watch in list(self.watchers):
@@ -71,9 +74,10 @@ class Bar:
         self.unit = unit
         count = "{n} of {total}" if total is not None else "{n}"
         shape = "{desc} " + count + f" {unit}" + (" [{bar:20}]" if total is not None else "")
-        self._bar = tqdm(desc=label, total=total, file=stream or sys.stderr,
-                         bar_format=shape, ascii=True, leave=True, dynamic_ncols=True,
-                         mininterval=0.1)
+        stream = stream or sys.stderr
+        cols, rows = _size(stream)
+        self._bar = tqdm(desc=label, total=total, file=stream, bar_format=shape, ascii=True,
+                         leave=True, mininterval=0.1, ncols=cols, nrows=rows)
 
     def update(self, done: int, total: int | None = None) -> None:
         if total is not None and total != self._bar.total:
@@ -82,6 +86,16 @@ class Bar:
 
     def close(self) -> None:
         self._bar.close()
+
+
+def _size(stream: IO[str]) -> tuple[int, int]:
+    """The terminal's size; 80x24 where it reports none (a fresh pty says 0x0, and tqdm
+    would then draw nothing)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+        return size.columns or 80, size.lines or 24
+    except (OSError, ValueError, AttributeError):
+        return 80, 24
 
 
 class Display:
@@ -131,6 +145,12 @@ class Display:
                                                      self.stream))
         current[1].update(done, total)
 
+    def finish(self, label: str, last: dict[str, Any] | None) -> None:
+        """Bring a bar to where its phase ended (seen after the last look)."""
+        current = self.bars.get(label)
+        if current is not None and last and last.get("phase") == current[0]:
+            current[1].update(int(last.get("done") or 0), last.get("total"))
+
     def close(self) -> None:
         for tracker, seen in self._watching:
             if seen in tracker.watchers:
@@ -175,8 +195,10 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]
                 if stop.is_set():
                     return
                 for s in answer.get("stores", []):
-                    display.show(str(s.get("label", "")), str(s.get("phase", "")),
-                                 int(s.get("done") or 0), s.get("total"))
+                    label = str(s.get("label", ""))
+                    display.finish(label, s.get("last"))
+                    display.show(label, str(s.get("phase", "")), int(s.get("done") or 0),
+                                 s.get("total"))
 
     thread = threading.Thread(target=poll, name="memfs-progress", daemon=True)
     thread.start()
@@ -184,7 +206,10 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]
         yield
     finally:
         stop.set()
+        last = ask() if display.bars else None  # where the phases shown really ended
         with lock:
+            for s in (last or {}).get("stores", []):
+                display.finish(str(s.get("label", "")), s.get("last"))
             display.close()
 
 
