@@ -490,8 +490,8 @@ class Daemon:
                 _say(f"the final sync is still pushing {_files(left)}; press Ctrl-C once "
                      "more to stop it and keep them in the journal for the next start")
             elif not self._flush_scope.cancel_called:
-                log.warning("final sync stopped on signal=%s; what is not pushed stays in "
-                            "the journal mountpoint=%s", name, self.mountpoint)
+                log.warning("final sync stopped by a signal; what is not pushed stays in "
+                            "the journal signal=%s mountpoint=%s", name, self.mountpoint)
                 self._flush_scope.cancel()
 
     def _unpushed_count(self) -> int:

@@ -141,7 +141,7 @@ def read_until(proc: MountProcess, text: str, timeout: float = 60.0) -> str:
 
 
 @pytest.mark.deadline(180)
-def test_sync_shows_pushing_on_a_terminal_and_stays_clean_json_on_a_pipe(
+def test_sync_and_unmount_show_pushing_on_a_terminal_and_stay_clean_on_a_pipe(
         tmp_path: Path) -> None:
     # Each memory request waits up to 300 ms, so pushing 80 files takes a while.
     server = start_server(tmp_path / "store.db",
@@ -172,7 +172,16 @@ def test_sync_shows_pushing_on_a_terminal_and_stays_clean_json_on_a_pipe(
             answer = json.loads(piped.stdout)
             assert answer["ok"] is True
             assert piped.stderr == ""
-            assert proc.stop() == 0
+
+            for i in range(80):
+                (proc.mountpoint / f"n{i}.md").write_text(f"{i} for the final sync\n")
+            p = PtyProcess(["unmount", str(proc.mountpoint)], env_for(server.url))
+            try:
+                assert p.wait(120) == 0, p.text
+            finally:
+                p.close()
+            assert re.search(r"flushing \d+ of 80 files", p.text), p.text
+            assert proc.wait(60) == 0
             assert proc.proc is not None and proc.proc.stderr is not None
             assert "flushing" not in (proc.proc.stderr.read() or b"").decode()
         finally:
