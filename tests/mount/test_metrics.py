@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.metrics import free_port, scrape, value
-from tests.support.mount import mount_store
+from tests.support.mount import MountProcess, mount_store
 from tests.support.server import ServerProcess
 
 
@@ -97,3 +98,37 @@ def test_a_bad_or_taken_metrics_address_refuses_the_start(
     assert f"cannot listen on --metrics-addr 127.0.0.1:{port}: the port is already in use" \
         in busy.stderr
     assert not list(mnt.iterdir())
+
+
+@pytest.mark.deadline(120)
+def test_a_session_reports_each_store(tmp_path: Path, shared_server: ServerProcess,
+                                      shared_api: Api) -> None:
+    notes = shared_api.create_store("Notes")["id"]
+    team = shared_api.create_store("Team")["id"]
+    shared_api.create_memory(team, "/a.md", "a\n")
+    shared_api.create_memory(team, "/b.md", "b\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"resources": [
+        {"type": "memory_store", "memory_store_id": notes, "access": "read_write"},
+        {"type": "memory_store", "memory_store_id": team, "access": "read_only"}]}))
+    root = tmp_path / "memory"
+    root.mkdir()
+    port = free_port()
+    proc = MountProcess(["session", str(spec), "--root", str(root), "--cache-dir",
+                         str(tmp_path / "cache"), "--sync-interval", "3600",
+                         "--metrics-addr", f"127.0.0.1:{port}"], root,
+                        url=shared_server.url, log_path=tmp_path / "session.log")
+    proc.env["ANTHROPIC_API_KEY"] = "anything"  # a session needs a credential
+    proc.start()
+    try:
+        (root / "notes" / "new.md").write_text("new\n")
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert value(samples, "memfs_memories", store=notes) == 1
+        assert value(samples, "memfs_dirty_files", store=notes) == 1
+        assert value(samples, "memfs_memories", store=team) == 2
+        assert value(samples, "memfs_dirty_files", store=team) == 0
+        assert value(samples, "memfs_sync_passes_total", store=team, outcome="ok") == 1
+        assert value(samples, "memfs_fuse_operations_total", op="create", result="ok") == 1
+    finally:
+        assert proc.stop() == 0
+        proc.cleanup()
