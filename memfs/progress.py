@@ -202,11 +202,14 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]
 
     thread = threading.Thread(target=poll, name="memfs-progress", daemon=True)
     thread.start()
+    answered = False
     try:
         yield
+        answered = True
     finally:
         stop.set()
-        last = ask() if display.bars else None  # where the phases shown really ended
+        # Where the phases shown really ended (not after Ctrl-C: that must exit now).
+        last = ask() if answered and display.bars else None
         with lock:
             for s in (last or {}).get("stores", []):
                 display.finish(str(s.get("label", "")), s.get("last"))
