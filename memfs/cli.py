@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                        help="on SIGTERM, how long requests in flight may finish "
                        "(default 10)")
+    _add_metrics_option(serve)
     from memfs.server.admin import add_arguments as add_serve_actions
 
     add_serve_actions(serve)
@@ -234,6 +235,13 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--daemon", action="store_true",
                         help="run in the background; return once the mount is live "
                         "(default: the foreground, until Ctrl-C)")
+    _add_metrics_option(parser)
+
+
+def _add_metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-addr", metavar="HOST:PORT",
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics "
+                        "(default: off; see docs/operations.md)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,6 +272,7 @@ def _main(argv: Sequence[str] | None) -> int:
             db=args.db, host=args.host, port=args.port,
             api_key=args.api_key, max_memories=args.max_memories, faults=args.faults,
             pool_size=args.pool_size, shutdown_timeout=args.shutdown_timeout,
+            metrics_addr=args.metrics_addr,
         )
     if args.command == "store":
         from memfs import storecli

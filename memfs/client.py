@@ -39,6 +39,7 @@ from typing import Any, Literal, TypeAlias, TypeVar
 import httpx
 import trio
 
+from memfs import metrics
 from memfs.errors import (
     ConfigError,
     Conflict,
@@ -646,17 +647,22 @@ class StoreClient:
             attempt += 1
             error: StoreError
             timed_out = False
+            sent = len(content or b"")
             try:
                 response = await self._send(method, url, clean_params, content, beta)
             except httpx.RequestError as exc:
                 error = self._transport_error(exc)
                 timed_out = isinstance(exc, httpx.TimeoutException)
+                metrics.store_request(op, "timeout" if timed_out else "error", sent, 0)
             except trio.TooSlowError:
                 error = StoreUnavailable(
                     f"cannot reach the store at {self._where()}: it did not answer within "
                     f"{self.first_byte_timeout:g}s (it accepted the connection)")
                 timed_out = True
+                metrics.store_request(op, "timeout", sent, 0)
             else:
+                metrics.store_request(op, str(response.status_code), sent,
+                                      len(response.content))
                 if response.is_success:
                     try:
                         return json.loads(response.content) if response.content else {}
@@ -918,11 +924,12 @@ class StoreClient:
                 return found
             return None
 
-        data = await self._request(
-            "POST", self._memories_url(store_id), op="create_memory", store_id=store_id,
-            memory_path=path, params={"view": "basic"},
-            body={"path": path, "content": content}, settle=settle,
-        )
+        with metrics.push_timer("create"):
+            data = await self._request(
+                "POST", self._memories_url(store_id), op="create_memory", store_id=store_id,
+                memory_path=path, params={"view": "basic"},
+                body={"path": path, "content": content}, settle=settle,
+            )
         return self._parse("create_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
     async def update_memory(
@@ -950,10 +957,11 @@ class StoreClient:
         if precondition_sha256 is not None:
             body["precondition"] = {"type": "content_sha256",
                                     "content_sha256": precondition_sha256}
-        data = await self._request(
-            "POST", self._memories_url(store_id, memory_id), op="update_memory",
-            store_id=store_id, memory_path=path, params={"view": "basic"}, body=body,
-        )
+        with metrics.push_timer("update"):
+            data = await self._request(
+                "POST", self._memories_url(store_id, memory_id), op="update_memory",
+                store_id=store_id, memory_path=path, params={"view": "basic"}, body=body,
+            )
         return self._parse("update_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
     async def delete_memory(
@@ -968,11 +976,12 @@ class StoreClient:
         async def settle(error: StoreError) -> Any:
             return {} if isinstance(error, NotFound) else None
 
-        await self._request(
-            "DELETE", self._memories_url(store_id, memory_id), op="delete_memory",
-            store_id=store_id, params={"expected_content_sha256": expected_sha256},
-            settle=settle,
-        )
+        with metrics.push_timer("delete"):
+            await self._request(
+                "DELETE", self._memories_url(store_id, memory_id), op="delete_memory",
+                store_id=store_id, params={"expected_content_sha256": expected_sha256},
+                settle=settle,
+            )
 
     # ---------------------------------------------------------------- versions
 

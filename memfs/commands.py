@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,11 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
     interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
         raise ValueError("--flush-timeout must be positive")
+    metrics_addr = getattr(args, "metrics_addr", None)
+    if metrics_addr is not None:
+        from memfs.metrics import parse_addr
+
+        parse_addr(metrics_addr)
     return MountConfig(
         mountpoint=mountpoint,
         stores=stores,
@@ -62,6 +68,7 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
         api_url=args.api_url,
         allow_other=args.allow_other,
         log_file=getattr(args, "log_file", None),
+        metrics_addr=metrics_addr,
     )
 
 
@@ -145,13 +152,33 @@ def _ask(path: str, op: str, timeout: float, **fields: Any
         return ExitCode.FAILED
     after = f"{_GOES_ON.get(op, 'the mount is not affected')} (see `memfs status {path}`)"
     try:
-        return info, control.request(info, op, timeout=timeout, **fields)
+        with _progress(info, op):
+            return info, control.request(info, op, timeout=timeout, **fields)
     except KeyboardInterrupt:
         return _fail(f"interrupted; {after}", ExitCode.INTERRUPTED)
     except TimeoutError:
         return _fail(f"the daemon did not answer within {timeout:g}s; {after}")
     except OSError as e:
         return _fail(f"the daemon did not answer: {e}")
+
+
+def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
+    """On a terminal, what the daemon is doing while `op` waits (memfs/progress.py)."""
+    from memfs import progress
+
+    names = {"sync": {"pushing": "pushing"},
+             "unmount": {"pushing": "flushing"}}.get(op)
+    if names is None or not progress.on_terminal():
+        return nullcontext()
+
+    def ask() -> dict[str, Any] | None:
+        try:
+            answer = control.request(info, "progress", timeout=5)
+        except OSError:
+            return None
+        return answer if answer.get("ok") else None
+
+    return progress.following(ask, names)
 
 
 def sync(args: Any) -> int:
@@ -366,9 +393,8 @@ def _unmount(mountpoint: str, timeout: float) -> int:
         time.sleep(0.05)
     if answer.get("error"):
         print(f"memfs: {answer['error']}", file=sys.stderr)
-    unpushed = answer.get("unpushed") or {}
-    for store_id, paths in unpushed.items():
-        print(f"memfs: {len(paths)} changed files of {store_id} could not be pushed; they "
-              f"stay in the journal for the next start: {', '.join(paths[:10])}",
-              file=sys.stderr)
+    from memfs.progress import unpushed_lines
+
+    for line in unpushed_lines(answer.get("unpushed") or {}):
+        print(line, file=sys.stderr)
     return ExitCode.OK if answer.get("ok") else ExitCode.FAILED

@@ -32,7 +32,7 @@ import httpx
 import pyfuse3
 import trio
 
-from memfs import conflicts, history, logs
+from memfs import conflicts, history, logs, metrics, progress
 from memfs.audit import Trail
 from memfs.cache import CacheDir
 from memfs.client import (
@@ -102,6 +102,7 @@ class MountConfig:
     allow_other: bool = False
     log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
     restart: str = ""  # the command that starts this mount again (dead-mount recovery)
+    metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -218,6 +219,10 @@ class Daemon:
         self._stop = trio.Event()
         self._flushed = trio.Event()
         self._flush_report: dict[str, Any] = {}
+        self._flush_scope = trio.CancelScope()  # the third Ctrl-C cancels the final flush
+        self._flushing = False
+        self._flush_signals = 0  # signals heard during the final flush
+        self._display: progress.Display | None = None
         self.http: httpx.AsyncClient | None = None
         self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
 
@@ -283,6 +288,8 @@ class Daemon:
                              cache_max_bytes=cfg.cache_max_bytes)
             sync.trail = self.trail
             self.syncs.append(sync)
+            if self._display is not None:
+                self._display.watch(self._label(sync), sync.progress)
         if not cfg.single:
             self.tree.root.mode = 0o555
 
@@ -308,6 +315,18 @@ class Daemon:
             if first is not None:
                 raise first from None
             raise
+
+    def _label(self, sync: StoreSync) -> str:
+        """How a progress line names a store: by its directory, in a session."""
+        return "" if self.config.single else sync.state.root.name
+
+    def _serve_metrics(self, addr: str) -> None:
+        try:
+            sock = metrics.listen(addr)
+        except (OSError, ValueError) as e:
+            raise StartError(str(e), ExitCode.USAGE) from None
+        metrics.start(sock)
+        metrics.watch_stores(lambda: [(s.store_id, s.statistics()) for s in self.syncs])
 
     def _start_client(self) -> StoreClient:
         assert self.http is not None
@@ -346,6 +365,8 @@ class Daemon:
             cfg.mountpoint, allow_nonempty=not cfg.single)
         check_outside(mountpoint, "cache directory", cfg.cache_dir or default_cache_root())
         check_outside(mountpoint, "runtime directory", runtime_dir())
+        if cfg.metrics_addr is not None:
+            self._serve_metrics(cfg.metrics_addr)
         client_config = ClientConfig.from_env(cfg.api_url, cfg.environ)
         # 16 connections: 8 uploads and a few downloads in flight. More only adds pool
         # bookkeeping: a 2,000-file flush took 17.5 s with 32 uploads, 9.0 s with 8.
@@ -354,7 +375,15 @@ class Daemon:
         crashed = False
         try:
             client = StoreClient(self.http)
-            await self._start_stores(client, signals)
+            # On a terminal: the listing as it streams, and what the last run left.
+            self._display = progress.Display.for_terminal(
+                {"listing": "listing", "pushing": "pushing"})
+            try:
+                await self._start_stores(client, signals)
+            finally:
+                if self._display is not None:
+                    self._display.close()
+                    self._display = None
             self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout,
                              own_permissions=self._own_permissions)
             self.ops.trail = self.trail
@@ -463,8 +492,39 @@ class Daemon:
                              ) -> None:
         task_status.started()
         async for signum in signals:  # open since start-up: no signal is missed
-            log.info("stopping on signal=%s", signal.Signals(signum).name)
-            self._stop.set()
+            name = signal.Signals(signum).name
+            if not self._flushing:
+                log.info("stopping on signal=%s", name)
+                self._stop.set()
+                continue
+            self._flush_signals += 1
+            if self._flush_signals == 1:
+                # One more chance: a second Ctrl-C is often impatience, not intent.
+                left = self._unpushed_count()
+                log.warning("the final sync is still pushing; one more signal stops it "
+                            "signal=%s files=%d mountpoint=%s", name, left, self.mountpoint)
+                _say(f"the final sync is still pushing {_files(left)}; press Ctrl-C once "
+                     "more to stop it and keep them in the journal for the next start")
+            elif not self._flush_scope.cancel_called:
+                log.warning("final sync stopped by a signal; what is not pushed stays in "
+                            "the journal signal=%s mountpoint=%s", name, self.mountpoint)
+                self._flush_scope.cancel()
+
+    def _unpushed_count(self) -> int:
+        return sum(len(paths) for paths in self._left_behind().values())
+
+    def _left_behind(self) -> dict[str, list[str]]:
+        """Per writable store: the changed paths not in the store yet."""
+        left: dict[str, list[str]] = {}
+        for sync in self.syncs:
+            if sync.state.read_only:
+                continue
+            stats = sync.statistics()
+            paths = stats["dirty_files"] + [p for p in stats["pending_delete_paths"]
+                                            if p and sync.deletions == "enabled"]
+            if paths:
+                left[sync.store_id] = paths
+        return left
 
     async def _final_flush(self) -> int:
         t0 = time.monotonic()
@@ -475,27 +535,38 @@ class Daemon:
                 return
             results[sync.store_id] = await sync.final_sync()
 
-        async with trio.open_nursery() as nursery:
-            for sync in self.syncs:
-                nursery.start_soon(one, sync)
-        left: dict[str, list[str]] = {}
-        for sync in self.syncs:
-            if sync.state.read_only:
-                continue
-            stats = sync.statistics()
-            paths = stats["dirty_files"] + [p for p in stats["pending_delete_paths"]
-                                            if p and sync.deletions == "enabled"]
-            if paths:
-                left[sync.store_id] = paths
+        pending = self._unpushed_count()
+        if pending:
+            log.info("final sync started files=%d mountpoint=%s", pending, self.mountpoint)
+        display = progress.Display.for_terminal({"pushing": "flushing"})
+        self._flushing = True
+        try:
+            with self._flush_scope:
+                if display is not None:
+                    for sync in self.syncs:
+                        display.watch(self._label(sync), sync.progress)
+                async with trio.open_nursery() as nursery:
+                    for sync in self.syncs:
+                        nursery.start_soon(one, sync)
+        finally:
+            self._flushing = False
+            if display is not None:
+                display.close()
+        left = self._left_behind()
+        stopped = self._flush_scope.cancelled_caught
         self._flush_report = {
             "ok": not left, "seconds": round(time.monotonic() - t0, 3),
-            "unpushed": left,
+            "unpushed": left, "stopped": stopped,
             "outcomes": {k: v.outcome for k, v in results.items()},
         }
         for store_id, paths in left.items():
             log.warning("memory flush left changed files un-pushed; they stay in the "
                         "journal for the next start memory_store_id=%s files=%d paths=%s",
                         store_id, len(paths), ",".join(paths[:20]))
+        if stopped:
+            _say(f"final sync stopped; {_files(self._unpushed_count())} not pushed, kept "
+                 "in the journal: the next start pushes them")
+            return ExitCode.INTERRUPTED
         return 0 if not left else 1
 
     def _places(self) -> dict[str, str]:
@@ -583,11 +654,27 @@ class Daemon:
                                         self.config.single, self._start_client())
         if op == "conflicts":  # memfs conflicts (memfs/conflicts.py)
             return conflicts.answer(request, self.syncs, self.mountpoint, self.config.single)
+        if op == "progress":
+            return {"ok": True, "closing": self._stop.is_set(),
+                    "stores": [{"memory_store_id": s.store_id, "label": self._label(s),
+                                **s.progress.snapshot()} for s in self.syncs]}
         if op == "unmount":
             self._stop.set()
             await self._flushed.wait()
             return self._flush_report
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _say(message: str) -> None:
+    """A line for the person at the terminal (a foreground mount's stderr)."""
+    try:
+        print(f"memfs: {message}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr is gone (a --daemon child writes to /dev/null, never fails)
+
+
+def _files(n: int) -> str:
+    return f"{n} changed file" + ("" if n == 1 else "s")
 
 
 def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError | None:
@@ -657,10 +744,8 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
         except ConfigError as e:
             print(f"memfs: {e}", file=sys.stderr)
             return 2
-        for store_id, paths in (daemon._flush_report.get("unpushed") or {}).items():
-            print(f"memfs: {len(paths)} changed files of {store_id} could not be pushed; "
-                  f"they stay in the journal for the next start: {', '.join(paths[:10])}",
-                  file=sys.stderr)
+        for line in progress.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
+            print(line, file=sys.stderr)
         return code
 
     read_fd, write_fd = os.pipe()

@@ -23,6 +23,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 import pyfuse3
 import trio
 
+from memfs import metrics
 from memfs.audit import Trail, command_name
 from memfs.errors import FsError
 from memfs.paths import (
@@ -72,25 +73,33 @@ class ContentWaiter(Protocol):
 
 
 def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    name = fn.__name__
+
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return await fn(*args, **kwargs)
-        except FsError as e:
-            raise pyfuse3.FUSEError(e.errno) from None
-        except pyfuse3.FUSEError:
-            raise
-        except OSError as e:
-            if e.errno not in _CACHE_DISK_ERRNOS:
-                raise _unexpected(fn.__name__) from None
-            # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
-            log.warning("cache disk error handler=%s errno=%s error=%s", fn.__name__,
-                        errno.errorcode.get(e.errno, e.errno), e.strerror or e)
-            raise pyfuse3.FUSEError(e.errno) from None
-        except Exception:
-            raise _unexpected(fn.__name__) from None
+            result = await fn(*args, **kwargs)
+        except Exception as e:
+            error = _fuse_error(name, e)
+            metrics.fuse_op(name, error.errno)
+            raise error from None
+        metrics.fuse_op(name, 0)
+        return result
 
     return wrapper
+
+
+def _fuse_error(handler: str, e: Exception) -> pyfuse3.FUSEError:
+    if isinstance(e, FsError):
+        return pyfuse3.FUSEError(e.errno)
+    if isinstance(e, pyfuse3.FUSEError):
+        return e
+    if isinstance(e, OSError) and e.errno in _CACHE_DISK_ERRNOS:
+        # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
+        log.warning("cache disk error handler=%s errno=%s error=%s", handler,
+                    errno.errorcode.get(e.errno, e.errno), e.strerror or e)
+        return pyfuse3.FUSEError(e.errno)
+    return _unexpected(handler)
 
 
 _CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)

@@ -8,6 +8,7 @@ A lost race is settled by retrieving the memory and landing it (the store wins).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -29,6 +30,7 @@ from memfs.fetcher import ContentFetcher
 from memfs.landing import Lander
 from memfs.paths import sha256_hex
 from memfs.plan import PassResult, Plan
+from memfs.progress import Tracker
 from memfs.tree import Node, StoreState
 
 log = logging.getLogger("memfs.sync")
@@ -42,12 +44,13 @@ class Pusher:
     """Sends one store's creates, updates, renames and deletes."""
 
     def __init__(self, state: StoreState, client: StoreClient, lander: Lander,
-                 fetcher: ContentFetcher, *, concurrency: int,
+                 fetcher: ContentFetcher, progress: Tracker, *, concurrency: int,
                  deletions: DeletionMode) -> None:
         self.state = state
         self.client = client
         self.lander = lander
         self.fetcher = fetcher
+        self.progress = progress  # "pushing N of M" (memfs/progress.py)
         self.store_id = state.store_id
         self.deletions: DeletionMode = deletions
         # 8 uploads in flight: the store serialises writes anyway, and more concurrent
@@ -62,19 +65,32 @@ class Pusher:
     async def push(self, plan: Plan, result: PassResult) -> None:
         """Deletes, then updates (renames that stepped aside retried), then creates."""
         await self.lander.flush_invalidations()
+        deletes = (len(plan.deletes) if self.deletions == "enabled" and not self.deletes_held
+                   else 0)
+        total = min(deletes, delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
+                    ) + len(plan.updates) + len(plan.creates)
+        if total:
+            self.progress.begin("pushing", total)
+        else:
+            self.progress.end()
         await self._push_deletes(plan.deletes, result)
         self._renames_to_retry = []
         async with trio.open_nursery() as nursery:
             for node in plan.updates:
-                nursery.start_soon(self._push_update, node, result)
+                nursery.start_soon(self._counted, self._push_update, node, result)
         retry, self._renames_to_retry = self._renames_to_retry, []
         async with trio.open_nursery() as nursery:  # those that stepped aside, now freed
             for node in retry:
                 nursery.start_soon(self._push_update, node, result)
         async with trio.open_nursery() as nursery:
             for node in plan.creates:
-                nursery.start_soon(self._push_create, node, result)
+                nursery.start_soon(self._counted, self._push_create, node, result)
         await self.lander.flush_invalidations()
+
+    async def _counted(self, push: Callable[[Node, PassResult], Awaitable[None]],
+                       node: Node, result: PassResult) -> None:
+        await push(node, result)
+        self.progress.advance()
 
     async def _step_aside(self, node: Node, e: PathConflict) -> bool:
         """A rename blocked by another of our own memories that is itself moving away
@@ -121,7 +137,7 @@ class Pusher:
                         len(tombs) - cap)
         async with trio.open_nursery() as nursery:
             for tomb in tombs[:cap]:
-                nursery.start_soon(self._push_delete, tomb, result)
+                nursery.start_soon(self._counted, self._push_delete, tomb, result)
 
     async def _push_delete(self, tomb: Node, result: PassResult) -> None:
         assert tomb.memory_id is not None

@@ -15,7 +15,6 @@ import logging
 import os
 import stat
 import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -53,6 +52,7 @@ from memfs.paths import (
     local_name,
     sha256_hex,
 )
+from memfs.progress import Bar, on_terminal
 
 PROG = "memfs store"
 IMPORT_CONCURRENCY = 16
@@ -250,36 +250,21 @@ def _ask(prompt: str) -> str:
 
 
 class Progress:
-    """A one-line bar on stderr, only on a terminal; silent in scripts and tests."""
+    """One line on stderr ("importing 212 of 300 files"), only on a terminal."""
 
-    def __init__(self, label: str, total: int | None, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty()
-        self.label, self.total, self.done = label, total, 0
-        self._last = 0.0
+    def __init__(self, label: str, total: int | None, stream: TextIO | None = None,
+                 unit: str = "files") -> None:
+        self.done = 0
+        self.bar = Bar(label, total, unit, stream) if on_terminal(stream) else None
 
     def advance(self, n: int = 1) -> None:
         self.done += n
-        now = time.monotonic()
-        if self.enabled and (now - self._last > 0.1 or self.done == self.total):
-            self._last = now
-            self._draw()
-
-    def _draw(self) -> None:
-        if self.total:
-            filled = int(30 * self.done / self.total)
-            bar = "#" * filled + "." * (30 - filled)
-            text = f"\r{self.label} [{bar}] {self.done}/{self.total}"
-        else:
-            text = f"\r{self.label} {self.done}"
-        self.stream.write(text)
-        self.stream.flush()
+        if self.bar is not None:
+            self.bar.update(self.done)
 
     def close(self) -> None:
-        if self.enabled and self.done:
-            self._draw()
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
 
 
 # --------------------------------------------------------------------------- import
@@ -515,7 +500,10 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
     written = 0
     total_bytes = 0
     refused: list[dict[str, str]] = []
-    progress = Progress("exporting", None)
+    total = None
+    if on_terminal():  # a total for the bar: one cheap listing (100 a page) first
+        total = sum(m.path != MARKER_PATH for m in await client.list_memories(store.id))
+    progress = Progress("exporting", total, unit="memories")
     batch: list[tuple[str, bytes]] = []
 
     async def flush() -> None:

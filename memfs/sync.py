@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from memfs import cachegc
+from memfs import cachegc, metrics
 from memfs.audit import Trail
 from memfs.client import StoreClient
 from memfs.config import DEFAULT_EXCLUDES, DeletionMode
@@ -38,6 +38,7 @@ from memfs.logs import rfc3339
 from memfs.notify import Notifier
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.plan import PassResult, Planner
+from memfs.progress import Tracker
 from memfs.pusher import Pusher
 from memfs.tree import Node, StoreState
 
@@ -72,7 +73,8 @@ class StoreSync:
         self.fetcher = ContentFetcher(state, client, concurrency=fetch_concurrency)
         self.planner = Planner(state, excluded=self._excluded)
         self.lander = Lander(state, notifier)
-        self.pusher = Pusher(state, client, self.lander, self.fetcher,
+        self.progress = Tracker()  # what the running pass is doing (memfs/progress.py)
+        self.pusher = Pusher(state, client, self.lander, self.fetcher, self.progress,
                              concurrency=push_concurrency, deletions=deletions)
         self.store_id = state.store_id
         self.last_pass: PassResult | None = None
@@ -259,6 +261,8 @@ class StoreSync:
         timeout = self.flush_timeout
         with trio.move_on_after(timeout) as scope:
             return await self._pass(initial=False, final=True)
+        self.progress.end()
+        metrics.sync_pass(self.store_id, "cut-off", 0)
         left = self.statistics()["dirty"]
         log.warning("final memory sync cut off; changed files that had not finished "
                     "uploading stay in the journal memory_store_id=%s files=%d after_ms=%d",
@@ -290,7 +294,11 @@ class StoreSync:
                     log.info("memory store reachable again memory_store_id=%s",
                              self.store_id)
                 self.offline = False
+            finally:
+                self.progress.end()
             result.duration_s = time.monotonic() - t0
+            metrics.sync_pass(self.store_id, "idle" if result.outcome == "ok"
+                              and not result.listed else result.outcome, result.conflicts)
             self.last_pass = result
             self._completed_seq = seq
             done, self._completed = self._completed, trio.Event()
@@ -330,7 +338,11 @@ class StoreSync:
             return
         generation = self.state.generation
         remote: dict[str, RemoteMemory] = {}
-        for memory in await self.client.list_memories(self.store_id):
+        self.progress.begin("listing")
+        async for memory in self.client.iter_memories(self.store_id):
+            if not isinstance(memory, RemoteMemory):
+                continue
+            self.progress.advance()
             if memory.path == MARKER_PATH:
                 log.warning("the server listed the reserved marker path; skipping path=%s "
                             "memory_store_id=%s", memory.path, self.store_id)
@@ -340,6 +352,7 @@ class StoreSync:
                             "memory_store_id=%s path=%s", self.store_id, memory.path)
                 continue
             remote[memory.id] = memory
+        self.progress.end()
         plan = self.planner.plan(remote, final=final, interval=self.interval)
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])

@@ -14,6 +14,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from memfs import metrics
 from memfs.config import ExitCode
 from memfs.server.app import RequestHook, create_app
 from memfs.server.backends import (
@@ -57,7 +58,10 @@ def _url(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
-async def _serve(config: Config, app: Any, url: str) -> None:
+async def _serve(config: Config, app: Any, url: str,
+                 metrics_sock: socket.socket | None = None) -> None:
+    if metrics_sock is not None:
+        metrics.start(metrics_sock)
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
 
         async def shutdown_trigger() -> None:
@@ -81,6 +85,7 @@ def run_server(
     faults: str | None = None,
     pool_size: int = 8,
     shutdown_timeout: float = 10.0,
+    metrics_addr: str | None = None,
 ) -> int:
     """Serve the Memory Stores API; 0 on a signal, 2 when it cannot start.
 
@@ -103,6 +108,11 @@ def run_server(
         return _refuse("--pool-size must be between 1 and 1000")
     if shutdown_timeout < 0:
         return _refuse("--shutdown-timeout must not be negative")
+    if metrics_addr is not None:
+        try:
+            metrics.parse_addr(metrics_addr)
+        except ValueError as exc:
+            return _refuse(str(exc))
     where = describe_spec(db)
     try:
         database = open_storage(db, max_memories=max_memories, pool_size=pool_size)
@@ -119,6 +129,13 @@ def run_server(
                 reason = "the port is already in use"
             return _refuse(f"cannot listen on {host}:{port}: {reason}")
         url = _url(sock)
+        metrics_sock = None
+        if metrics_addr is not None:
+            try:
+                metrics_sock = metrics.listen(metrics_addr)
+            except OSError as exc:
+                sock.close()
+                return _refuse(str(exc))
         config = Config()
         config.bind = [f"fd://{sock.detach()}"]
         config.accesslog = None
@@ -129,13 +146,15 @@ def run_server(
         if fault_spec is not None:
             log.warning("fault injection is on faults=%s", faults)
             app = FaultInjector(app, fault_spec)
+        if metrics_sock is not None:
+            app = metrics.ServerMetrics(app)
         log.info("serving backend=%s db=%s url=%s pool_size=%d", database.backend, where, url,
                  pool_size)
         # Ignored outside the serving loop: trio's receiver re-raises a signal still
         # pending when it closes, and a second Ctrl-C must not turn into a traceback.
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
         try:
-            trio.run(_serve, config, app, url)
+            trio.run(_serve, config, app, url, metrics_sock)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

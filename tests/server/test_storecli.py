@@ -398,6 +398,6 @@ def test_progress_only_on_a_terminal(tty: bool) -> None:
         bar.advance()
     bar.close()
     if tty:
-        assert stream.getvalue().endswith("\rimporting [" + "#" * 30 + "] 3/3\n")
+        assert stream.getvalue().endswith("\rimporting 3 of 3 files [" + "#" * 20 + "]\n")
     else:
         assert stream.getvalue() == ""
