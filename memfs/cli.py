@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["debug", "info", "warning", "error"])
     common.add_argument("--log-file", default=argparse.SUPPRESS,
                         help="append logs to this file instead of stderr")
+    from memfs import manpage
+
+    manpage.add_arguments(parser)  # --print-manpage, --print-completion
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, **kw: Any) -> argparse.ArgumentParser:
@@ -167,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] and words[0].startswith("memstore_"):  # fuse3 mount.fuse: memfs#STORE_ID
+        from memfs import mounthelper
+
+        return mounthelper.main(words)
     parser = build_parser()
     args = parser.parse_args(argv)
     from memfs import logs
