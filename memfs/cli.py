@@ -171,12 +171,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    if words[:1] and words[0].startswith("memstore_"):  # fuse3 mount.fuse: memfs#STORE_ID
+    # mount(8) runs us as /sbin/mount.fuse.memfs; fuse3's mount.fuse as `memfs STORE_ID …`
+    fuse3_form = bool(words) and words[0].startswith("memstore_")
+    if fuse3_form or (argv is None and os.path.basename(sys.argv[0]) == "mount.fuse.memfs"):
         from memfs import mounthelper
 
-        return mounthelper.main(words)
+        translated = mounthelper.translate(words)
+        if isinstance(translated, int):
+            return translated
+        words = translated
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     from memfs import logs
 
     logs.configure(args.log_level, args.log_file)

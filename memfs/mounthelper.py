@@ -5,7 +5,8 @@ mount(8) runs `/sbin/mount.fuse.memfs SOURCE DIR [-sfnvrw] [-N NS] [-o OPTS]` wi
 PATH and without HOME or XDG_RUNTIME_DIR at boot, and expects the helper to return once
 the filesystem is mounted. fuse3's own mount.fuse runs `memfs SOURCE DIR -o OPTS` for a
 `memfs#STORE_ID` source of type `fuse`; `memfs.cli` hands that form here too. Either way
-every check and message is `memfs mount`'s own: this module only translates.
+every check and message is `memfs mount`'s own: this module only translates, and
+`memfs.cli` (installed a second time as `mount.fuse.memfs`) runs the result.
 """
 
 from __future__ import annotations
@@ -195,9 +196,10 @@ def _prepare_environment(env_file: str | None) -> None:
         os.environ.update(load_env_file(env_file))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The `mount.fuse.memfs` program; exit codes are `memfs mount`'s (0 means mounted)."""
-    args = sys.argv[1:] if argv is None else list(argv)
+def translate(args: Sequence[str]) -> list[str] | int:
+    """The `memfs` command line that does what mount(8) asked, or the exit code when
+    there is nothing to run (a refusal, exit 2; `-f`, exit 0). `memfs.cli` runs it, so
+    every check and message after this point is `memfs mount`'s own."""
     try:
         request = parse(args)
         _prepare_environment(request.env_file)
@@ -209,10 +211,4 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"memfs {shlex.join(request.argv)}", file=sys.stderr)
     if request.fake:  # -f: mount(8)'s "do everything but the mount"
         return ExitCode.OK
-    from memfs import cli
-
-    return cli.main(request.argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return request.argv
