@@ -22,9 +22,10 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from cachetools import LRUCache
 
@@ -239,6 +240,26 @@ class _Db:
         self._conn.close()
 
 
+class EntryFields(TypedDict, total=False):
+    """The columns of an `entries` row a caller may set (the schema above): mypy checks
+    every `Journal.insert`/`update` keyword against this, and `_check` at run time."""
+
+    path: str | None
+    memory_id: str | None
+    base_sha: str | None
+    base_path: str | None
+    sha: str | None
+    data: bytes | None
+    dirty: int
+    mode: int
+    mtime_ns: int
+    sent_sha: str | None
+    sent_path: str | None
+    refused_sha: str | None
+    refused_why: str | None
+    conflict: str | None
+
+
 class Journal:
     """The SQLite journal of one store's local state."""
 
@@ -270,25 +291,28 @@ class Journal:
     def is_empty(self) -> bool:
         return self._db.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
 
-    def insert(self, *, path: str | None, kind: str, mode: int, mtime_ns: int,
-               **fields: object) -> int:
-        names = ["path", "kind", "mode", "mtime_ns", *fields]
+    def insert(self, *, kind: str, **fields: Unpack[EntryFields]) -> int:
+        """A new row; `path` (None: a tombstone), `mode` and `mtime_ns` are required."""
+        missing = {"path", "mode", "mtime_ns"} - set(fields)
+        if missing:
+            raise ValueError(f"a journal row needs {sorted(missing)}")
         self._check(fields)
+        names = ["kind", *fields]
         cur = self._db.execute(
             f"INSERT INTO entries({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-            (path, kind, mode, mtime_ns, *fields.values()),
+            (kind, *fields.values()),
         )
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def update(self, entry_id: int, **fields: object) -> None:
+    def update(self, entry_id: int, **fields: Unpack[EntryFields]) -> None:
         self._check(fields)
         sets = ", ".join(f"{k}=?" for k in fields)
         self._db.execute(
             f"UPDATE entries SET {sets} WHERE entry_id=?", (*fields.values(), entry_id)
         )
 
-    def update_many(self, changes: list[tuple[int, dict[str, object]]]) -> None:
+    def update_many(self, changes: list[tuple[int, EntryFields]]) -> None:
         """Apply several row updates in one transaction (a directory rename)."""
         with self.transaction():
             for entry_id, fields in changes:
@@ -322,7 +346,7 @@ class Journal:
         self._db.execute("PRAGMA wal_checkpoint(FULL)")
 
     @staticmethod
-    def _check(fields: dict[str, object]) -> None:
+    def _check(fields: Mapping[str, object]) -> None:
         unknown = set(fields) - _UPDATABLE
         if unknown:
             raise ValueError(f"unknown journal columns: {sorted(unknown)}")
@@ -353,6 +377,9 @@ class _Transaction:
             if self._db.in_transaction:  # a COMMIT that failed (disk full) stays open
                 self._db.execute("ROLLBACK")
             raise
+
+
+LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
 
 
 class CacheDir:
@@ -388,6 +415,14 @@ class CacheDir:
             raise ConfigError(
                 f"cache directory {root} belongs to store {known}, not {store_id}"
             )
+
+    def never_synced(self) -> bool:
+        """No start ever merged the store's listing here, and nothing is journaled."""
+        return self.journal.get_meta(LISTED_META) is None and self.journal.is_empty()
+
+    def mark_listed(self, at: str) -> None:
+        """A start merged the store's listing: this cache can serve an offline start."""
+        self.journal.set_meta(LISTED_META, at)
 
     def save_conflict(self, path: str, data: bytes) -> Path:
         """Keep the losing bytes of a conflict; returns where they are."""

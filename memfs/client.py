@@ -34,7 +34,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import httpx
 import trio
@@ -42,6 +42,7 @@ import trio
 from memfs.errors import (
     ConfigError,
     Conflict,
+    InvalidContent,
     NotFound,
     PathConflict,
     PreconditionFailed,
@@ -52,11 +53,14 @@ from memfs.errors import (
 )
 from memfs.paths import (
     ANTHROPIC_VERSION,
+    BETA_MANAGED_AGENTS,
     BETA_MEMORY,
     RemoteMemory,
     is_sha256_hex,
     sha256_hex,
 )
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("memfs.client")
 
@@ -150,7 +154,7 @@ def decode_work_secret(secret: str) -> str:
     return token.strip()
 
 
-def _is_loopback(url: str) -> bool:
+def is_loopback(url: str) -> bool:
     host = httpx.URL(url).host
     if host == "localhost":
         return True
@@ -202,7 +206,7 @@ def make_http_client(
         timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=TRANSFER_TIMEOUT,
                               write=TRANSFER_TIMEOUT, pool=120.0),
         transport=transport,
-        trust_env=not _is_loopback(config.base_url),
+        trust_env=not is_loopback(config.base_url),
         follow_redirects=False,
     )
 
@@ -267,10 +271,6 @@ class MemoryPrefix:
     """A directory roll-up from a `depth=1` listing; `path` ends with '/'."""
 
     path: str
-
-
-class InvalidContent(StoreError):
-    """The server sent content that is not valid UTF-8 text (lone surrogates in JSON)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,8 +579,8 @@ class StoreClient:
             text = text.replace(secret, "[redacted]")
         return text
 
-    def _headers(self, has_body: bool) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION, "anthropic-beta": BETA_MEMORY}
+    def _headers(self, has_body: bool, beta: str = BETA_MEMORY) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION, "anthropic-beta": beta}
         if has_body:
             headers["content-type"] = "application/json"
         return headers
@@ -595,9 +595,8 @@ class StoreClient:
             detail = f"it did not accept a connection within {CONNECT_TIMEOUT:g}s"
         elif isinstance(exc, httpx.TimeoutException):
             detail = f"it stopped answering for {TRANSFER_TIMEOUT:g}s mid-transfer"
-        text = f"cannot reach the store at {self._where()}: {name}"
-        if detail and detail != name:
-            text += f": {detail}"
+        # The detail alone: "ConnectError: all attempts to connect … failed" says it twice.
+        text = f"cannot reach the store at {self._where()}: {detail or name}"
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
             return StoreError(text)
         if isinstance(exc, httpx.TransportError):
@@ -623,6 +622,7 @@ class StoreClient:
         params: Mapping[str, Any] | None = None,
         body: Mapping[str, Any] | None = None,
         settle: Settle | None = None,
+        beta: str = BETA_MEMORY,
     ) -> Any:
         """Send with retries; return the decoded JSON body of a 2xx answer.
 
@@ -647,7 +647,7 @@ class StoreClient:
             error: StoreError
             timed_out = False
             try:
-                response = await self._send(method, url, clean_params, content)
+                response = await self._send(method, url, clean_params, content, beta)
             except httpx.RequestError as exc:
                 error = self._transport_error(exc)
                 timed_out = isinstance(exc, httpx.TimeoutException)
@@ -682,23 +682,24 @@ class StoreClient:
             retry_after = error.retry_after if isinstance(error, StoreUnavailable) else None
             delay = self.retry.delay(attempt, retry_after)
             elapsed = trio.current_time() - started
-            context = _kv(op=op, memory_store_id=store_id, path=memory_path, attempt=attempt)
             if attempt >= self.retry.max_attempts or elapsed + delay > self.retry.deadline:
                 if self.retry.max_attempts > 1:  # the caller reports the error itself
-                    log.debug("giving up on store request %s elapsed=%.1f error=%s",
-                              context, elapsed, _quote(str(error)))
+                    log.debug("giving up on store request op=%s memory_store_id=%s path=%s "
+                              "attempt=%d elapsed=%.1f error=%s", op, store_id, memory_path,
+                              attempt, elapsed, error)
                 raise error
             level = logging.DEBUG if attempt == 1 else logging.WARNING
-            log.log(level, "retrying store request %s delay=%.2f error=%s",
-                    context, delay, _quote(str(error)))
+            log.log(level, "retrying store request op=%s memory_store_id=%s path=%s "
+                    "attempt=%d delay=%.2f error=%s", op, store_id, memory_path, attempt,
+                    delay, error)
             await trio.sleep(delay)
 
     async def _send(self, method: str, url: str, params: dict[str, Any],
-                    content: bytes | None) -> httpx.Response:
+                    content: bytes | None, beta: str = BETA_MEMORY) -> httpx.Response:
         """One request: its status line must arrive within the first-byte bound; the
         body then only has the transfer bound (`TRANSFER_TIMEOUT`) between bytes."""
         request = self._http.build_request(method, url, params=params, content=content,
-                                           headers=self._headers(content is not None))
+                                           headers=self._headers(content is not None, beta))
         with trio.fail_after(self.first_byte_timeout):
             response = await self._http.send(request, stream=True)
         try:
@@ -707,19 +708,29 @@ class StoreClient:
             await response.aclose()
         return response
 
-    def _parse(self, op: str, parser: Callable[[Any], Any], data: Any) -> Any:
+    def _parse(self, op: str, parser: Callable[[Any], _T], data: Any) -> _T:
         try:
             return parser(data)
         except _Malformed as exc:
             raise StoreError(f"{op}: malformed answer from the store: {exc}") from None
+
+    # ---------------------------------------------------------------- sessions
+
+    async def retrieve_session(self, session_id: str) -> dict[str, Any]:
+        """The session object: `memfs session --session-id` mounts its resources."""
+        data = await self._request("GET", f"/v1/sessions/{_seg(session_id, 'session id')}",
+                                   op="retrieve_session", beta=BETA_MANAGED_AGENTS)
+        if not isinstance(data, dict):
+            raise StoreError("retrieve_session: malformed answer from the server: "
+                             "not a JSON object")
+        return data
 
     # ---------------------------------------------------------------- stores
 
     async def retrieve_store(self, store_id: str) -> StoreInfo:
         data = await self._request("GET", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
                                    op="retrieve_store", store_id=store_id)
-        result: StoreInfo = self._parse("retrieve_store", _parse_store, data)
-        return result
+        return self._parse("retrieve_store", _parse_store, data)
 
     async def list_stores(self, *, include_archived: bool = False) -> list[StoreInfo]:
         """Every store (all pages), newest first."""
@@ -745,8 +756,7 @@ class StoreClient:
         if metadata:
             body["metadata"] = dict(metadata)
         data = await self._request("POST", "/v1/memory_stores", op="create_store", body=body)
-        result: StoreInfo = self._parse("create_store", _parse_store, data)
-        return result
+        return self._parse("create_store", _parse_store, data)
 
     async def update_store(
         self,
@@ -768,16 +778,14 @@ class StoreClient:
             "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
             op="update_store", store_id=store_id, body=body,
         )
-        result: StoreInfo = self._parse("update_store", _parse_store, data)
-        return result
+        return self._parse("update_store", _parse_store, data)
 
     async def archive_store(self, store_id: str) -> StoreInfo:
         data = await self._request(
             "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}/archive",
             op="archive_store", store_id=store_id,
         )
-        result: StoreInfo = self._parse("archive_store", _parse_store, data)
-        return result
+        return self._parse("archive_store", _parse_store, data)
 
     async def delete_store(self, store_id: str) -> None:
         """Delete a store and everything in it; a retry that meets 404 counts as done."""
@@ -832,7 +840,7 @@ class StoreClient:
                 except _Malformed as e:
                     # One bad record must not stop a whole store from syncing.
                     log.warning("the server listed a malformed memory; skipping it "
-                                "memory_store_id=%s memory_id=%r: %s", store_id,
+                                "memory_store_id=%s memory_id=%s error=%s", store_id,
                                 str(item.get("id"))[:80], e)
             else:
                 log.debug("skipping unknown list item type=%s memory_store_id=%s",
@@ -873,18 +881,15 @@ class StoreClient:
             "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
             store_id=store_id, params={"view": "full"},
         )
-        result: FullMemory = self._parse(
-            "retrieve_memory", lambda v: _parse_full(_obj(v, "memory")), data)
-        return result
+        return self._parse("retrieve_memory", lambda v: _parse_full(_obj(v, "memory")), data)
 
     async def _retrieve_basic(self, store_id: str, memory_id: str) -> dict[str, Any]:
         data = await self._request(
             "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
             store_id=store_id, params={"view": "basic"},
         )
-        result: dict[str, Any] = self._parse("retrieve_memory",
+        return self._parse("retrieve_memory",
                                              lambda v: _obj(v, "memory"), data)
-        return result
 
     async def create_memory(self, store_id: str, path: str, content: str) -> RemoteMemory:
         """Create a memory; never overwrites (`PathConflict` if the path is taken).
@@ -908,9 +913,8 @@ class StoreClient:
             except NotFound:
                 return _RETRY  # deleted meanwhile: the path may be free now
             if found.get("path") == path and found.get("content_sha256") == sha:
-                log.info("create settled by sha after a lost answer %s",
-                         _kv(memory_store_id=store_id, path=path,
-                             memory_id=error.conflicting_memory_id))
+                log.info("create settled by sha after a lost answer memory_store_id=%s "
+                         "path=%s memory_id=%s", store_id, path, error.conflicting_memory_id)
                 return found
             return None
 
@@ -919,9 +923,7 @@ class StoreClient:
             memory_path=path, params={"view": "basic"},
             body={"path": path, "content": content}, settle=settle,
         )
-        result: RemoteMemory = self._parse(
-            "create_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
-        return result
+        return self._parse("create_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
     async def update_memory(
         self,
@@ -952,9 +954,7 @@ class StoreClient:
             "POST", self._memories_url(store_id, memory_id), op="update_memory",
             store_id=store_id, memory_path=path, params={"view": "basic"}, body=body,
         )
-        result: RemoteMemory = self._parse(
-            "update_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
-        return result
+        return self._parse("update_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
     async def delete_memory(
         self, store_id: str, memory_id: str, *, expected_sha256: str | None = None
@@ -1041,8 +1041,7 @@ class StoreClient:
             f"{_seg(version_id, 'version id')}",
             op="retrieve_version", store_id=store_id, params={"view": "full"},
         )
-        result: MemoryVersion = self._parse("retrieve_version", _parse_version, data)
-        return result
+        return self._parse("retrieve_version", _parse_version, data)
 
     async def redact_version(self, store_id: str, version_id: str) -> MemoryVersion:
         data = await self._request(
@@ -1050,22 +1049,5 @@ class StoreClient:
             f"{_seg(version_id, 'version id')}/redact",
             op="redact_version", store_id=store_id, body={},
         )
-        result: MemoryVersion = self._parse("redact_version", _parse_version, data)
-        return result
+        return self._parse("redact_version", _parse_version, data)
 
-
-def _quote(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _kv(**fields: object) -> str:
-    """`key=value` pairs for log lines; values with spaces are JSON-quoted."""
-    parts = []
-    for key, value in fields.items():
-        if value is None:
-            continue
-        text = str(value)
-        if not text or any(c.isspace() or c in '"=' for c in text):
-            text = _quote(text)
-        parts.append(f"{key}={text}")
-    return " ".join(parts)

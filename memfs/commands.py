@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +43,8 @@ def parse_size(text: str) -> int:
 
 def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
             ) -> MountConfig:
+    from memfs.config import DEFAULT_EXCLUDES, check_interval
     from memfs.daemon import MountConfig
-    from memfs.sync import DEFAULT_EXCLUDES, check_interval
 
     interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
@@ -90,13 +91,20 @@ def _restart(args: Any, config: MountConfig) -> str:
 
 
 def session(args: Any) -> int:
+    from memfs.config import check_interval
     from memfs.daemon import StartError, launch
     from memfs.session import prepare
-    from memfs.sync import check_interval
 
     try:
         check_interval(float(args.sync_interval))
-        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ))
+        if args.spec is not None and args.session_id is not None:
+            raise ValueError("give either SPEC.json or --session-id, not both")
+        session_id = args.session_id
+        if args.spec is None and session_id is None:
+            session_id = os.environ.get("ANTHROPIC_SESSION_ID", "").strip() or None
+        args.session_id = session_id  # the restart hint names it
+        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ),
+                               session_id)
         config = _config(args, root, stores, single=False)
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
@@ -152,28 +160,56 @@ def sync(args: Any) -> int:
         return asked
     _, answer = asked
     if args.json:
-        print(json.dumps(answer, indent=2))
-    else:
-        if answer.get("error"):
-            print(f"memfs: {answer['error']}", file=sys.stderr)
-        for store_id, r in answer.get("stores", {}).items():
-            line = (f"{store_id}: {r['outcome']} pulled={r['pulled']} pushed={r['pushed']} "
-                    f"deleted={r['deleted']} conflicts={r['conflicts']} "
-                    f"in {r['duration_s']}s")
-            if r.get("error"):
-                line += f" error={r['error']}"
-            print(line)
+        print(json.dumps({"mounts": [answer]}, indent=2))  # `status --json`'s schema
+        return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
+    if answer.get("error"):
+        print(f"memfs: {answer['error']}", file=sys.stderr)
+    for store in answer.get("stores", []):
+        r = store.get("last_pass") or {}
+        line = (f"{store['memory_store_id']}: {r.get('outcome')} pulled={r.get('pulled')} "
+                f"pushed={r.get('pushed')} deleted={r.get('deleted')} "
+                f"conflicts={r.get('conflicts')} in {r.get('duration_s')}s")
+        if r.get("error"):
+            line += f" error={r['error']}"
+        print(line)
+        _listing("conflict", [f"{c['path']} -> {c['copy']}"
+                              for c in r.get("conflict_copies", [])])
     return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
 
 
+# A terminal listing names this many files of each kind; `--json` names them all.
+SHOWN_PATHS = 20
+
+
+def _listing(kind: str, items: list[str], indent: str = "  ") -> None:
+    """`conflict: /a.md -> copy`, one line a file, then `… and N more`."""
+    for item in items[:SHOWN_PATHS]:
+        print(f"{indent}{kind}: {item}")
+    if len(items) > SHOWN_PATHS:
+        print(f"{indent}… and {len(items) - SHOWN_PATHS} more {kind} files "
+              "(see --json)")
+
+
+def _epoch(at: Any) -> float | None:
+    """An RFC 3339 time from the daemon as epoch seconds; None if absent or unreadable."""
+    if not at:
+        return None
+    try:
+        return datetime.fromisoformat(str(at)).timestamp()
+    except ValueError:
+        return None
+
+
 def _clock(at: Any) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(float(at))) if at else "-"
+    epoch = _epoch(at)
+    return time.strftime("%H:%M:%S", time.localtime(epoch)) if epoch is not None else "-"
 
 
 def _next_pass(at: Any) -> str:
-    if not at:
+    epoch = _epoch(at)
+    if epoch is None:
         return "-"
-    return f"{_clock(at)} (in {max(0.0, float(at) - time.time()):.0f}s)"
+    return f"{_clock(at)} (in {max(0.0, epoch - time.time()):.0f}s)"
 
 
 def _dead_at(path: str) -> dict[str, Any] | None:
@@ -244,12 +280,12 @@ def status(args: Any) -> int:
             if s.get("offline"):
                 print("    OFFLINE: the store does not answer; changes are kept in the "
                       "journal and pushed once it does")
-            for c in s.get("conflict_copies", []):
-                print(f"    conflict: {c['path']} -> {c['copy']}")
-            for r in s.get("refused_files", []):
-                print(f"    refused: {r['path']} ({r['why']})")
-            for p in s.get("pending_delete_paths", []):
-                print(f"    pending delete: {p}")
+            _listing("dirty", list(s.get("dirty_files", [])), "    ")
+            _listing("conflict", [f"{c['path']} -> {c['copy']}"
+                                  for c in s.get("conflict_copies", [])], "    ")
+            _listing("refused", [f"{r['path']} ({r['why']})"
+                                 for r in s.get("refused_files", [])], "    ")
+            _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
     return code
 
 

@@ -112,8 +112,8 @@ class ControlServer:
                     buf += chunk
             if not buf.endswith(b"\n"):
                 if buf:
-                    log.warning("control request dropped: incomplete or over %d bytes "
-                                "mountpoint=%s", MAX_REQUEST, self.mountpoint)
+                    log.warning("control request dropped: incomplete or too long "
+                                "mountpoint=%s max_bytes=%d", self.mountpoint, MAX_REQUEST)
                 return
             try:
                 request = json.loads(buf)
@@ -121,7 +121,7 @@ class ControlServer:
                     raise ValueError("request must be an object")
                 answer = await self.handler(request)
             except Exception as e:  # a bad request must not end the daemon
-                log.warning("control request failed: %r", e)
+                log.warning("control request failed error=%s", e)
                 answer = {"ok": False, "error": str(e)}
             await stream.send_all(json.dumps(answer).encode() + b"\n")
 

@@ -42,19 +42,26 @@ from memfs.client import (
     StoreInfo,
     make_http_client,
 )
-from memfs.config import ExitCode
+from memfs.config import DEFAULT_EXCLUDES, DeletionMode, ExitCode
 from memfs.control import ControlServer, runtime_dir
-from memfs.errors import ConfigError, MemfsError, NotFound, StoreAuthError, StoreUnavailable
+from memfs.errors import (
+    ConfigError,
+    MemfsError,
+    NotFound,
+    StoreAuthError,
+    StoreUnavailable,
+    missing_store,
+)
 from memfs.fs import MemFs
 from memfs.notify import KernelNotifier, Notifier
-from memfs.sync import DEFAULT_EXCLUDES, DeletionMode, PassResult, StoreSync
+from memfs.plan import PassResult
+from memfs.sync import StoreSync
 from memfs.tree import Node, StoreState, Tree
 
 log = logging.getLogger("memfs.daemon")
 
 
 JOURNAL_NAME = "journal.sqlite"
-LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
 
 
 def _now_iso() -> str:
@@ -181,12 +188,12 @@ async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
     try:
         return await client.retrieve_store(store_id)
     except NotFound:
-        raise StartError(f"memory store {store_id} does not exist") from None
+        raise StartError(missing_store(store_id)) from None
     except StoreUnavailable as e:
         raise StartError(f"{e} (is the server running? check --api-url or "
                          "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
     except StoreAuthError as e:
-        raise StartError(f"the store server refused the credentials: {e}", 2) from None
+        raise StartError(str(e), 2) from None
 
 
 # Someone waits for a mount to start: a hung or down server is reported in seconds
@@ -254,7 +261,7 @@ class Daemon:
                 raise StartError(str(e), 2) from None
             self.caches.append(cache)
             if info is None:
-                if cache.journal.get_meta(LISTED_META) is None and cache.journal.is_empty():
+                if cache.never_synced():
                     raise StartError(f"{reason}; the local copy in {cache_dir} was never "
                                      "synced, so there is nothing to start offline from",
                                      ExitCode.UNREACHABLE)
@@ -279,11 +286,11 @@ class Daemon:
             try:
                 await sync.start(offline=sync.store_id in offline)
                 if sync.store_id not in offline:
-                    sync.state.journal.set_meta(LISTED_META, _now_iso())
+                    sync.state.cache.mark_listed(_now_iso())
             except StoreUnavailable as e:
                 raise StartError(str(e), ExitCode.UNREACHABLE) from None
             except StoreAuthError as e:
-                raise StartError(f"the store server refused the credentials: {e}", 2) from None
+                raise StartError(str(e), 2) from None
             except MemfsError as e:
                 raise StartError(f"failed to download memory store memory_store_id="
                                  f"{sync.store_id}: {e}") from None
@@ -480,9 +487,9 @@ class Daemon:
             "outcomes": {k: v.outcome for k, v in results.items()},
         }
         for store_id, paths in left.items():
-            log.warning("memory flush left %d changed files un-pushed; they stay in the "
-                        "journal for the next start memory_store_id=%s paths=%s",
-                        len(paths), store_id, ",".join(paths[:20]))
+            log.warning("memory flush left changed files un-pushed; they stay in the "
+                        "journal for the next start memory_store_id=%s files=%d paths=%s",
+                        store_id, len(paths), ",".join(paths[:20]))
         return 0 if not left else 1
 
     # -- control ---------------------------------------------------------------------
@@ -519,20 +526,21 @@ class Daemon:
         if op == "status":
             return self.status()
         if op == "sync":
-            results: dict[str, Any] = {}
+            # The answer is `status`'s, each store's `last_pass` being the pass run here:
+            # one schema for `status --json` and `sync --json`.
+            results: dict[str, PassResult] = {}
 
             async def one(sync: StoreSync) -> None:
-                r = await sync.sync_now()
-                results[sync.store_id] = {"outcome": r.outcome, "error": r.error,
-                                          "pulled": r.pulled, "pushed": r.pushed,
-                                          "deleted": r.deleted, "conflicts": r.conflicts,
-                                          "duration_s": round(r.duration_s, 3)}
+                results[sync.store_id] = await sync.sync_now()
 
             async with trio.open_nursery() as nursery:
                 for sync in self.syncs:
                     nursery.start_soon(one, sync)
-            ok = all(r["outcome"] == "ok" for r in results.values())
-            return {"ok": ok, "stores": results}
+            answer = self.status()
+            for store in answer["stores"]:
+                store["last_pass"] = results[store["memory_store_id"]].to_json()
+            answer["ok"] = all(r.outcome == "ok" for r in results.values())
+            return answer
         if op == "flush":
             flushed: dict[str, Any] = {}
 

@@ -10,7 +10,8 @@
         ├── PreconditionFailed      409 memory_precondition_failed_error (or 412)
         ├── PathConflict            409 memory_path_conflict_error (+ id and path)
         ├── Conflict                409 conflict_error (archived store, head redact)
-        └── Rejected                400 / 413: permanent until the request changes
+        ├── Rejected                400 / 413: permanent until the request changes
+        └── InvalidContent          the server sent text no UTF-8 encodes (lone surrogates)
 
 Messages never contain credentials or file contents.
 """
@@ -18,6 +19,11 @@ Messages never contain credentials or file contents.
 from __future__ import annotations
 
 import errno as _errno
+
+
+def missing_store(store_id: str) -> str:
+    """The one wording of "no such store", for `mount`, `session` and `store` alike."""
+    return f"memory store {store_id} does not exist"
 
 
 class MemfsError(Exception):
@@ -89,3 +95,7 @@ class Conflict(StoreError):
 
 class Rejected(StoreError):
     pass
+
+
+class InvalidContent(StoreError):
+    """The server sent content that is not valid UTF-8 text (lone surrogates in JSON)."""

@@ -77,7 +77,7 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
             if e.errno not in _CACHE_DISK_ERRNOS:
                 raise _unexpected(fn.__name__) from None
             # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
-            log.warning("cache disk error in handler=%s errno=%s: %s", fn.__name__,
+            log.warning("cache disk error handler=%s errno=%s error=%s", fn.__name__,
                         errno.errorcode.get(e.errno, e.errno), e.strerror or e)
             raise pyfuse3.FUSEError(e.errno) from None
         except Exception:
@@ -91,7 +91,7 @@ _CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 def _unexpected(handler: str) -> pyfuse3.FUSEError:
     """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
-    log.exception("unexpected error in handler=%s; answering EIO", handler)
+    log.exception("unexpected error in handler; answering EIO handler=%s", handler)
     return pyfuse3.FUSEError(errno.EIO)
 
 
@@ -426,9 +426,8 @@ class MemFs(pyfuse3.Operations):
                 raise FsError(errno.EPERM, "the marker file is read-only")
             if flags & os.O_TRUNC:
                 store.truncate(node, 0)
-        node.open_handles += 1
-        if writing:
-            node.open_writers += 1
+        assert node.store is not None
+        node.store.opened(node, writing=writing)
         handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
 
@@ -440,8 +439,7 @@ class MemFs(pyfuse3.Operations):
         store = self._mutable(parent)
         self._may(parent, ctx, WRITE | EXEC)
         node = self._new_file(store, parent, name, mode)
-        node.open_handles += 1
-        node.open_writers += 1
+        store.opened(node, writing=True)
         handle = FileHandle(node, True, bool(flags & os.O_APPEND))
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True), self._lookup_ref(node)
 
@@ -477,7 +475,7 @@ class MemFs(pyfuse3.Operations):
         store = handle.node.store
         if handle.writable and store is not None:
             store.check_utf8(handle.node)
-            store.journal.checkpoint()
+            store.checkpoint()
 
     @_guard
     async def release(self, fh: int) -> None:
@@ -485,13 +483,8 @@ class MemFs(pyfuse3.Operations):
         if not isinstance(handle, FileHandle):
             return
         node = handle.node
-        node.open_handles -= 1
-        if handle.writable:
-            node.open_writers -= 1
-        store = node.store
-        if (store is not None and node.open_handles == 0 and not node.dirty
-                and node.data is not None and node.sha is not None):
-            node.data = None  # clean content lives in the object store, not in RAM
+        if node.store is not None:
+            node.store.closed(node, writing=handle.writable)
         self.tree.maybe_drop(node)
 
     # -- directories ----------------------------------------------------------------
@@ -540,7 +533,7 @@ class MemFs(pyfuse3.Operations):
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
         handle = self._handles.get(fh)
         if isinstance(handle, DirHandle) and handle.node.store is not None:
-            handle.node.store.journal.checkpoint()
+            handle.node.store.checkpoint()
 
     @_guard
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:

@@ -1,22 +1,140 @@
-"""Logging set-up: one `key=value` line per event, on stderr or a file."""
+"""Logging set-up: one line per event, `text` (`message key=value…`) or `json`.
+
+memfs's log calls keep one form: a constant message, then `key=%s` fields
+(`log.warning("memory sync failed memory_store_id=%s error=%s", store_id, e)`). The
+formatters rely on it: `text` quotes a value that holds spaces, quotes, `=` or control
+characters (JSON string syntax) and leaves out a field whose value is None, so every
+line splits back into its fields; `json` gives each field its own key. A record of
+another shape (a library's) keeps its message as it is.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import sys
+import time
+from typing import Any
+
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# `key=%s` (any printf conversion) in a format string; `%%` is a literal percent.
+_FIELD = re.compile(r"(?P<key>[A-Za-z_][\w.]*)=%(?P<spec>[-#0 +]*\d*(?:\.\d+)?[sdirfgex])")
+_PLACEHOLDER = re.compile(r"%(?:%|[-#0 +]*\d*(?:\.\d+)?[sdirfgexc])")
+
+_format = "text"
 
 
-def configure(level: str = "info", log_file: str | None = None) -> None:
+def quote(value: str) -> str:
+    """`value` as it may stand after `key=`: bare if it is one plain token."""
+    if value and not any(c.isspace() or c in '"=\\' or not c.isprintable() for c in value):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def split(record: logging.LogRecord) -> tuple[str, list[tuple[str, Any]]] | None:
+    """The record's constant message and its `(key, value)` fields, in order; None if
+    the record does not have memfs's form (every placeholder a `key=` field)."""
+    msg, args = record.msg, record.args
+    if not isinstance(msg, str):
+        return None
+    if not args:
+        args = ()
+    if not isinstance(args, tuple):
+        return None
+    fields = list(_FIELD.finditer(msg))
+    placeholders = [p for p in _PLACEHOLDER.finditer(msg) if p.group() != "%%"]
+    if len(fields) != len(placeholders) or len(fields) != len(args):
+        return None
+    if fields and msg[fields[-1].end():].strip():
+        return None  # text after the fields: not memfs's form
+    head = msg[:fields[0].start()] if fields else msg
+    pairs: list[tuple[str, Any]] = []
+    # Literal pairs in the head (`fault=error status=%d`) are fields too.
+    literal = re.search(r"(?:^|\s)[A-Za-z_][\w.]*=\S+(?:\s+[A-Za-z_][\w.]*=\S+)*\s*$", head)
+    if literal:
+        for token in head[literal.start():].split():
+            key, _, text = token.partition("=")
+            pairs.append((key, text))
+        head = head[:literal.start()]
+    value: Any
+    for match, value in zip(fields, args, strict=True):
+        spec = match.group("spec")
+        if value is not None and spec[-1] not in "sr":
+            value = ("%" + spec) % value  # %d, %.1f …: numbers as the call meant them
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        elif value is not None and not isinstance(value, bool | int | float):
+            value = repr(value) if spec[-1] == "r" else str(value)
+        pairs.append((match.group("key"), value))
+    return head.strip().replace("%%", "%"), pairs
+
+
+class TextFormatter(logging.Formatter):
+    """`DATE TIME LEVEL logger: message key=value…`, values quoted when needed."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        parts = split(record)
+        if parts is not None:
+            head, pairs = parts
+            record.message = " ".join([head] + [f"{k}={quote(str(v))}" for k, v in pairs
+                                                if v is not None]).strip()
+        return super().formatMessage(record)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (RFC 3339), level, logger, message, then fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = split(record)
+        pairs: list[tuple[str, Any]] = []
+        if parts is None:
+            head = record.getMessage()
+        else:
+            head, pairs = parts
+        out: dict[str, Any] = {"time": rfc3339(record.created),
+                               "level": record.levelname.lower(),
+                               "logger": record.name, "message": head}
+        for key, value in pairs:
+            if value is not None:
+                out.setdefault(key, value)
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def rfc3339(epoch: float) -> str:
+    """UTC, millisecond precision: `2026-01-01T14:02:11.042Z`."""
+    seconds = int(epoch)
+    millis = int((epoch - seconds) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+def configure(level: str = "info", log_file: str | None = None,
+              log_format: str | None = None) -> None:
+    """(Re)point the root logger; `log_format` None keeps the one set before (the
+    `--daemon` child re-opens its log file, and keeps `--log-format`)."""
+    global _format
+    if log_format is not None:
+        if log_format not in FORMATS:
+            raise ValueError(f"unknown log format {log_format!r}")
+        _format = log_format
     handler: logging.Handler
     if log_file:
         handler = logging.FileHandler(log_file)
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    handler.setFormatter(JsonFormatter() if _format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     for noisy in ("httpx", "httpcore", "hpack", "hypercorn.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # hypercorn's "Running on …" would duplicate memfs serve's own `serving …` line.
+    logging.getLogger("hypercorn.error").setLevel(max(logging.WARNING, root.level))

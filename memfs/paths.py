@@ -104,23 +104,14 @@ def ancestors(path: str) -> list[str]:
 
 
 def join(parent: str, name: str) -> str:
+    """The memory path of `name` inside the directory at `parent` ("/" is the root)."""
     return ("" if parent == "/" else parent) + "/" + name
-
-
-def parent_of(path: str) -> str:
-    head = path.rsplit("/", 1)[0]
-    return head or "/"
-
-
-def basename(path: str) -> str:
-    return path.rsplit("/", 1)[1]
 
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-EMPTY_SHA256 = sha256_hex(b"")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 

@@ -150,7 +150,9 @@ def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
     """The command line that starts this mount again (absolute paths, same options,
     in the background), for a dead mount's recovery hint."""
     if args.command == "session":
-        cmd = ["memfs", "session", os.path.abspath(args.spec), "--root", mountpoint]
+        source = ([os.path.abspath(args.spec)] if args.spec is not None
+                  else ["--session-id", args.session_id])
+        cmd = ["memfs", "session", *source, "--root", mountpoint]
         if args.cache_dir:
             cmd += ["--cache-dir", os.path.abspath(os.path.expanduser(args.cache_dir))]
     else:
@@ -172,5 +174,7 @@ def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
         cmd.append("--allow-other")
     if getattr(args, "log_file", None):
         cmd += ["--log-file", os.path.abspath(args.log_file)]
+    if getattr(args, "log_format", "text") != "text":
+        cmd += ["--log-format", args.log_format]
     cmd.append("--daemon")
     return shlex.join(cmd)

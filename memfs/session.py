@@ -24,20 +24,35 @@ from memfs.client import (
     ClientConfig,
     StoreClient,
     StoreInfo,
+    is_loopback,
     make_http_client,
 )
+from memfs.config import ExitCode
 from memfs.daemon import START_RETRY, StartError, StoreSpec, clear_dead_mount, lookup_store
-from memfs.errors import ConfigError
+from memfs.errors import (
+    ConfigError,
+    NotFound,
+    StoreAuthError,
+    StoreError,
+    StoreUnavailable,
+)
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
 
 log = logging.getLogger("memfs.session")
 
 DEFAULT_ROOT = "/mnt/memory"
-NO_TOKEN = (
-    "cannot mount the session's memories: the work item carried no sessions token; the "
-    "memory endpoints reject the environment key, so forward the work item's secret as "
-    "ANTHROPIC_WORK_SECRET (or set ANTHROPIC_AUTH_TOKEN / ANTHROPIC_API_KEY)"
-)
+
+
+def no_credentials(base_url: str) -> str:
+    """The refusal without credentials, in the words of whoever runs that server: a
+    local `memfs serve` user has no work item, only (maybe) a key."""
+    if is_loopback(base_url):
+        return (f"no credentials for the store server at {base_url}: set "
+                "ANTHROPIC_API_KEY (a `memfs serve` started without --api-key accepts any "
+                "value, e.g. ANTHROPIC_API_KEY=local)")
+    return (f"no credentials for the store server at {base_url}: set ANTHROPIC_API_KEY "
+            "or ANTHROPIC_AUTH_TOKEN, or on an agent host forward the work item's secret "
+            "as ANTHROPIC_WORK_SECRET (an environment key alone is not accepted)")
 
 
 @dataclass
@@ -193,18 +208,55 @@ def build_specs(attachments: list[Attachment], infos: dict[str, StoreInfo], root
     return specs
 
 
-def prepare(spec_path: str, root: str, api_url: str | None,
-            environ: dict[str, str]) -> tuple[str, list[StoreSpec]]:
-    """Validate everything a session needs; returns the real root and the store specs."""
-    attachments = load_spec(spec_path)
+async def fetch_session(session_id: str, config: ClientConfig) -> Any:
+    """The session object from the Sessions API, or the start-up error a user can act on."""
+    async with make_http_client(config) as http:
+        client = StoreClient(http, retry=START_RETRY, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
+        try:
+            return await client.retrieve_session(session_id)
+        except NotFound:
+            raise StartError(f"session {session_id} does not exist (GET /v1/sessions/"
+                             f"{session_id} answered 404 at {config.base_url})",
+                             ExitCode.USAGE) from None
+        except StoreUnavailable as e:
+            raise StartError(f"{e} (is the server running? check --api-url or "
+                             "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
+        except StoreAuthError as e:
+            raise StartError(f"the sessions API refused the credentials: {e}",
+                             ExitCode.USAGE) from None
+        except StoreError as e:
+            raise StartError(f"cannot read session {session_id}: {e}") from None
+
+
+def prepare(spec_path: str | None, root: str, api_url: str | None,
+            environ: dict[str, str], session_id: str | None = None
+            ) -> tuple[str, list[StoreSpec]]:
+    """Validate everything a session needs; returns the real root and the store specs.
+
+    The attachments come from the spec file, or, with `session_id`, from the session
+    object itself (what a worker's `--on-work` script has in `$ANTHROPIC_SESSION_ID`).
+    A relative `root` is taken from the current directory, as `memfs mount` takes its
+    mount point.
+    """
+    if spec_path is None and not session_id:
+        raise StartError("no session to mount: give SPEC.json, --session-id ID, or set "
+                         "ANTHROPIC_SESSION_ID", ExitCode.USAGE)
+    root = os.path.abspath(root)
+    attachments = load_spec(spec_path) if spec_path is not None else None
     real_root = check_root(root)
     try:
         config = ClientConfig.from_env(api_url, environ)
     except ConfigError as e:
         raise StartError(str(e), 2) from None
-    if not attachments:
+    if attachments is not None and not attachments:
         raise StartError("the session attaches no memory stores; nothing to mount", 2)
     if config.auth_header is None:
-        raise StartError(NO_TOKEN, 2)
+        raise StartError(no_credentials(config.base_url), 2)
+    if attachments is None:
+        assert session_id
+        attachments = parse_spec(trio.run(fetch_session, session_id, config))
+        if not attachments:
+            raise StartError(f"session {session_id} attaches no memory stores; nothing to "
+                             "mount", 2)
     infos = trio.run(fetch_stores, attachments, config)
     return real_root, build_specs(attachments, infos, real_root, root)

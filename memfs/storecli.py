@@ -26,7 +26,6 @@ from memfs.client import (
     INTERACTIVE_FIRST_BYTE,
     ClientConfig,
     FullMemory,
-    InvalidContent,
     RetryPolicy,
     StoreClient,
     StoreInfo,
@@ -35,11 +34,13 @@ from memfs.client import (
 from memfs.config import ExitCode
 from memfs.errors import (
     ConfigError,
+    InvalidContent,
     NotFound,
     Rejected,
     StoreAuthError,
     StoreError,
     StoreUnavailable,
+    missing_store,
 )
 from memfs.paths import (
     MARKER_NAME,
@@ -98,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """`1 file`, `2 files`: never `file(s)`."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
 def _error(message: str) -> None:
     print(f"{PROG}: error: {_printable(message)}", file=sys.stderr)
 
@@ -135,10 +141,6 @@ async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
         "delete": _delete, "import": _import, "export": _export,
     }
     handler = handlers[args.store_command]
-    if args.store_command == "delete" and not args.yes and not sys.stdin.isatty():
-        raise CommandFailed(
-            f"refusing to delete {args.store_id} without --yes (stdin is not a terminal)",
-            ExitCode.USAGE)
     # Bulk copies retry a slow answer too: one timeout among thousands of uploads to a
     # busy server should not end the run; single calls report a hung server at once.
     bulk = args.store_command in ("import", "export")
@@ -152,7 +154,7 @@ async def _get_store(client: StoreClient, store_id: str) -> StoreInfo:
     try:
         return await client.retrieve_store(store_id)
     except NotFound:
-        raise CommandFailed(f"memory store {store_id!r} not found") from None
+        raise CommandFailed(missing_store(store_id)) from None
     except Rejected as exc:
         raise CommandFailed(f"invalid memory store id {store_id!r}: {exc.message}") from None
 
@@ -219,7 +221,11 @@ async def _archive(client: StoreClient, args: argparse.Namespace) -> int:
 
 
 async def _delete(client: StoreClient, args: argparse.Namespace) -> int:
-    store = await _get_store(client, args.store_id)
+    store = await _get_store(client, args.store_id)  # a missing store is said first
+    if not args.yes and not sys.stdin.isatty():
+        raise CommandFailed(
+            f"refusing to delete {store.id} without --yes (stdin is not a terminal)",
+            ExitCode.USAGE)
     if not args.yes:
         prompt = (f"Delete memory store {store.id} ({_printable(store.name)}) with all its "
                   "memories and versions? This cannot be undone. [y/N] ")
@@ -404,12 +410,13 @@ async def _import(client: StoreClient, args: argparse.Namespace) -> int:
               f"{result.unchanged} unchanged, {len(result.refused)} refused, "
               f"{len(result.failed)} failed")
         if result.refused:
-            print(f"{PROG}: refused {len(result.refused)} file(s) the API would reject:",
-                  file=sys.stderr)
+            print(f"{PROG}: refused {plural(len(result.refused), 'file')} the API would "
+                  "reject:", file=sys.stderr)
             for item in result.refused:
                 print(_printable(f"  {item['file']}: {item['reason']}"), file=sys.stderr)
         if result.failed:
-            print(f"{PROG}: {len(result.failed)} file(s) failed to upload:", file=sys.stderr)
+            print(f"{PROG}: {plural(len(result.failed), 'file')} failed to upload:",
+                  file=sys.stderr)
             for item in result.failed:
                 print(_printable(f"  {item['file']}: {item['error']}"), file=sys.stderr)
     if result.unreachable:
@@ -553,11 +560,12 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
         _emit_json({"store_id": store.id, "directory": _show_path(root),
                     "written": written, "bytes": total_bytes, "refused": refused})
     else:
-        print(f"exported {written} memories ({total_bytes} bytes) from {store.id} "
+        print(f"exported {plural(written, 'memory', 'memories')} "
+              f"({plural(total_bytes, 'byte')}) from {store.id} "
               f"to {_printable(_show_path(root))}")
         if refused:
-            print(f"{PROG}: {len(refused)} memory(ies) not exported (see warnings above)",
-                  file=sys.stderr)
+            print(f"{PROG}: {plural(len(refused), 'memory', 'memories')} not exported "
+                  "(see warnings above)", file=sys.stderr)
     return ExitCode.FAILED if refused else ExitCode.OK
 
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from enum import Enum
 
-from memfs.cache import CacheDir, EntryRow
+from memfs.cache import CacheDir, EntryFields, EntryRow
 from memfs.errors import FsError
 from memfs.paths import (
     LOCAL_ONLY_MAX_BYTES,
@@ -34,9 +34,11 @@ from memfs.paths import (
     NAME_MAX,
     PathRejected,
     check_segment,
+    join,
     marker_content,
     sha256_hex,
 )
+from memfs.records import SyncRecords
 
 log = logging.getLogger("memfs.tree")
 
@@ -198,8 +200,12 @@ def check_depth(path: str, *, is_dir: bool) -> None:
         raise FsError(errno.ENAMETOOLONG, f"path is deeper than {MAX_PATH_SEGMENTS} segments")
 
 
-class StoreState:
-    """One store's subtree, its journal and its content, kept in step."""
+class StoreState(SyncRecords):
+    """One store's subtree, its journal and its content, kept in step.
+
+    The only writer of the store's nodes and journal: local changes through the methods
+    here, sync results through those of `SyncRecords` (memfs/records.py).
+    """
 
     def __init__(self, tree: Tree, store_id: str, name: str, cache: CacheDir, *,
                  read_only: bool, parent: Node | None = None) -> None:
@@ -309,6 +315,27 @@ class StoreState:
     def dir_mode(self) -> int:
         return 0o555 if self.read_only else DIR_MODE
 
+    def node_at(self, path: str) -> Node | None:
+        """The linked node at store path `path`, if any."""
+        node = self.root
+        for name in path[1:].split("/"):
+            if node.children is None:
+                return None
+            child = node.children.get(name)
+            if child is None:
+                return None
+            node = child
+        return node
+
+    def set_local_only(self, rule: Callable[[str], bool]) -> None:
+        """Names the sync never pushes (its excludes): not memories, no content rules."""
+        self.local_only = rule
+
+    def new_file(self, parent: Node, name: str) -> Node:
+        """A file node arriving from the store (its journal row is the caller's)."""
+        return self.tree.new_node(Kind.FILE, name, parent, self, self.file_mode(),
+                                  time.time_ns())
+
     def file_mode(self) -> int:
         return 0o444 if self.read_only else FILE_MODE
 
@@ -341,7 +368,7 @@ class StoreState:
     def create_file(self, parent: Node, name: str, mode: int) -> Node:
         self.generation += 1
         self.writable()
-        path = _join(parent.store_path(), name)
+        path = join(parent.store_path(), name)
         check_depth(path, is_dir=False)
         now = time.time_ns()
         mode = (mode & 0o777) | 0o600
@@ -359,7 +386,7 @@ class StoreState:
     def mkdir(self, parent: Node, name: str, mode: int) -> Node:
         self.generation += 1
         self.writable()
-        path = _join(parent.store_path(), name)
+        path = join(parent.store_path(), name)
         check_depth(path, is_dir=True)
         now = time.time_ns()
         mode = (mode & 0o777) | 0o700
@@ -418,9 +445,9 @@ class StoreState:
                 self.journal.update(node.entry_id, refused_sha=sha, refused_why=why)
             except OSError:
                 pass  # a full cache disk: held back in memory, for this daemon's life
-        log.warning("%s, so the file is held back from the store until a write or truncate "
-                    "succeeds memory_store_id=%s path=%s", why, self.store_id,
-                    node.store_path())
+        log.warning("a write was refused, so the file is held back from the store until a "
+                    "write or truncate succeeds memory_store_id=%s path=%s why=%s",
+                    self.store_id, node.store_path(), why)
 
     def truncate(self, node: Node, size: int) -> None:
         self.writable()
@@ -441,10 +468,10 @@ class StoreState:
         refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
         close."""
         now = time.time_ns()
-        fields: dict[str, object] = {"data": bytes(data), "dirty": 1, "sha": None,
-                                     "mtime_ns": now}
+        fields: EntryFields = {"data": bytes(data), "dirty": 1, "sha": None,
+                               "mtime_ns": now}
         if node.refused_sha is not None:
-            fields.update(refused_sha=None, refused_why=None)
+            fields["refused_sha"] = fields["refused_why"] = None
         if node.entry_id is not None:
             self.journal.update(node.entry_id, **fields)
         self.generation += 1
@@ -562,7 +589,7 @@ class StoreState:
         target = new_parent.children.get(new_name)
         if target is node:
             return None
-        new_path = _join(new_parent.store_path(), new_name)
+        new_path = join(new_parent.store_path(), new_name)
         check_depth(new_path, is_dir=node.is_dir)
         if node.is_dir:
             self._check_subtree_depth(node, new_path)
@@ -643,7 +670,7 @@ class StoreState:
                 stack.extend(cur.children.values())
 
     def _rejournal_paths(self, node: Node) -> None:
-        changes: list[tuple[int, dict[str, object]]] = []
+        changes: list[tuple[int, EntryFields]] = []
         for cur in self._walk(node):
             if cur.entry_id is not None:
                 # Two-step to dodge transient UNIQUE collisions inside the subtree.
@@ -696,10 +723,6 @@ class StoreState:
 
 def _nothing_local(name: str) -> bool:
     return False
-
-
-def _join(parent: str, name: str) -> str:
-    return ("" if parent == "/" else parent) + "/" + name
 
 
 def _is_ancestor(node: Node, other: Node) -> bool:

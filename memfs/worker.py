@@ -228,7 +228,7 @@ class MemfsSessionStores:
             try:
                 await self._unmount(mount)
             except Exception as e:
-                log.warning("failed to unmount the memory stores root=%s: %s", mount.root, e)
+                log.warning("failed to unmount the memory stores root=%s error=%s", mount.root, e)
             self._remove_store_dirs(mount)
         for path in reversed(self._created):
             self._remove_if_empty(path)
@@ -306,7 +306,7 @@ class MemfsSessionStores:
             raise SessionMemoryError(f"the memfs daemon for {root} is not registered")
         mount.info, mount.pid = info, int(info.get("pid", 0))
         for s in mount.stores:
-            log.info("mounted memory store memory_store_id=%s -> %s access=%s",
+            log.info("mounted memory store memory_store_id=%s path=%s access=%s",
                      s.memory_store_id, s.path, "read_only" if s.read_only else "read_write")
 
     async def _unmount(self, mount: _Mount) -> None:
@@ -350,10 +350,10 @@ class MemfsSessionStores:
             try:
                 answer = await self._ask(mount, op, bound=bound)
             except Exception as e:
-                log.warning("memory %s failed root=%s: %s", op, mount.root, e)
+                log.warning("memory request failed op=%s root=%s error=%s", op, mount.root, e)
                 return
             if not answer.get("ok"):
-                log.warning("memory %s failed root=%s: %s", op, mount.root,
+                log.warning("memory request failed op=%s root=%s error=%s", op, mount.root,
                             answer.get("error") or _failed_stores(answer))
 
         async with anyio.create_task_group() as tg:
@@ -397,7 +397,12 @@ def _force_gone(mount: _Mount) -> None:
 
 
 def _failed_stores(answer: dict[str, Any]) -> str:
+    """The failed stores of a `sync` answer (a list of stores, each with its last pass)
+    or a `flush` answer (outcomes by store id)."""
     stores = answer.get("stores") or {}
+    if isinstance(stores, list):
+        stores = {str(s.get("memory_store_id")): s.get("last_pass") or {}
+                  for s in stores if isinstance(s, dict)}
     return ", ".join(f"{k}: {v.get('error') or v.get('outcome')}" for k, v in stores.items()
                      if isinstance(v, dict) and v.get("outcome") != "ok") or "failed"
 
@@ -593,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             async with anyio.create_task_group() as tg:
                 async def stop_on_signal() -> None:
                     async for signum in signals:
-                        log.info("stopping on signal=%s; the session gets its teardown",
+                        log.info("stopping; the session gets its teardown signal=%s",
                                  signal.Signals(signum).name)
                         tg.cancel_scope.cancel()
                         return

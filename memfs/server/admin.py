@@ -104,18 +104,21 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
                         help="a store the token opens, read_write, or read_only with :ro "
                         "(repeatable)")
     create.add_argument("--ttl", default="8h", help="lifetime, e.g. 30m, 8h, 7d (default 8h)")
-    create.add_argument("--json", action="store_true")
+    create.add_argument("--json", action="store_true",
+                        help="print the token record as JSON")
     listing = tsub.add_parser("list", help="every token's id, scopes and expiry")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print JSON for scripts")
     revoke = tsub.add_parser("revoke", help="revoke a token by id (tok_…)")
-    revoke.add_argument("token_id", metavar="TOKEN_ID")
+    revoke.add_argument("token_id", metavar="TOKEN_ID", help="the token's id (tok_…)")
     for p in (create, listing, revoke):
         p.add_argument("--db", default=argparse.SUPPRESS,
                        help="SQLite file or postgresql:// URL (as for serve)")
     copy = sub.add_parser("copy", help="copy every store, memory, version and token "
                           "into an empty database (any backend to any backend)")
-    copy.add_argument("--from", dest="source", required=True, metavar="DB")
-    copy.add_argument("--to", dest="target", required=True, metavar="DB")
+    copy.add_argument("--from", dest="source", required=True, metavar="DB",
+                      help="the database to read: SQLite file or postgresql:// URL")
+    copy.add_argument("--to", dest="target", required=True, metavar="DB",
+                      help="the empty database to fill: SQLite file or postgresql:// URL")
 
 
 def run(args: argparse.Namespace) -> int:

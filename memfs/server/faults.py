@@ -76,13 +76,13 @@ class FaultInjector:
             await self.app(scope, receive, send)
             return
         spec, rng = self.spec, self.rng
-        where = f"method={scope['method']} path={scope['path']}"
+        method, path = scope["method"], scope["path"]
         if spec.latency_ms:
             await trio.sleep(rng.uniform(0, spec.latency_ms) / 1000)
         roll = rng.random()
         if roll < spec.error:
             status, kind = rng.choice(_TRANSIENT)
-            log.info("fault=error status=%d %s", status, where)
+            log.info("fault=error status=%d method=%s path=%s", status, method, path)
             body = json.dumps({"type": "error", "error": {"type": kind,
                                "message": "injected fault"}}).encode()
             await send({"type": "http.response.start", "status": status,
@@ -92,12 +92,12 @@ class FaultInjector:
             return
         roll -= spec.error
         if roll < spec.drop_before:
-            log.info("fault=drop_before %s", where)
+            log.info("fault=drop_before method=%s path=%s", method, path)
             await _cut(send)
             return
         roll -= spec.drop_before
         if roll < spec.drop_after:
-            log.info("fault=drop_after %s", where)
+            log.info("fault=drop_after method=%s path=%s", method, path)
 
             async def swallow(message: Message) -> None:
                 return None

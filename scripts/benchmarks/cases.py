@@ -382,7 +382,7 @@ class Bench:
             cpu1, ns1, io1 = proc_cpu_ms(m.pid), proc_sched_ns(m.pid), proc_io(m.pid)
             traffic = self.proxy.since(mark)
             answer = json.loads(r.stdout)
-            store = next(iter(answer["stores"].values()))
+            store = answer["mounts"][0]["stores"][0]["last_pass"]  # `sync --json`
             memfs_runs.append({
                 "requests": traffic["requests"], "bytes_up": traffic["bytes_up"],
                 "bytes_down": traffic["bytes_down"], "cpu_ms": cpu1 - cpu0,

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -354,8 +355,9 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(
     for store in (p, t, s):
         lp = store["last_pass"]
         assert lp["outcome"] == "ok" and lp["error"] is None
-        assert now - 30 < lp["at"] <= now and 0 <= lp["duration_s"] < 10
-        assert now < store["next_pass_at"] <= now + 16
+        at = datetime.fromisoformat(lp["at"]).timestamp()  # RFC 3339
+        assert now - 30 < at <= now + 0.001 and 0 <= lp["duration_s"] < 10
+        assert now < datetime.fromisoformat(store["next_pass_at"]).timestamp() <= now + 16
 
     text = _status_on_a_terminal(three.proc.env, str(root))
     assert not text.lstrip().startswith("{"), text
@@ -438,9 +440,9 @@ def test_final_flush_that_cannot_push_exits_non_zero_and_a_restart_pushes(
                          r"/unpushed\.md, /a\.md)", stderr), stderr
         assert ref not in stderr  # a read-only store has nothing to push
         log = proc.log()
-        assert re.search(rf"WARNING memfs\.daemon: memory flush left 2 changed files "
+        assert re.search(rf"WARNING memfs\.daemon: memory flush left changed files "
                          rf"un-pushed; they stay in the journal for the next start "
-                         rf"memory_store_id={notes} paths=", log), log
+                         rf"memory_store_id={notes} files=2 paths=", log), log
         assert not is_mounted(root) and os.listdir(root) == []
     finally:
         proc.cleanup()
@@ -752,9 +754,7 @@ def test_root_problems_are_refused(
             case(str(missing), f"the session root {missing} does not exist; prepare the "
                  f"host with: sudo mkdir -p {missing} && sudo chown \"$USER\" {missing}"),
             case(str(a_file), f"the session root {a_file} is not a directory"),
-            case("memory", "the session root 'memory' is not a clean absolute path"),
-            case(f"{tmp_path}/x/../memory", f"the session root '{tmp_path}/x/../memory' is "
-                 "not a clean absolute path"),
+            case("/", "the session root '/' is not a clean absolute path"),
             case(str(mounted), f"the session root {mounted} is already a mount (is another "
                  "session running? see `memfs status`)"),
         ])
@@ -840,10 +840,9 @@ def test_stores_without_credentials_are_refused(
     args = ["session", str(spec), "--root", str(root)]
     bare = base_env(shared_server.url, runtime_dir, credentials=False)
     no_token = re.escape(
-        "memfs: cannot mount the session's memories: the work item carried no sessions "
-        "token; the memory endpoints reject the environment key, so forward the work "
-        "item's secret as ANTHROPIC_WORK_SECRET (or set ANTHROPIC_AUTH_TOKEN / "
-        "ANTHROPIC_API_KEY)")
+        f"memfs: no credentials for the store server at {shared_server.url}: set "
+        "ANTHROPIC_API_KEY (a `memfs serve` started without --api-key accepts any value, "
+        "e.g. ANTHROPIC_API_KEY=local)")
     expect_refusals([(bare, args, 2, no_token)])
     expect_refusals_in_process([
         (bare, args, 2, no_token),

@@ -191,3 +191,28 @@ def test_systemd_unit_example(host: tuple[Host, Api], server: ServerProcess) -> 
         code = stop(proc, signal.SIGTERM, bound=float(service["TimeoutStopSec"]))
         assert code == 0, proc.stderr.read().decode()[-3000:] if proc.stderr else code
         h.check(api, plane)
+
+
+def test_on_work_script_for_other_languages_example(
+        host: tuple[Host, Api], server: ServerProcess) -> None:
+    """`memfs session --session-id` before a worker that has memory disabled: the work
+    item on stdin, the stores live while it runs, the final sync when it exits."""
+    h, api = host
+    script = h.tmp / "memfs-mount-and-run"
+    script.write_text(example("on-work-other"))
+    script.chmod(0o755)
+    worker = h.tmp / "worker.sh"
+    worker.write_text(f"#!/bin/sh\nset -eu\nmountpoint -q {h.root}\n"
+                      f"echo 'the example ran' > {h.root}/doc-notes/from-docs.md\n")
+    worker.chmod(0o755)
+    with ControlPlane(h.script, server.url) as plane:
+        env = h.env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
+                    ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY,
+                    MEMORY_ROOT=str(h.root), WORKER_CMD=str(worker))
+        done = subprocess.run([str(script)], env=env, capture_output=True, timeout=180,
+                              input=json.dumps(plane.work_item()).encode())
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        assert f"GET /v1/sessions/{SESSION_ID}" in plane.requests
+    assert store_files(api, h.store)["from-docs.md"] == "the example ran\n"
+    assert not is_mounted(h.root)
+    assert os.listdir(h.root) == []

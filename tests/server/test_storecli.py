@@ -128,7 +128,7 @@ def test_store_not_found_is_exit_1(shared_server: ServerProcess, tmp_path: Path)
                  ["import", "memstore_nope", str(tmp_path)]):
         out = memfs(shared_server.url, *args)
         assert out.returncode == 1, args
-        assert "memory store 'memstore_nope' not found" in one_line(out.stderr)
+        assert "memory store memstore_nope does not exist" in one_line(out.stderr)
 
 
 @pytest.mark.parametrize("secret", ["!!!", base64.urlsafe_b64encode(b'{"x": 1}').decode()])
@@ -302,7 +302,7 @@ def test_import_refusals(shared_server: ServerProcess, store: str, shared_api: A
 
     human = memfs(shared_server.url, "import", store, str(src))
     assert human.returncode == 1
-    assert "refused 10 file(s) the API would reject:" in human.stderr
+    assert "refused 10 files the API would reject:" in human.stderr
     assert "  binary.bin: not valid UTF-8 text" in human.stderr
     assert "ctl\\x01.md" in human.stderr and "\x01" not in human.stderr
     assert "bad\\xffname/x.md" in human.stderr

@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
 
-from tests.unit.test_sync_unit import Harness, running, synced
+from memfs.errors import StoreAuthError, StoreUnavailable
+from tests.support.syncharness import Harness, running, synced
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ async def test_restore_missing_brings_back_what_a_stopped_call_moved_away(
         h.write("/saved.md", "s2")
         assert await h.sync.restore_missing() == 2
         await h.sync.sync_now()
-        await h.sync._background_fetch()
+        await h.sync.fetcher.fetch_all_missing()
     assert h.local_files() == {"/gone.md": "g", "/moved.md": "m", "/moved.md.bak": "m",
                                "/saved.md": "s2", "/stay.md": "x"}
     assert h.fake.by_path() == {"/gone.md": "g", "/moved.md": "m", "/moved.md.bak": "m",
@@ -69,3 +71,49 @@ async def test_restore_missing_with_nothing_missing_changes_nothing(h: Harness) 
         assert await h.sync.restore_missing() == 0
         await h.sync.sync_now()
     assert h.fake.by_path() == {"/a.md": "edited"}
+
+
+async def test_overlapping_flushes_leave_deletes_on(h: Harness) -> None:
+    """Two push-only flushes at once: when both are done, deletes go out again."""
+    await synced(h, {"/a.md": "a", "/b.md": "b"})
+    async with running(h):
+        h.unlink("/b.md")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(h.sync.flush_writes)
+            nursery.start_soon(h.sync.flush_writes)
+        assert h.fake.ops("delete") == []
+        assert h.sync.deletions == "enabled"
+        await h.sync.sync_now()
+    assert h.fake.by_path() == {"/a.md": "a"}
+
+
+async def test_a_renamed_file_whose_content_never_arrived_follows_a_remote_delete(
+        h: Harness) -> None:
+    """Nothing of it is local but its name: the store's delete wins, nothing stays stuck
+    (before: its identity was forgotten and it waited for content forever, unpushed)."""
+    h.fake.add("/a.md", "alpha")
+    h.fake.add("/keep.md", "k")
+    await h.start()                      # listed; contents not fetched
+    h.rename("/a.md", "/renamed.md")
+    h.fake.remove(h.fake.id_of("/a.md"))
+    result = await h.sync_once()
+    assert result.outcome == "ok"
+    assert not h.exists("/renamed.md") and not h.exists("/a.md")
+    assert h.fake.by_path() == {"/keep.md": "k"}
+    assert [n.store_path() for n in h.state.walk_files() if n.dirty] == []
+
+
+async def test_a_first_pass_that_cannot_reach_the_store_raises_the_cause(
+        tmp_path: Path) -> None:
+    """Start-up maps StoreUnavailable to exit 3 and StoreAuthError to exit 2: the first
+    pass must raise the cause itself, not a plain StoreError."""
+    for status, etype, expected in ((503, "overloaded_error", StoreUnavailable),
+                                    (401, "authentication_error", StoreAuthError)):
+        h = Harness(tmp_path / str(status))
+        try:
+            h.fake.add("/a.md", "a")
+            h.fake.fail("list", status, etype, times=10)
+            with pytest.raises(expected):
+                await h.start()
+        finally:
+            await h.aclose()

@@ -383,7 +383,7 @@ async def test_unexpected_exception_is_eio_and_the_fs_survives(
     fi = await h.fs.open(await h.ino("/a.md"), O_WR, CTX)
     with caplog.at_level(logging.ERROR, logger="memfs.fs"):
         await fails(errno.EIO, h.fs.write(fi.fh, 0, b"b"))
-    assert "unexpected error in handler=write" in caplog.text
+    assert "unexpected error in handler; answering EIO handler=write" in caplog.text
     assert "RuntimeError: injected bug" in caplog.text  # with its traceback
     await h.fs.release(fi.fh)
     monkeypatch.undo()
