@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import time
@@ -239,3 +240,22 @@ def test_fuse3_mount_fuse_runs_memfs(host: Host, shared_api: Api) -> None:
     wait_gone(pid)
     assert store_files(shared_api, host.store) == {"style.md": "terse\n",
                                                    "via-fuse3.md": "mount.fuse\n"}
+
+
+def test_a_boot_without_home_uses_the_users_cache(host: Host) -> None:
+    """mount(8) at boot has no HOME: the cache is still the user's ~/.cache/memfs/ID."""
+    _need_helper()
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    cache = home / ".cache" / "memfs" / host.store
+    assert "HOME" not in boot_env()
+    try:
+        done = run("mount", "-t", "fuse.memfs", host.store, str(host.mountpoint), "-o",
+                   f"env_file={host.env_file}")
+        assert done.returncode == 0, done.stderr
+        assert (cache / "journal.sqlite").exists()
+        assert f"logs: {home}/.cache/memfs/memfs.log" in done.stderr
+        pid = daemon_pid(host.mountpoint)
+        assert run("umount", str(host.mountpoint)).returncode == 0
+        wait_gone(pid)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)  # this test's store only

@@ -89,3 +89,16 @@ def test_the_cli_hands_the_fuse3_form_to_the_helper() -> None:
                             "nope"], capture_output=True, text=True, timeout=30)
     assert usage.returncode == 2
     assert usage.stderr == "memfs: unknown mount option 'nope' (see mount.fuse.memfs(8))\n"
+
+
+def test_operations_lists_every_option() -> None:
+    """docs/operations.md §4's option table names each `-o` option the helper takes."""
+    from memfs.mounthelper import OPTIONS
+    from tests.support.units import OPERATIONS
+
+    text = OPERATIONS.read_text()
+    table = text[text.index("| `-o` option | becomes |"):]
+    table = table[:table.index("\n\n")]
+    for option in OPTIONS:
+        written = f"`{option.name}={option.value}`" if option.value else f"`{option.name}`"
+        assert written in table, written

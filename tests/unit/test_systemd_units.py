@@ -55,3 +55,17 @@ def test_unit_verifies(name: str, tmp_path: Path) -> None:
     unit = parse_unit(text)
     assert values(unit, "Service", "KillSignal") == ["SIGTERM"]
     assert float(values(unit, "Service", "TimeoutStopSec")[0]) >= 45  # the flush + 15 s
+
+
+def test_the_link_line_links_this_checkout(tmp_path: Path) -> None:
+    """The docs' `ln` line, from the checkout, into a stand-in for /usr/local/bin."""
+    line = example("link commands").strip()
+    assert line.startswith("sudo ln ") and line.endswith(" /usr/local/bin/")
+    line = line.removeprefix("sudo ").replace("/usr/local/bin/", f"{tmp_path}/")
+    done = subprocess.run(["bash", "-c", line], cwd=BIN.parent.parent, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    for name in ("memfs", "memfs-worker"):
+        assert (tmp_path / name).resolve() == (BIN / name).resolve()
+        assert subprocess.run([str(tmp_path / name), "--help"], capture_output=True,
+                              timeout=60).returncode == 0
