@@ -131,6 +131,13 @@ def test_memfs_at_service(tmp_path: Path, shared_server: ServerProcess, shared_a
         assert f"STATUS=mounted at {mountpoint}" in "\n".join(messages)
         assert is_mounted(mountpoint)
         assert (mountpoint / "style.md").read_text() == "terse\n"
+        # the docs' status command from a root shell that sets XDG_RUNTIME_DIR
+        status = subprocess.run(["bash", "-c", f"XDG_RUNTIME_DIR= memfs status {mountpoint}"
+                                 " --json"], capture_output=True, text=True, timeout=30,
+                                env={"PATH": f"{BIN}:{STANDARD_PATH}",
+                                     "XDG_RUNTIME_DIR": "/run/user/0"})
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["mounts"][0]["stores"][0]["memory_store_id"] == store
         (mountpoint / "added.md").write_text("via the unit\n")
         code = stop_service(unit, proc)
         assert code == 0
