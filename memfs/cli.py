@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"memfs {__version__}",
                         help="print the version and exit")
     _add_global_options(parser, top=True)
+    from memfs import manpage
+
+    manpage.add_arguments(parser)  # --print-manpage, --print-completion
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, **kw: Any) -> argparse.ArgumentParser:
@@ -256,8 +259,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    # mount(8) runs us as /sbin/mount.fuse.memfs; fuse3's mount.fuse as `memfs STORE_ID …`
+    fuse3_form = bool(words) and words[0].startswith("memstore_")
+    if fuse3_form or (argv is None and os.path.basename(sys.argv[0]) == "mount.fuse.memfs"):
+        from memfs import mounthelper
+
+        translated = mounthelper.translate(words)
+        if isinstance(translated, int):
+            return translated
+        words = translated
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     from memfs import logs
 
     logs.configure(args.log_level, args.log_file, args.log_format)

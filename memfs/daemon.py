@@ -32,7 +32,7 @@ import httpx
 import pyfuse3
 import trio
 
-from memfs import conflicts, history, logs, metrics, progress
+from memfs import conflicts, history, logs, metrics, progress, systemd
 from memfs.audit import Trail
 from memfs.cache import CacheDir
 from memfs.client import (
@@ -335,7 +335,10 @@ class Daemon:
 
     def _mount_options(self) -> set[str]:
         options = set(pyfuse3.default_options)
-        options |= {"fsname=memfs", "subtype=memfs"}
+        # The mount table's source is the store id of a single-store mount, as in an
+        # fstab line, so `mount -a` sees that line is mounted already.
+        source = self.config.stores[0].store_id if self.config.single else "memfs"
+        options |= {f"fsname={source}", "subtype=memfs"}
         if all(s.state.read_only for s in self.syncs) and self.config.single:
             options.add("ro")  # read-only at the VFS layer, before we are even asked
         if self.config.allow_other:
@@ -734,6 +737,7 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
         def say_ready(mountpoint: str) -> None:
             print(f"memfs: mounted at {mountpoint}; stop with Ctrl-C or "
                   f"`memfs unmount {mountpoint}`", file=sys.stderr, flush=True)
+            systemd.notify(f"READY=1\nSTATUS=mounted at {mountpoint}")  # Type=notify
 
         daemon = Daemon(config)
         try:
