@@ -298,13 +298,13 @@ class Daemon:
                 await sync.start(offline=sync.store_id in offline)
                 if sync.store_id not in offline:
                     sync.state.cache.mark_listed(_now_iso())
-            except StoreUnavailable as e:
-                raise StartError(str(e), ExitCode.UNREACHABLE) from None
-            except StoreAuthError as e:
-                raise StartError(str(e), 2) from None
             except MemfsError as e:
+                # Unreachable or failing (5xx after retries): 3; refused credentials: 2.
+                code = (ExitCode.UNREACHABLE if isinstance(e, StoreUnavailable)
+                        else ExitCode.USAGE if isinstance(e, StoreAuthError)
+                        else ExitCode.FAILED)
                 raise StartError(f"failed to download memory store memory_store_id="
-                                 f"{sync.store_id}: {e}") from None
+                                 f"{sync.store_id}: {e}", code) from None
 
         try:
             async with trio.open_nursery() as nursery:

@@ -519,7 +519,8 @@ def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
     good = db.create_store("Good", "", {})["id"]
     bad = db.create_store("Bad", "", {})["id"]
     db.close()
-    # every listing of `bad` fails (transient 5xx, retried, then given up); the store
+    # every listing of `bad` fails (transient 5xx, retried, then given up: exit 3, as for
+    # an unreachable store); the store
     # itself can be looked up, so the spec checks pass and the daemon starts
     server = start_server(db_path)
     server.stop()
@@ -531,7 +532,7 @@ def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
         spec = write_spec(tmp_path / "spec.json", [ms(good), ms(bad)])
         result = cli(base_env(server.url, runtime_dir), "session", str(spec), "--root",
                      str(root), "--cache-dir", str(tmp_path / "cache"))
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 3, result.stderr  # the store failed: "unreachable"
         lines = result.stderr.strip().splitlines()
         assert lines[-1].startswith(
             f"memfs: failed to download memory store memory_store_id={bad}: "), lines
