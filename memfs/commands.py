@@ -16,7 +16,7 @@ from memfs import control
 from memfs.config import ExitCode
 
 if TYPE_CHECKING:
-    from memfs.daemon import MountConfig, StoreSpec
+    from memfs.config import MountConfig, StoreSpec
 
 
 
@@ -44,8 +44,7 @@ def parse_size(text: str) -> int:
 
 def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
             ) -> MountConfig:
-    from memfs.config import DEFAULT_EXCLUDES, check_interval
-    from memfs.daemon import MountConfig
+    from memfs.config import DEFAULT_EXCLUDES, MountConfig, check_interval
 
     interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
@@ -74,7 +73,8 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
 
 def mount(args: Any) -> int:
     # Imported here: `status`, `sync` and `unmount` stay quick without FUSE and HTTP.
-    from memfs.daemon import StoreSpec, launch
+    from memfs.config import StoreSpec
+    from memfs.launch import launch
 
     try:
         config = _config(args, args.mountpoint,
@@ -87,7 +87,7 @@ def mount(args: Any) -> int:
 
 def _restart(args: Any, config: MountConfig) -> str:
     """The command that starts this mount again, named by `status` if it dies."""
-    from memfs.daemon import default_cache_root
+    from memfs.config import default_cache_root
     from memfs.recovery import restart_command
 
     root = config.cache_dir or default_cache_root()
@@ -99,7 +99,8 @@ def _restart(args: Any, config: MountConfig) -> str:
 
 def session(args: Any) -> int:
     from memfs.config import check_interval
-    from memfs.daemon import StartError, launch
+    from memfs.errors import StartError
+    from memfs.launch import launch
     from memfs.session import prepare
 
     try:

@@ -1,4 +1,5 @@
-"""Data every layer shares: exit codes, deletion modes, excludes, interval rules.
+"""Data every layer shares: exit codes, deletion modes, excludes, interval rules, and
+the specs of a mount and its stores.
 
 The exit codes are part of the command-line contract (docs/operations.md lists them):
 scripts and service managers branch on them, so a code never changes meaning.
@@ -7,7 +8,10 @@ scripts and service managers branch on them, so a code never changes meaning.
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass, field
 from enum import IntEnum
+from pathlib import Path
 from typing import Literal
 
 
@@ -32,3 +36,37 @@ def check_interval(value: float) -> float:
     if math.isnan(value) or value < MIN_INTERVAL:
         raise ValueError(f"the sync interval must be at least {MIN_INTERVAL:g} seconds")
     return value
+
+
+@dataclass
+class StoreSpec:
+    store_id: str
+    read_only: bool = False
+    dir_name: str | None = None  # the store's directory under a session root
+    name: str = ""
+    instructions: str = ""
+
+
+@dataclass
+class MountConfig:
+    mountpoint: str
+    stores: list[StoreSpec]
+    single: bool = True
+    cache_dir: Path | None = None
+    interval: float = 15.0
+    deletions: DeletionMode = "enabled"
+    excludes: tuple[str, ...] = DEFAULT_EXCLUDES
+    flush_timeout: float = 30.0
+    cache_max_bytes: int | None = None  # --cache-max-size: clean contents per store
+    content_timeout: float = 30.0
+    api_url: str | None = None
+    allow_other: bool = False
+    log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
+    restart: str = ""  # the command that starts this mount again (dead-mount recovery)
+    metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def default_cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "memfs"

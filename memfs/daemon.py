@@ -13,49 +13,47 @@ directory underneath, and the journal keeps every dirty byte for the next start.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import select
-import shutil
 import signal
-import stat
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pyfuse3
 import trio
 
-from memfs import conflicts, history, logs, metrics, progress, systemd
+from memfs import conflicts, history, metrics, progress
 from memfs.audit import Trail
 from memfs.cache import CacheDir
 from memfs.client import (
     INTERACTIVE_FIRST_BYTE,
     ClientConfig,
-    RetryPolicy,
     StoreClient,
     StoreInfo,
     make_http_client,
 )
-from memfs.config import DEFAULT_EXCLUDES, DeletionMode, ExitCode
+from memfs.config import ExitCode, MountConfig, default_cache_root
 from memfs.control import ControlServer, runtime_dir
 from memfs.errors import (
     ConfigError,
     MemfsError,
-    NotFound,
+    StartError,
     StoreAuthError,
     StoreUnavailable,
-    missing_store,
 )
 from memfs.fs import MemFs
 from memfs.notify import KernelNotifier, Notifier
 from memfs.plan import PassResult
+from memfs.preflight import (
+    START_RETRY,
+    check_fuse,
+    check_outside,
+    lookup_store,
+    prepare_mountpoint,
+)
 from memfs.sync import StoreSync
 from memfs.tree import Node, StoreState, Tree
 
@@ -67,141 +65,6 @@ JOURNAL_NAME = "journal.sqlite"
 
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class StartError(MemfsError):
-    """Start-up failed before anything was mounted; `exit_code` says how."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-@dataclass
-class StoreSpec:
-    store_id: str
-    read_only: bool = False
-    dir_name: str | None = None  # the store's directory under a session root
-    name: str = ""
-    instructions: str = ""
-
-
-@dataclass
-class MountConfig:
-    mountpoint: str
-    stores: list[StoreSpec]
-    single: bool = True
-    cache_dir: Path | None = None
-    interval: float = 15.0
-    deletions: DeletionMode = "enabled"
-    excludes: tuple[str, ...] = DEFAULT_EXCLUDES
-    flush_timeout: float = 30.0
-    cache_max_bytes: int | None = None  # --cache-max-size: clean contents per store
-    content_timeout: float = 30.0
-    api_url: str | None = None
-    allow_other: bool = False
-    log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
-    restart: str = ""  # the command that starts this mount again (dead-mount recovery)
-    metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)
-    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-
-
-def default_cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "memfs"
-
-
-def check_fuse() -> None:
-    if not os.path.exists("/dev/fuse"):
-        raise StartError("FUSE is unavailable: /dev/fuse does not exist (load the fuse "
-                         "module, or give the container --device /dev/fuse)", 2)
-    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        raise StartError("FUSE is unavailable: /dev/fuse is not readable and writable by "
-                         "this user", 2)
-    if os.getuid() != 0 and shutil.which("fusermount3") is None:
-        raise StartError("FUSE is unavailable: fusermount3 is not installed "
-                         "(apt-get install fuse3)", 2)
-
-
-def _dead_memfs_mount(path: str) -> bool:
-    try:
-        with open("/proc/self/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 2 and parts[1] == path and parts[2].startswith("fuse"):
-                    return True
-    except OSError:
-        pass
-    return False
-
-
-def clear_dead_mount(path: str) -> bool:
-    """Clear a dead FUSE mount (its daemon was killed) at `path`; True if one was cleared.
-
-    The kernel may still answer `stat` from its attribute cache, so ask `statvfs`, which
-    always reaches the (gone) daemon and fails with ENOTCONN.
-    """
-    real = os.path.realpath(path)
-    try:
-        os.statvfs(real)
-        return False
-    except OSError as e:
-        if e.errno != errno.ENOTCONN or not _dead_memfs_mount(real):
-            return False
-    subprocess.run(["fusermount3", "-u", "-z", real], check=False, capture_output=True)
-    if os.path.ismount(real):
-        subprocess.run(["umount", "-l", real], check=False, capture_output=True)
-    if os.path.ismount(real):
-        return False
-    log.info("cleared a dead mount left by a killed daemon mountpoint=%s", real)
-    return True
-
-
-def prepare_mountpoint(path: str, *, allow_nonempty: bool = False) -> str:
-    """Refuse a mount point memfs can't use; clear a dead mount a killed daemon left."""
-    real = os.path.realpath(path)
-    clear_dead_mount(real)
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        raise StartError(f"mount point {path} does not exist", 2) from None
-    except OSError as e:
-        raise StartError(f"mount point {path} cannot be used: {e.strerror}", 2) from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise StartError(f"mount point {path} is not a directory", 2)
-    if os.path.ismount(real):
-        raise StartError(f"mount point {path} is already a mount", 2)
-    if not allow_nonempty and os.listdir(real):
-        raise StartError(f"mount point {path} is not empty", 2)
-    return real
-
-
-def check_outside(mountpoint: str, what: str, path: Path) -> None:
-    """The daemon writes its cache and control files itself: inside its own mount that
-    would be a request to itself from the event loop, a deadlock."""
-    real = os.path.realpath(path)
-    if real == mountpoint or real.startswith(mountpoint.rstrip("/") + "/"):
-        raise StartError(f"the {what} {path} is inside the mount point {mountpoint}; "
-                         "choose one outside it", 2)
-
-
-async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
-    """The store's record, or the start-up error a user can act on."""
-    try:
-        return await client.retrieve_store(store_id)
-    except NotFound:
-        raise StartError(missing_store(store_id)) from None
-    except StoreUnavailable as e:
-        raise StartError(f"{e} (is the server running? check --api-url or "
-                         "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
-    except StoreAuthError as e:
-        raise StartError(str(e), 2) from None
-
-
-# Someone waits for a mount to start: a hung or down server is reported in seconds
-# (one first-byte bound; refused connections get two quick retries), not a minute.
-START_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=2.0, deadline=10.0,
-                          retry_timeouts=False)
 
 
 class Daemon:
@@ -691,117 +554,3 @@ def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError
     return None
 
 
-def _abort_start(pid: int, read_fd: int, config: MountConfig) -> int:
-    """Ctrl-C on `mount --daemon` before readiness: stop the child, wait, say one line.
-
-    SIGTERM makes the child abandon its start (nothing mounted) or, if it went live in
-    the meantime, run its normal teardown; either way nothing is left running.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    bound = time.monotonic() + config.flush_timeout + 15
-    message = b""
-    while time.monotonic() < bound:
-        ready, _, _ = select.select([read_fd], [], [], 0.2)
-        if ready:
-            chunk = os.read(read_fd, 4096)
-            if not chunk:
-                break
-            message += chunk
-    os.close(read_fd)
-    while time.monotonic() < bound:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        clear_dead_mount(config.mountpoint)
-    if message.startswith(b"ok "):
-        print("memfs: interrupted; the mount had just gone live and was stopped again "
-              "(final sync done)", file=sys.stderr)
-    else:
-        print("memfs: interrupted before the mount was live; nothing was mounted",
-              file=sys.stderr)
-    return ExitCode.INTERRUPTED
-
-
-def launch(config: MountConfig, *, daemonize: bool) -> int:
-    """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
-    os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
-    if not daemonize:
-        def say_ready(mountpoint: str) -> None:
-            print(f"memfs: mounted at {mountpoint}; stop with Ctrl-C or "
-                  f"`memfs unmount {mountpoint}`", file=sys.stderr, flush=True)
-            systemd.notify(f"READY=1\nSTATUS=mounted at {mountpoint}")  # Type=notify
-
-        daemon = Daemon(config)
-        try:
-            code = trio.run(daemon.run, say_ready)
-        except StartError as e:
-            print(f"memfs: {e}", file=sys.stderr)
-            return e.exit_code
-        except ConfigError as e:
-            print(f"memfs: {e}", file=sys.stderr)
-            return 2
-        for line in progress.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
-            print(line, file=sys.stderr)
-        return code
-
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid > 0:
-        os.close(write_fd)
-        chunks: list[bytes] = []
-        try:
-            while chunk := os.read(read_fd, 4096):
-                chunks.append(chunk)
-        except KeyboardInterrupt:
-            return _abort_start(pid, read_fd, config)
-        os.close(read_fd)
-        message = b"".join(chunks).decode(errors="replace")
-        if message.startswith("ok "):
-            where = config.log_file or (config.cache_dir or default_cache_root()) / "memfs.log"
-            print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}",
-                  file=sys.stderr)
-            return 0
-        exit_word, _, text = message.partition(" ")
-        print(f"memfs: {text or 'the daemon exited before the mount was live'}",
-              file=sys.stderr)
-        return int(exit_word) if exit_word.isdigit() else 1
-
-    # The daemon child: its own session, no terminal, reports readiness through the pipe.
-    os.close(read_fd)
-    os.setsid()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    if config.log_file is None:  # stderr is gone: keep the logs where a user finds them
-        log_path = (config.cache_dir or default_cache_root()) / "memfs.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        logs.configure(logging.getLevelName(logging.getLogger().level).lower(),
-                       str(log_path))
-
-    def signal_ready(mountpoint: str) -> None:
-        os.write(write_fd, f"ok {mountpoint}".encode())
-        os.close(write_fd)
-
-    code = 1
-    try:
-        code = trio.run(Daemon(config).run, signal_ready)
-    except StartError as e:
-        os.write(write_fd, f"{e.exit_code} {e}".encode())
-        code = e.exit_code
-    except ConfigError as e:
-        os.write(write_fd, f"2 {e}".encode())
-        code = 2
-    except BaseException:
-        log.exception("the daemon crashed")
-        code = 1
-    finally:
-        logging.shutdown()
-        os._exit(code)

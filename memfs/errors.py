@@ -3,6 +3,7 @@
     MemfsError
     ├── FsError(errno)              a system call's answer, raised by policy code
     ├── ConfigError                 bad flags, environment or credentials (exit 2)
+    ├── StartError(exit_code)       a mount could not start; nothing was mounted
     └── StoreError                  anything the store said or failed to say
         ├── StoreUnavailable        transient: transport, timeout, 429, 5xx, 529
         ├── StoreAuthError          401 / 403: bad or missing credentials
@@ -99,3 +100,11 @@ class Rejected(StoreError):
 
 class InvalidContent(StoreError):
     """The server sent content that is not valid UTF-8 text (lone surrogates in JSON)."""
+
+
+class StartError(MemfsError):
+    """Start-up failed before anything was mounted; `exit_code` says how."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

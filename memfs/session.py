@@ -27,16 +27,17 @@ from memfs.client import (
     is_loopback,
     make_http_client,
 )
-from memfs.config import ExitCode
-from memfs.daemon import START_RETRY, StartError, StoreSpec, clear_dead_mount, lookup_store
+from memfs.config import ExitCode, StoreSpec
 from memfs.errors import (
     ConfigError,
     NotFound,
+    StartError,
     StoreAuthError,
     StoreError,
     StoreUnavailable,
 )
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
+from memfs.preflight import START_RETRY, clear_dead_mount, lookup_store
 
 log = logging.getLogger("memfs.session")
 

@@ -775,6 +775,8 @@ def run_cli_as_nobody(argv: list[str], env: dict[str, str]) -> subprocess.Comple
     import memfs.cli
     import memfs.commands
     import memfs.daemon
+    import memfs.launch
+    import memfs.preflight
     import memfs.session  # loaded now: the child cannot read the checkout
 
     read_fd, write_fd = os.pipe()
