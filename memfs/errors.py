@@ -4,6 +4,7 @@
     ├── FsError(errno)              a system call's answer, raised by policy code
     ├── ConfigError                 bad flags, environment or credentials (exit 2)
     ├── StartError(exit_code)       a mount could not start; nothing was mounted
+    ├── CommandFailed(code)         a CLI command failed: one line, its exit code
     └── StoreError                  anything the store said or failed to say
         ├── StoreUnavailable        transient: transport, timeout, 429, 5xx, 529
         ├── StoreAuthError          401 / 403: bad or missing credentials
@@ -108,3 +109,11 @@ class StartError(MemfsError):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class CommandFailed(MemfsError):
+    """A one-line error for the user, with the exit code it deserves (1: failed)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code

@@ -25,6 +25,7 @@ from typing import Any
 
 from memfs import control
 from memfs.config import ExitCode
+from memfs.errors import CommandFailed
 
 COMMANDS = ("log", "show", "diff", "restore", "conflicts", "audit")
 CONFLICT_ACTIONS = ("show", "restore", "drop")
@@ -79,12 +80,6 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true")
 
 
-class Failed(Exception):
-    def __init__(self, message: str, code: int = ExitCode.FAILED) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "log_level", "info") != "debug":
         # As in `memfs store`: retry notices would only precede the one-line error.
@@ -93,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore,
                    "conflicts": _conflicts, "audit": _audit}
         return handler[args.command](args)
-    except Failed as e:
+    except CommandFailed as e:
         print(f"memfs: {_printable(str(e))}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
@@ -131,7 +126,7 @@ def target(arg: str, api_url: str | None = None) -> Target:
         return Target(path, spec, store_id=form[1], path=form[2], api_url=api_url)
     info = control.find_mount(path)
     if info is None:
-        raise Failed(f"no live memfs mount at {path} (for a store, name the memory as "
+        raise CommandFailed(f"no live memfs mount at {path} (for a store, name the memory as "
                      "STORE_ID:/path)")
     mountpoint = str(info["mountpoint"])
     real = os.path.realpath(path)
@@ -140,19 +135,19 @@ def target(arg: str, api_url: str | None = None) -> Target:
 
 
 def ask(t: Target, what: str, version: str | None = None) -> dict[str, Any]:
-    """The history answer for `t` (see memfs/history.py), or Failed."""
+    """The history answer for `t` (see memfs/history.py), or CommandFailed."""
     if t.info is not None:
         try:
             answer = control.request(t.info, "history", timeout=ASK_TIMEOUT, what=what,
                                      path=t.rel, version=version)
         except TimeoutError:
-            raise Failed(f"the daemon did not answer within {ASK_TIMEOUT:g}s") from None
+            raise CommandFailed(f"the daemon did not answer within {ASK_TIMEOUT:g}s") from None
         except OSError as e:
-            raise Failed(f"the daemon did not answer: {e}") from None
+            raise CommandFailed(f"the daemon did not answer: {e}") from None
     else:
         answer = _direct(t, what, version)
     if not answer.get("ok"):
-        raise Failed(f"{t.shown}: {answer.get('error')}",
+        raise CommandFailed(f"{t.shown}: {answer.get('error')}",
                      ExitCode.UNREACHABLE if answer.get("unreachable") else ExitCode.FAILED)
     return answer
 
@@ -170,14 +165,14 @@ def _direct(t: Target, what: str, version: str | None,
         result: dict[str, Any] = trio.run(_direct_async, config, t, what, version, restore)
         return result
     except ConfigError as e:
-        raise Failed(str(e), ExitCode.USAGE) from None
+        raise CommandFailed(str(e), ExitCode.USAGE) from None
     except StoreUnavailable as e:
-        raise Failed(f"{e} (is the server running? check --api-url or "
+        raise CommandFailed(f"{e} (is the server running? check --api-url or "
                      "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
     except StoreAuthError as e:
-        raise Failed(str(e), ExitCode.USAGE) from None
+        raise CommandFailed(str(e), ExitCode.USAGE) from None
     except StoreError as e:
-        raise Failed(f"{t.shown}: {e}") from None
+        raise CommandFailed(f"{t.shown}: {e}") from None
 
 
 async def _direct_async(config: Any, t: Target, what: str, version: str | None,
@@ -297,11 +292,11 @@ def _diff(args: argparse.Namespace) -> int:
     other = args.other
     if other is not None:
         if not other.startswith("@"):
-            raise Failed(f"{other}: the other side is @VERSION or @local", ExitCode.USAGE)
+            raise CommandFailed(f"{other}: the other side is @VERSION or @local", ExitCode.USAGE)
         other = other[1:]
     if t.info is None:
         if other == "local":
-            raise Failed("STORE_ID:/path has no local file; compare two versions",
+            raise CommandFailed("STORE_ID:/path has no local file; compare two versions",
                          ExitCode.USAGE)
         a_spec, b_spec = t.spec or "~1", other or "head"
     else:
@@ -321,7 +316,7 @@ def _side(t: Target, spec: str) -> tuple[str, bytes]:
         except FileNotFoundError:
             return f"{t.shown} (absent locally)", b""
         except OSError as e:
-            raise Failed(f"cannot read {t.local}: {e.strerror}") from None
+            raise CommandFailed(f"cannot read {t.local}: {e.strerror}") from None
     answer = ask(t, "show", spec)
     return f"{t.shown}@{answer['version']['id']}", _bytes(answer["content"])
 
@@ -344,14 +339,14 @@ def _restore(args: argparse.Namespace) -> int:
 
     t = target(args.path, args.api_url)
     if t.spec is not None:
-        raise Failed("name the version with --to, not PATH@VERSION", ExitCode.USAGE)
+        raise CommandFailed("name the version with --to, not PATH@VERSION", ExitCode.USAGE)
     if t.info is None:
         answer = _direct(t, "show", args.to, restore=True)
         if not answer.get("ok"):
-            raise Failed(f"{t.shown}: {answer.get('error')}")
+            raise CommandFailed(f"{t.shown}: {answer.get('error')}")
         done = answer["restored"]
         if not done.get("ok"):
-            raise Failed(f"{t.shown}: {done['error']}")
+            raise CommandFailed(f"{t.shown}: {done['error']}")
         if done.get("unchanged"):
             print(f"{t.shown} already has the content of {answer['version']['id']}; "
                   "nothing written")
@@ -362,14 +357,14 @@ def _restore(args: argparse.Namespace) -> int:
     answer = ask(t, "show", args.to)
     version = answer["version"]["id"]
     if answer["access"] == "read_only":
-        raise Failed(f"{t.shown} is in a read-only store; restore writes nothing to it")
+        raise CommandFailed(f"{t.shown} is in a read-only store; restore writes nothing to it")
     local = answer["local"]
     data = _bytes(answer["content"])
     if local["exists"] and local.get("sha") == sha256_hex(data):
         print(f"{t.shown} already has the content of {version}; nothing written")
         return ExitCode.OK
     if local.get("dirty") and not args.force:
-        raise Failed(f"{t.shown} has local changes that were not pushed yet; push them "
+        raise CommandFailed(f"{t.shown} has local changes that were not pushed yet; push them "
                      f"first (memfs sync), or pass --force to overwrite them")
     write_through_mount(t.local, data)
     print(f"{t.shown}: restored the content of {version} as a local change; the next "
@@ -393,8 +388,8 @@ def write_through_mount(path: str, data: bytes) -> None:
         except OSError:
             pass
         if e.errno == errno.EROFS:
-            raise Failed(f"{path} is in a read-only store; nothing was written") from None
-        raise Failed(f"cannot write {path}: {e.strerror}") from None
+            raise CommandFailed(f"{path} is in a read-only store; nothing was written") from None
+        raise CommandFailed(f"cannot write {path}: {e.strerror}") from None
 
 
 # --------------------------------------------------------------------------- conflicts
@@ -404,10 +399,10 @@ def _request(info: dict[str, Any], op: str, **fields: Any) -> dict[str, Any]:
     try:
         return control.request(info, op, timeout=ASK_TIMEOUT, **fields)
     except TimeoutError:
-        raise Failed(f"the daemon of {info['mountpoint']} did not answer within "
+        raise CommandFailed(f"the daemon of {info['mountpoint']} did not answer within "
                      f"{ASK_TIMEOUT:g}s") from None
     except OSError as e:
-        raise Failed(f"the daemon of {info['mountpoint']} did not answer: {e}") from None
+        raise CommandFailed(f"the daemon of {info['mountpoint']} did not answer: {e}") from None
 
 
 def _mounts(path: str | None) -> list[dict[str, Any]]:
@@ -415,7 +410,7 @@ def _mounts(path: str | None) -> list[dict[str, Any]]:
         return control.live_mounts()
     info = control.find_mount(path)
     if info is None:
-        raise Failed(f"no live memfs mount at {path}")
+        raise CommandFailed(f"no live memfs mount at {path}")
     return [info]
 
 
@@ -423,17 +418,17 @@ def _conflicts(args: argparse.Namespace) -> int:
     words = list(args.words)
     if words and words[0] in CONFLICT_ACTIONS:
         if len(words) != 2:
-            raise Failed(f"usage: memfs conflicts {words[0]} ID", ExitCode.USAGE)
+            raise CommandFailed(f"usage: memfs conflicts {words[0]} ID", ExitCode.USAGE)
         return _conflict_action(words[0], words[1], args)
     if len(words) > 1:
-        raise Failed("usage: memfs conflicts [MOUNT] | show|restore|drop ID",
+        raise CommandFailed("usage: memfs conflicts [MOUNT] | show|restore|drop ID",
                      ExitCode.USAGE)
     mount = words[0] if words else args.mount
     answers = []
     for info in _mounts(mount):
         try:
             answer = _request(info, "conflicts", what="list")
-        except Failed:
+        except CommandFailed:
             if mount is not None:
                 raise
             continue  # gone while we asked
@@ -464,7 +459,7 @@ def _find_conflict(conflict_id: str, mount: str | None, what: str
     for info in infos:
         try:
             answer = _request(info, "conflicts", what=what, id=conflict_id)
-        except Failed:
+        except CommandFailed:
             if mount is not None:
                 raise
             continue  # a daemon going away while we ask every mount is not an error
@@ -472,8 +467,8 @@ def _find_conflict(conflict_id: str, mount: str | None, what: str
             return info, answer
         if mount is not None or not str(answer.get("error")).startswith("unknown op"):
             if not answer.get("missing"):
-                raise Failed(str(answer.get("error")))
-    raise Failed(f"no conflict copy {conflict_id!r} in "
+                raise CommandFailed(str(answer.get("error")))
+    raise CommandFailed(f"no conflict copy {conflict_id!r} in "
                  f"{mount or 'any live mount'} (see `memfs conflicts`)")
 
 
@@ -496,14 +491,14 @@ def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) ->
         return ExitCode.OK
     local_path = kept["local_path"]
     if answer["access"] == "read_only":
-        raise Failed(f"{local_path} is in a read-only store; restore writes nothing to it")
+        raise CommandFailed(f"{local_path} is in a read-only store; restore writes nothing to it")
     local = answer["local"]
     if local["exists"] and local.get("sha") == sha256_hex(data):
         print(f"{local_path} already holds the bytes of conflict copy {kept['id']}; "
               "nothing written")
         return ExitCode.OK
     if local.get("dirty") and not args.force:
-        raise Failed(f"{local_path} has local changes that were not pushed yet; push them "
+        raise CommandFailed(f"{local_path} has local changes that were not pushed yet; push them "
                      "first (memfs sync), or pass --force to overwrite them")
     write_through_mount(local_path, data)
     _request(info, "conflicts", what="restored", id=kept["id"])
@@ -526,10 +521,10 @@ def _trail_dirs(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
             return [root], []
         return sorted(p.parent for p in root.glob(f"*/{TRAIL_NAME}")), []
     if args.mount is None:
-        raise Failed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
+        raise CommandFailed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
     info = control.find_mount(args.mount) or control.find_dead_mount(args.mount)
     if info is None:
-        raise Failed(f"no memfs mount at {args.mount} (after an unmount, read the trail "
+        raise CommandFailed(f"no memfs mount at {args.mount} (after an unmount, read the trail "
                      "with --cache-dir)")
     caches = info.get("caches") or {}
     return [Path(str(d)) for d in caches.values()], [str(e) for e in
@@ -543,12 +538,12 @@ def _audit(args: argparse.Namespace) -> int:
     for d in dirs:
         trail_file = d / audit.TRAIL_NAME
         if trail_file.exists() and not os.access(trail_file, os.R_OK):
-            raise Failed(f"cannot read the audit trail {trail_file}: permission denied "
+            raise CommandFailed(f"cannot read the audit trail {trail_file}: permission denied "
                          "(run as the user the mount runs as)")
     try:
         since = audit.parse_since(args.since) if args.since else None
     except ValueError as e:
-        raise Failed(str(e), ExitCode.USAGE) from None
+        raise CommandFailed(str(e), ExitCode.USAGE) from None
     records = audit.outcomes(audit.read_trail(dirs), excludes)
     audit.place(records)
     # --path is a path in the mount (relative to here, or absolute) or a store path.

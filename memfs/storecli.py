@@ -32,6 +32,7 @@ from memfs.client import (
 )
 from memfs.config import ExitCode
 from memfs.errors import (
+    CommandFailed,
     ConfigError,
     InvalidContent,
     NotFound,
@@ -59,14 +60,6 @@ IMPORT_CONCURRENCY = 16
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
 CLI_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0,
                         retry_timeouts=False)
-
-
-class CommandFailed(Exception):
-    """A one-line error for the user, with the exit code it deserves."""
-
-    def __init__(self, message: str, code: int = ExitCode.FAILED) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # --------------------------------------------------------------------------- arguments

@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import pty
 import re
 import signal
 import socket
@@ -26,34 +25,17 @@ from tests.support.api import Api
 from tests.support.loglines import LOG_LINE
 from tests.support.mount import MountProcess, is_mounted, lazy_unmount, mount_store
 from tests.support.server import REPO_ROOT, ServerProcess
+from tests.support.terminal import on_a_terminal
 
 pytestmark = pytest.mark.deadline(180)
 
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 
-def on_a_terminal(env: dict[str, str], *args: str) -> tuple[int, str]:
+def memfs_on_a_terminal(env: dict[str, str], *args: str) -> tuple[int, str]:
     """`memfs ARGS` with stdout on a pseudo-terminal: the human output."""
-    leader, follower = pty.openpty()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "memfs.cli", *args], env=env,
-                                stdout=follower, stderr=subprocess.PIPE)
-    finally:
-        os.close(follower)
-    chunks = []
-    try:
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the writer is gone and the terminal is drained
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(leader)
-    proc.communicate(timeout=60)
-    return proc.returncode, b"".join(chunks).decode().replace("\r\n", "\n")
+    code, out, _ = on_a_terminal([sys.executable, "-m", "memfs.cli", *args], env)
+    return code, out
 
 
 @pytest.fixture
@@ -122,7 +104,7 @@ def test_status_path_lists_dirty_refused_and_conflicted_files(
         (root / "bad.md").write_bytes(b"\xff\xfe not utf-8")
     assert refused.value.errno == errno.EILSEQ
 
-    code, text = on_a_terminal(slow_mount.env, "status", str(root / "notes"))
+    code, text = memfs_on_a_terminal(slow_mount.env, "status", str(root / "notes"))
     assert code == 0, text
     assert "dirty=2 conflicts=1 refused=1" in text, text
     assert "    dirty: /notes/new.md\n" in text and "    dirty: /todo.md\n" in text, text
@@ -138,7 +120,7 @@ def test_status_path_lists_dirty_refused_and_conflicted_files(
 def test_a_long_listing_says_how_many_more(slow_mount: MountProcess) -> None:
     for i in range(25):
         (slow_mount.mountpoint / f"f{i:02d}.md").write_text(f"{i}\n")
-    code, text = on_a_terminal(slow_mount.env, "status", str(slow_mount.mountpoint))
+    code, text = memfs_on_a_terminal(slow_mount.env, "status", str(slow_mount.mountpoint))
     assert code == 0
     assert text.count("    dirty: /f") == 20, text
     assert "    … and 5 more dirty files (see --json)\n" in text, text

@@ -13,7 +13,6 @@ import fcntl
 import io
 import json
 import os
-import pty
 import re
 import shutil
 import signal
@@ -38,6 +37,7 @@ from tests.support.files import MARKER, store_contents
 from tests.support.mount import MountProcess, is_mounted, one_line, require_fuse
 from tests.support.refusals import refused
 from tests.support.server import ServerProcess, seed_bulk, start_server
+from tests.support.terminal import on_a_terminal
 
 pytestmark = pytest.mark.fuse
 
@@ -283,27 +283,10 @@ def _status_json(three: Three, *args: str) -> dict[str, Any]:
 
 def _status_on_a_terminal(env: dict[str, str], path: str) -> str:
     """`memfs status PATH` with stdout on a pseudo-terminal (the human table)."""
-    leader, follower = pty.openpty()
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "memfs.cli", "status", path],
-                                env=env, stdout=follower, stderr=subprocess.PIPE)
-    finally:
-        os.close(follower)
-    chunks = []
-    try:
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: every writer is gone and the terminal is drained
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(leader)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    return b"".join(chunks).decode().replace("\r\n", "\n")
+    code, out, err = on_a_terminal([sys.executable, "-m", "memfs.cli", "status", path], env,
+                                   timeout=30)
+    assert code == 0, err
+    return out
 
 
 def test_status_shows_every_store_in_json_and_on_a_terminal(
