@@ -73,7 +73,7 @@ def record(store_id: str, copy: Path, *, path: str, memory_id: str | None,
         _write(kept)
     except OSError as e:
         log.warning("could not describe a conflict copy; it is listed by its name only "
-                    "memory_store_id=%s path=%s copy=%s: %s", store_id, path, copy, e)
+                    "memory_store_id=%s path=%s copy=%s error=%s", store_id, path, copy, e)
 
 
 def _write(kept: Kept) -> None:

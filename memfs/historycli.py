@@ -42,18 +42,19 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
              "directly, with the credentials in the environment)")
     p = command("log", help="a memory's versions, newest first")
     p.add_argument("path", metavar="PATH", help=where)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p = command("show", help="print one version's content (PATH@VERSION; default head)")
     p.add_argument("path", metavar="PATH[@VERSION]",
                    help="VERSION: a memver_ id, head, or ~N (N versions before the newest)")
     p = command("diff", help="unified diff between two versions, or a version and the "
                 "local file (default: the store's head against the local file)")
-    p.add_argument("path", metavar="PATH[@A]")
+    p.add_argument("path", metavar="PATH[@A]",
+                   help=f"{where}; A: a version (default head)")
     p.add_argument("other", metavar="@B", nargs="?",
                    help="the other side: @VERSION or @local (default @local in a mount)")
     p = command("restore", help="write an old version back as a new change "
                 "(history is never rewritten)")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", help=where)
     p.add_argument("--to", required=True, metavar="VERSION",
                    help="a memver_ id, head, or ~N")
     p.add_argument("--force", action="store_true",
@@ -65,7 +66,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("words", nargs="*", metavar="ARG", help="[MOUNT], or ACTION ID")
     p.add_argument("--mount", metavar="MOUNT", help="look for ID in this mount only "
                    "(default: every live mount)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument("--force", action="store_true",
                    help="restore: overwrite local changes that were not pushed yet")
     p = command("audit", help="every change a mount accepted: when, which process, and "
@@ -77,7 +78,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                    "path in the mount, or a store path)")
     p.add_argument("--cache-dir", metavar="DIR", help="read the trail in DIR (a store's "
                    "cache directory, or a session's cache root) without a mount")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
