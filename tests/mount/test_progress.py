@@ -169,8 +169,9 @@ def test_sync_and_unmount_show_pushing_on_a_terminal_and_stay_clean_on_a_pipe(
                 [sys.executable, "-m", "memfs.cli", "sync", str(proc.mountpoint), "--json"],
                 env=env_for(server.url), capture_output=True, text=True, timeout=120)
             assert piped.returncode == 0, piped.stderr
-            answer = json.loads(piped.stdout)
-            assert answer["ok"] is True
+            answer = json.loads(piped.stdout)  # `status --json`'s schema
+            [store] = answer["mounts"][0]["stores"]
+            assert store["last_pass"]["outcome"] == "ok" and store["last_pass"]["pushed"] == 80
             assert piped.stderr == ""
 
             for i in range(80):
