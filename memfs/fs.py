@@ -43,6 +43,8 @@ R = TypeVar("R")
 # The kernel may cache names and attributes this long. Safe because every local change
 # passes through this process, and the sync task invalidates what a pull changes.
 CACHE_TIMEOUT = 300.0
+# ... and a name as missing this long (`Tree.negatives` says which to invalidate).
+NEGATIVE_TIMEOUT = CACHE_TIMEOUT
 
 
 @dataclass(eq=False)
@@ -102,9 +104,11 @@ class MemFs(pyfuse3.Operations):
     enable_writeback_cache = False
 
     def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0,
-                 own_permissions: bool = False) -> None:
+                 own_permissions: bool = False,
+                 negative_timeout: float = NEGATIVE_TIMEOUT) -> None:
         super().__init__()
         self.tree = tree
+        self.negative_timeout = negative_timeout
         # None: the kernel checks modes (`default_permissions`); else memfs does, after
         # EROFS (session mounts, see memfs/permissions.py).
         self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
@@ -236,9 +240,22 @@ class MemFs(pyfuse3.Operations):
         check_length(name)
         try:
             text = name.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FsError(errno.ENOENT) from None
-        return self._lookup_ref(self._child(parent, text))
+        except UnicodeDecodeError:  # can never exist here: cached as missing too
+            return self._missing(parent, name.decode("utf-8", "surrogateescape"))
+        node = self._find(parent, text)
+        if node is None:
+            return self._missing(parent, text)
+        return self._lookup_ref(node)
+
+    def _missing(self, parent: Node, shown: str) -> pyfuse3.EntryAttributes:
+        """A negative entry the kernel may keep, or ENOENT when it must not."""
+        if self.negative_timeout <= 0 or not self.tree.negatives.answer(
+                parent.ino, shown, self.negative_timeout):
+            raise FsError(errno.ENOENT)
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = 0  # "no such name", cached for entry_timeout
+        a.entry_timeout = self.negative_timeout
+        return a
 
     @_guard
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
@@ -331,7 +348,9 @@ class MemFs(pyfuse3.Operations):
         name = check_name(raw)
         if self._find(parent, name) is not None:
             raise FsError(errno.EEXIST)
-        return store.create_file(parent, name, mode)
+        node = store.create_file(parent, name, mode)
+        self.tree.negatives.created_here(parent.ino, name)
+        return node
 
     @_guard
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
@@ -342,7 +361,9 @@ class MemFs(pyfuse3.Operations):
         text = check_name(name)
         if self._find(parent, text) is not None:
             raise FsError(errno.EEXIST)
-        return self._lookup_ref(store.mkdir(parent, text, mode))
+        node = store.mkdir(parent, text, mode)
+        self.tree.negatives.created_here(parent.ino, text)
+        return self._lookup_ref(node)
 
     @_guard
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -408,6 +429,7 @@ class MemFs(pyfuse3.Operations):
             new_name = target.name  # replacing a file shown under its alias
         store.rename(old_parent, node.name, new_parent, new_name,
                      noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
+        self.tree.negatives.created_here(new_parent.ino, new_name)
 
     # -- files ----------------------------------------------------------------------
     @_guard

@@ -867,6 +867,7 @@ class StoreSync:
         assert parent is not None and parent.children is not None
         if node.name not in parent.children:
             parent.children[node.name] = node
+            self.state.tree.negatives.appeared(parent.ino, node.name)
             if node.entry_id is not None:
                 self.state.journal.update(node.entry_id, path=node.store_path())
             return
@@ -946,6 +947,7 @@ class StoreSync:
         node.parent = parent
         node.name = name
         parent.children[name] = node
+        self.state.tree.negatives.appeared(parent.ino, name)
         node.ctime_ns = time.time_ns()
         if node.entry_id is not None:
             self.state.journal.update(node.entry_id, path=path)
@@ -1027,6 +1029,8 @@ class StoreSync:
         self._pending_inodes.extend(inodes)
 
     async def flush_invalidations(self) -> None:
+        # Names the kernel was told are missing and that a pull (or a move) brought.
+        self._notify([], self.state.tree.negatives.take_stale())
         inodes, self._pending_inodes = self._pending_inodes, []
         await self.notifier.invalidate_inodes(inodes)
 
