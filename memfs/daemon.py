@@ -509,7 +509,8 @@ class Daemon:
                 **sync.statistics(),
             })
         return {"ok": True, "mountpoint": self.mountpoint,
-                "pid": os.getpid(), "stores": stores}
+                "pid": os.getpid(), "stores": stores,
+                **(self.ops.statistics() if self.ops is not None else {})}
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")

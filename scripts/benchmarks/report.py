@@ -47,6 +47,15 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
             f"({med(ops['save_tmp_rename']['memfs_vs_native']):.2f}x native)", sv >= 1500)
         ld = med(ops["listdir_warm_ms"]["memfs"])
         add(f"listdir of {po['files']:,} warm < 20 ms", f"{ld:.1f} ms", ld < 20)
+    cm = r.get("commands")
+    if cm:
+        for name, label in (("grep_all", "`grep -r` over 1,000 files"),
+                            ("ls_R", "`ls -R` of 1,000 files warm")):
+            row = cm["rows"].get(name)
+            if row:
+                v = med(row["vs_native"])
+                add(f"{label} <= 1.5x native", f"{v:.2f}x ({med(row['requests']):.0f} FUSE "
+                    "requests)", v <= 1.5)
     sizes = sorted(int(k) for k in r.get("readiness", {}))
     rd_ = r["readiness"][str(sizes[-1])] if sizes else None
     if rd_:
@@ -137,14 +146,22 @@ def _perop(po: dict[str, Any]) -> Lines:
          f"{po['reps']} repeats)", "",
          "ops/s (higher is better) except listdir (ms, lower is better). The ratio columns "
          "are per-repeat x/native (for listdir native/x), so > 1 means faster than native.", "",
-         "| Operation | native | memfs | rclone | memfs / native | rclone / native |",
-         "|---|---|---|---|---|---|"]
+         "| Operation | native | memfs | rclone | memfs / native | rclone / native | "
+         "memfs FUSE requests per op |",
+         "|---|---|---|---|---|---|---|"]
     for op, row in po["ops"].items():
         spec = ".1f" if op.endswith("_ms") else ",.0f"
         L.append(f"| {op} | {fmt(row['native'], spec)} | {fmt(row['memfs'], spec)} | "
                  f"{fmt(row['rclone'], spec)} | {fmt(row['memfs_vs_native'])} | "
-                 f"{fmt(row['rclone_vs_native'])} |")
+                 f"{fmt(row['rclone_vs_native'])} | {_per_op(row, po['files'], op)} |")
+    churn = po.get("churn_per_rep")
+    if churn:
+        L += ["", f"Kernel cache drops during each repeat (/proc/vmstat): {_churn_list(churn)}."]
     return [*L, "",
+            "FUSE requests per op: what the memfs daemon answered during the step, divided "
+            "by the files (listdir: by its 5 calls), by handler; `forget` is the kernel "
+            "dropping inodes. libfuse answers some requests itself (INIT, ENOSYS for ioctl) "
+            "and they are not counted.", "",
             "`stat_cold`/`read_cold`: first pass after a remount (memfs: SIGTERM and restart on "
             "the same cache; rclone: restart on the same VFS cache; native: no remote, so it is "
             "the first pass after the creates). `save_tmp_rename`: write `.NAME.tmp`, rename "
@@ -171,6 +188,58 @@ def _agent(ag: dict[str, Any]) -> Lines:
             f"exactly the native tree: {ag['memfs']['store_matches_native_after_unmount']}. "
             "memfs mounts waited for the background download to finish before the clock "
             "started.", ""]
+
+
+def _per_op(row: dict[str, Any], files: int, op: str) -> str:
+    per = row.get("memfs_requests_per_op")
+    if per is None:
+        return "-"
+    if op == "listdir_warm_ms":
+        per = {k: round(v * files / 5, 1) for k, v in per.items()}
+    total = sum(per.values())
+    parts = " ".join(f"{k} {v:g}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]))
+    return f"{total:.2f}: {parts}" if parts else "0"
+
+
+def _churn(c: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in c.items())
+
+
+def _churn_list(runs: list[dict[str, int]]) -> str:
+    return "; ".join(f"rep {i}: {_churn(c)}" for i, c in enumerate(runs))
+
+
+def _commands(cm: dict[str, Any]) -> Lines:
+    L = ["## 2b. One command at a time (the agent tree, warm)", "",
+         f"Each command alone in `bash -c` with the 1,000-file agent tree as cwd, run "
+         f"{cm['runs'] + 1} times; the first warms the caches, the other {cm['runs']} are "
+         "measured. Times include starting bash (and python3), so a command costs a few "
+         "ms on native too. Requests: what the memfs daemon answered for the command, by "
+         "handler (the last run).", "",
+         "| command | native ms | memfs ms | memfs / native | FUSE requests | by handler |"
+         " drops |",
+         "|---|---|---|---|---|---|---|"]
+    for name, row in cm["rows"].items():
+        by = " ".join(f"{k} {v}" for k, v in sorted(row["by_handler"].items(),
+                                                      key=lambda kv: -kv[1]))
+        drops = sum(row["churn"].values())
+        shown = row["command"].replace("\n", " ⏎ ").replace("|", "\\|")
+        L.append(f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
+                 f"{fmt(row['memfs_ms'], '.1f')} | {fmt(row['vs_native'])} | "
+                 f"{fmt(row['requests'], '.0f')} | {by} | {drops} |")
+    return [*L, ""]
+
+
+def _churn_part(ch: dict[str, Any]) -> Lines:
+    L = ["## Cache churn during each case", "",
+         "The kernel's cache drops counted in /proc/vmstat while each case ran. On a shared "
+         "VM the host may drop page cache and slab (dentries, inodes) under a benchmark; a "
+         "case with drops measured some cold paths as warm ones.", "",
+         "| case | " + " | ".join(next(iter(ch.values()))) + " |",
+         "|---|" + "---|" * len(next(iter(ch.values())))]
+    for case, c in ch.items():
+        L.append(f"| {case} | " + " | ".join(str(v) for v in c.values()) + " |")
+    return [*L, ""]
 
 
 def _mb(d: dict[str, Any]) -> str:
@@ -328,8 +397,9 @@ and runs the package `scripts/benchmarks/` (`python -m scripts.benchmarks`). It 
 
 
 PARTS: list[tuple[str, Callable[[dict[str, Any]], Lines]]] = [
-    ("perop", _perop), ("agent", _agent), ("readiness", _readiness), ("idle", _idle),
-    ("flush", _flush), ("memory", _memory), ("sections", _sections)]
+    ("perop", _perop), ("agent", _agent), ("commands", _commands),
+    ("readiness", _readiness), ("idle", _idle), ("flush", _flush), ("memory", _memory),
+    ("churn", _churn_part), ("sections", _sections)]
 
 
 def report(r: dict[str, Any]) -> str:

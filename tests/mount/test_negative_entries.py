@@ -4,6 +4,7 @@ back (a pull). A local create on a cached-missing name works as on any filesyste
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,27 @@ def missing(path: Path) -> bool:
     except FileNotFoundError:
         return True
     return False
+
+
+def fuse_requests(mount: MountProcess) -> dict[str, int]:
+    out = mount.memfs("status", str(mount.mountpoint), "--json").stdout
+    counts: dict[str, int] = json.loads(out)["mounts"][0]["fuse_requests"]
+    return counts
+
+
+def drop_slab() -> int:
+    """The kernel's count of slab drops: a drop may evict a cached negative entry."""
+    with open("/proc/vmstat") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("drop_slab "))
+
+
+def test_a_missing_name_is_looked_up_once(mount: MountProcess) -> None:
+    before, slab = fuse_requests(mount), drop_slab()
+    for _ in range(5):
+        assert missing(mount.mountpoint / "nothing.md")
+    after = fuse_requests(mount)
+    lookups = after.get("lookup", 0) - before.get("lookup", 0)
+    assert lookups == 1 or (drop_slab() != slab and lookups <= 5), lookups
 
 
 def test_remote_create_is_visible_after_a_pass(
