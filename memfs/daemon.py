@@ -354,6 +354,10 @@ class Daemon:
             total = sum(s.state.statistics()["memories"] for s in self.syncs)
             log.info("mounted memory stores=%s mountpoint=%s memories=%d",
                      ",".join(s.store_id for s in self.syncs), mountpoint, total)
+            if not self.ops.noflush:
+                log.info("pyfuse3 has no FileInfo.noflush (a stock build); every close of "
+                         "a read-only file costs a FLUSH request mountpoint=%s pyfuse3=%s",
+                         mountpoint, self.ops.statistics()["pyfuse3"]["version"])
             try:
                 return await self._serve(mountpoint, ready, signals)
             except BaseException:

@@ -47,6 +47,16 @@ CACHE_TIMEOUT = 300.0
 # ... and a name as missing this long (`Tree.negatives` says which to invalidate).
 NEGATIVE_TIMEOUT = CACHE_TIMEOUT
 
+# FOPEN_NOFLUSH: a close of a read-only handle sends no FLUSH (one round trip of three
+# for a warm `cat`). Only the patched pyfuse3 (scripts/pyfuse3-noflush.patch) has it;
+# on a stock one every close flushes, as before.
+NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
+
+
+def pyfuse3_levers() -> dict[str, bool]:
+    """What the installed pyfuse3 lets memfs ask of the kernel."""
+    return {"noflush": NOFLUSH, "cache_readdir": hasattr(pyfuse3.FileInfo, "cache_readdir")}
+
 
 @dataclass(eq=False)
 class FileHandle:
@@ -96,6 +106,15 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
 _CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
+def _pyfuse3_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyfuse3")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _unexpected(handler: str) -> pyfuse3.FUSEError:
     """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
     log.exception("unexpected error in handler=%s; answering EIO", handler)
@@ -114,6 +133,7 @@ class MemFs(pyfuse3.Operations):
         super().__init__()
         self.tree = tree
         self.negative_timeout = negative_timeout
+        self.noflush = NOFLUSH
         # None: the kernel checks modes (`default_permissions`); else memfs does, after
         # EROFS (session mounts, see memfs/permissions.py).
         self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
@@ -462,6 +482,9 @@ class MemFs(pyfuse3.Operations):
         if writing:
             node.open_writers += 1
         handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
+        if not writing and self.noflush:
+            # flush() does nothing for a reader: nothing is given up by skipping it.
+            return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True, noflush=True)
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
 
     @_guard
@@ -597,6 +620,8 @@ class MemFs(pyfuse3.Operations):
         """What `memfs status` shows of the FUSE side (mount-wide)."""
         neg = self.tree.negatives
         return {"fuse_requests": dict(sorted(self.requests.items())),
+                "pyfuse3": {"version": _pyfuse3_version(), **pyfuse3_levers(),
+                            "noflush_used": self.noflush},
                 "negative_entries": {"cached": len(neg), "given": neg.given,
                                      "not_cached": neg.refused}}
 

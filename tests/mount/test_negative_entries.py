@@ -4,7 +4,6 @@ back (a pull). A local create on a cached-missing name works as on any filesyste
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,6 @@ def missing(path: Path) -> bool:
     return False
 
 
-def fuse_requests(mount: MountProcess) -> dict[str, int]:
-    out = mount.memfs("status", str(mount.mountpoint), "--json").stdout
-    counts: dict[str, int] = json.loads(out)["mounts"][0]["fuse_requests"]
-    return counts
-
-
 def drop_slab() -> int:
     """The kernel's count of slab drops: a drop may evict a cached negative entry."""
     with open("/proc/vmstat") as f:
@@ -39,10 +32,10 @@ def drop_slab() -> int:
 
 
 def test_a_missing_name_is_looked_up_once(mount: MountProcess) -> None:
-    before, slab = fuse_requests(mount), drop_slab()
+    before, slab = mount.fuse_requests(), drop_slab()
     for _ in range(5):
         assert missing(mount.mountpoint / "nothing.md")
-    after = fuse_requests(mount)
+    after = mount.fuse_requests()
     lookups = after.get("lookup", 0) - before.get("lookup", 0)
     assert lookups == 1 or (drop_slab() != slab and lookups <= 5), lookups
 
