@@ -51,11 +51,16 @@ NEGATIVE_TIMEOUT = CACHE_TIMEOUT
 # for a warm `cat`). Only the patched pyfuse3 (scripts/pyfuse3-noflush.patch) has it;
 # on a stock one every close flushes, as before.
 NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
+# FOPEN_CACHE_DIR + keep_cache on opendir: the kernel keeps a directory's listing, so a
+# second `ls` sends no READDIR. Safe because the kernel drops it on a local change and
+# the sync task invalidates a directory whose names a pull changed
+# (`Tree.listing_changed`). Also only on the patched pyfuse3.
+CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
 
 
 def pyfuse3_levers() -> dict[str, bool]:
     """What the installed pyfuse3 lets memfs ask of the kernel."""
-    return {"noflush": NOFLUSH, "cache_readdir": hasattr(pyfuse3.FileInfo, "cache_readdir")}
+    return {"noflush": NOFLUSH, "cache_readdir": CACHE_READDIR}
 
 
 @dataclass(eq=False)
@@ -134,6 +139,7 @@ class MemFs(pyfuse3.Operations):
         self.tree = tree
         self.negative_timeout = negative_timeout
         self.noflush = NOFLUSH
+        self.cache_readdir = CACHE_READDIR
         # None: the kernel checks modes (`default_permissions`); else memfs does, after
         # EROFS (session mounts, see memfs/permissions.py).
         self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
@@ -551,14 +557,18 @@ class MemFs(pyfuse3.Operations):
 
     # -- directories ----------------------------------------------------------------
     @_guard
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext
+                      ) -> int | pyfuse3.FileInfo:
         node = self._dir(inode)
         self._may(node, ctx, READ)
         assert node.children is not None
         # A snapshot of the names makes offsets stable for the life of the handle.
         names = [".", "..", *sorted(node.children,
                                     key=lambda n: n.encode("utf-8", "surrogateescape"))]
-        return self._fh(DirHandle(node, names))
+        fh = self._fh(DirHandle(node, names))
+        if self.cache_readdir:
+            return pyfuse3.FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
+        return fh
 
     @_guard
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
@@ -621,7 +631,8 @@ class MemFs(pyfuse3.Operations):
         neg = self.tree.negatives
         return {"fuse_requests": dict(sorted(self.requests.items())),
                 "pyfuse3": {"version": _pyfuse3_version(), **pyfuse3_levers(),
-                            "noflush_used": self.noflush},
+                            "noflush_used": self.noflush,
+                            "cache_readdir_used": self.cache_readdir},
                 "negative_entries": {"cached": len(neg), "given": neg.given,
                                      "not_cached": neg.refused}}
 

@@ -868,6 +868,7 @@ class StoreSync:
         if node.name not in parent.children:
             parent.children[node.name] = node
             self.state.tree.negatives.appeared(parent.ino, node.name)
+            self.state.tree.listing_changed(parent)
             if node.entry_id is not None:
                 self.state.journal.update(node.entry_id, path=node.store_path())
             return
@@ -948,6 +949,7 @@ class StoreSync:
         node.name = name
         parent.children[name] = node
         self.state.tree.negatives.appeared(parent.ino, name)
+        self.state.tree.listing_changed(parent)
         node.ctime_ns = time.time_ns()
         if node.entry_id is not None:
             self.state.journal.update(node.entry_id, path=path)
@@ -1026,11 +1028,21 @@ class StoreSync:
     def _notify(self, inodes: list[int], entries: list[tuple[int, str]]) -> None:
         if entries:
             self.notifier.invalidate_entries(entries)
+            # The directories those names left: a cached listing (FOPEN_CACHE_DIR) is
+            # dropped with its inode; an entry invalidation alone misses a name the
+            # kernel has a listing, but no dentry, for.
+            tree = self.state.tree
+            for parent, _name in entries:
+                node = tree.nodes.get(parent)
+                if node is not None:
+                    tree.listing_changed(node)
         self._pending_inodes.extend(inodes)
 
     async def flush_invalidations(self) -> None:
+        tree = self.state.tree
         # Names the kernel was told are missing and that a pull (or a move) brought.
-        self._notify([], self.state.tree.negatives.take_stale())
+        self._notify([], tree.negatives.take_stale())
+        self._pending_inodes.extend(tree.take_changed_listings())
         inodes, self._pending_inodes = self._pending_inodes, []
         await self.notifier.invalidate_inodes(inodes)
 

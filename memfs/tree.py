@@ -202,6 +202,9 @@ class Tree:
         self.gid = gid
         self.nodes: dict[int, Node] = {}
         self.negatives = NegativeEntries()
+        # Directories whose names changed and that the kernel may have a cached listing
+        # of (FOPEN_CACHE_DIR): the sync task invalidates them (`take_changed_listings`).
+        self._changed_listings: set[int] = set()
         self._next_ino = ROOT_INODE
         now = time.time_ns()
         self.root = self.new_node(Kind.DIR, "", None, None, DIR_MODE, now)
@@ -216,7 +219,17 @@ class Tree:
             assert parent.children is not None
             parent.children[name] = node
             self.negatives.appeared(parent.ino, name)
+            self.listing_changed(parent)
         return node
+
+    def listing_changed(self, directory: Node) -> None:
+        """A name appeared in `directory` behind the kernel's back, or may have."""
+        if directory.lookups > 0:  # else the kernel holds no inode, so no listing
+            self._changed_listings.add(directory.ino)
+
+    def take_changed_listings(self) -> list[int]:
+        changed, self._changed_listings = self._changed_listings, set()
+        return sorted(changed)
 
     def get(self, ino: int) -> Node:
         node = self.nodes.get(ino)

@@ -247,16 +247,19 @@ class Bench:
             rc.start()
             root = rc.mnt
         try:
+            before = m.fuse_requests() if m is not None else {}
             t0 = time.perf_counter()
             r = subprocess.run(["bash", str(script)], cwd=root, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, timeout=600)
             wall = time.perf_counter() - t0
+            counted = counts_since(before, m.fuse_requests()) if m is not None else {}
             fails = r.stderr.count("FAIL")
             tree = hash_tree(root)
         finally:
             if rc is not None:
                 rc.stop()
-        out: dict[str, Any] = {"wall_s": wall, "failed_commands": fails, "tree": tree}
+        out: dict[str, Any] = {"wall_s": wall, "failed_commands": fails, "tree": tree,
+                               "fuse_requests": counted}
         if m is not None:
             t0 = time.perf_counter()
             u = m.cli("unmount", str(m.mountpoint), timeout=300)
@@ -293,6 +296,9 @@ class Bench:
         res["memfs"]["store_matches_native_after_unmount"] = all(
             r["store"] == ref_tree for r in raw["memfs"])
         res["memfs"]["unmount_s"] = summary([r["unmount_s"] for r in raw["memfs"]])
+        res["memfs"]["requests"] = summary([requests_total(r["fuse_requests"])
+                                            for r in raw["memfs"]])
+        res["memfs"]["by_handler"] = raw["memfs"][-1]["fuse_requests"]
         res["memfs_vs_rclone"] = summary([raw["memfs"][i]["wall_s"] / raw["rclone"][i]["wall_s"]
                                           for i in range(self.agent_reps)])
         self.results["agent"] = res

@@ -187,7 +187,16 @@ def _agent(ag: dict[str, Any]) -> Lines:
             f"`memfs unmount` took {fmt(ag['memfs']['unmount_s'])} s and the store then held "
             f"exactly the native tree: {ag['memfs']['store_matches_native_after_unmount']}. "
             "memfs mounts waited for the background download to finish before the clock "
-            "started.", ""]
+            "started." + _agent_requests(ag["memfs"]), ""]
+
+
+def _agent_requests(x: dict[str, Any]) -> str:
+    if not x.get("by_handler"):
+        return ""
+    by = ", ".join(f"{k} {v}" for k, v in sorted(x["by_handler"].items(),
+                                                 key=lambda kv: -kv[1]))
+    return (f" FUSE requests the memfs daemon answered during the workload: "
+            f"{fmt(x['requests'], ',.0f')} ({by}; the last repeat).")
 
 
 def _per_op(row: dict[str, Any], files: int, op: str) -> str:
