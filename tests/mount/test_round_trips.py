@@ -77,7 +77,7 @@ def test_cached_listings_follow_remote_and_local_changes(
     before = mount.fuse_requests()
     assert sorted(os.listdir(d)) == ["a.md", "away.md", "gone.md"]
     readdirs = delta(before, mount.fuse_requests(), "readdir")
-    assert readdirs == (0 if levers["cache_readdir"] else 1)
+    assert (readdirs == 0) if levers["cache_readdir"] else (readdirs >= 1), readdirs
     assert sorted(os.listdir(root)) == [".anthropic-memory-store", "d"]
     # Only names added: no dentry the kernel holds changes, the listings still must.
     shared_api.create_memory(sid, "/d/only-added.md", "o\n")
