@@ -56,6 +56,9 @@ NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
 # the sync task invalidates a directory whose names a pull changed
 # (`Tree.listing_changed`). Also only on the patched pyfuse3.
 CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
+# Untyped on purpose: the stock pyfuse3's stub knows neither keyword, the patched one's
+# both, and mypy must pass on either build.
+_FileInfo: Any = pyfuse3.FileInfo
 
 
 def pyfuse3_levers() -> dict[str, bool]:
@@ -490,7 +493,9 @@ class MemFs(pyfuse3.Operations):
         handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
         if not writing and self.noflush:
             # flush() does nothing for a reader: nothing is given up by skipping it.
-            return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True, noflush=True)
+            info: pyfuse3.FileInfo = _FileInfo(fh=self._fh(handle), keep_cache=True,
+                                               noflush=True)
+            return info
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
 
     @_guard
@@ -557,8 +562,9 @@ class MemFs(pyfuse3.Operations):
 
     # -- directories ----------------------------------------------------------------
     @_guard
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext
-                      ) -> int | pyfuse3.FileInfo:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> Any:
+        """A handle, or (patched pyfuse3) a FileInfo that lets the kernel keep the
+        listing; `Any` because the stock stub says int."""
         node = self._dir(inode)
         self._may(node, ctx, READ)
         assert node.children is not None
@@ -567,7 +573,7 @@ class MemFs(pyfuse3.Operations):
                                     key=lambda n: n.encode("utf-8", "surrogateescape"))]
         fh = self._fh(DirHandle(node, names))
         if self.cache_readdir:
-            return pyfuse3.FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
+            return _FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
         return fh
 
     @_guard
