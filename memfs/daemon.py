@@ -262,6 +262,10 @@ class Daemon:
             total = sum(s.state.statistics()["memories"] for s in self.syncs)
             log.info("mounted memory stores=%s mountpoint=%s memories=%d",
                      ",".join(s.store_id for s in self.syncs), mountpoint, total)
+            if not self.ops.noflush:
+                log.info("pyfuse3 has no FileInfo.noflush (a stock build); every close of "
+                         "a read-only file costs a FLUSH request mountpoint=%s pyfuse3=%s",
+                         mountpoint, self.ops.statistics()["pyfuse3"]["version"])
             try:
                 return await self._serve(mountpoint, ready, signals)
             except BaseException:
@@ -467,7 +471,8 @@ class Daemon:
                 **sync.statistics(),
             })
         return {"ok": True, "mountpoint": self.mountpoint,
-                "pid": os.getpid(), "stores": stores}
+                "pid": os.getpid(), "stores": stores,
+                **(self.ops.statistics() if self.ops is not None else {})}
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")

@@ -16,9 +16,10 @@ import logging
 import os
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 import pyfuse3
 import trio
@@ -45,6 +46,26 @@ R = TypeVar("R")
 # The kernel may cache names and attributes this long. Safe because every local change
 # passes through this process, and the sync task invalidates what a pull changes.
 CACHE_TIMEOUT = 300.0
+# ... and a name as missing this long (`Tree.negatives` says which to invalidate).
+NEGATIVE_TIMEOUT = CACHE_TIMEOUT
+
+# FOPEN_NOFLUSH: a close of a read-only handle sends no FLUSH (one round trip of three
+# for a warm `cat`). Only the patched pyfuse3 (scripts/pyfuse3-noflush.patch) has it;
+# on a stock one every close flushes, as before.
+NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
+# FOPEN_CACHE_DIR + keep_cache on opendir: the kernel keeps a directory's listing, so a
+# second `ls` sends no READDIR. Safe because the kernel drops it on a local change and
+# the sync task invalidates a directory whose names a pull changed
+# (`Tree.listing_changed`). Also only on the patched pyfuse3.
+CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
+# Untyped on purpose: the stock pyfuse3's stub knows neither keyword, the patched one's
+# both, and mypy must pass on either build.
+_FileInfo: Any = pyfuse3.FileInfo
+
+
+def pyfuse3_levers() -> dict[str, bool]:
+    """What the installed pyfuse3 lets memfs ask of the kernel."""
+    return {"noflush": NOFLUSH, "cache_readdir": CACHE_READDIR}
 
 
 @dataclass(eq=False)
@@ -77,6 +98,8 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        # Requests by handler: what a gain in round trips shows, on a noisy box too.
+        cast("MemFs", args[0]).requests[name] += 1
         try:
             result = await fn(*args, **kwargs)
         except Exception as e:
@@ -105,6 +128,15 @@ def _fuse_error(handler: str, e: Exception) -> pyfuse3.FUSEError:
 _CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
+def _pyfuse3_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyfuse3")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _unexpected(handler: str) -> pyfuse3.FUSEError:
     """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
     log.exception("unexpected error in handler; answering EIO handler=%s", handler)
@@ -118,9 +150,13 @@ class MemFs(pyfuse3.Operations):
     enable_writeback_cache = False
 
     def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0,
-                 own_permissions: bool = False) -> None:
+                 own_permissions: bool = False,
+                 negative_timeout: float = NEGATIVE_TIMEOUT) -> None:
         super().__init__()
         self.tree = tree
+        self.negative_timeout = negative_timeout
+        self.noflush = NOFLUSH
+        self.cache_readdir = CACHE_READDIR
         # None: the kernel checks modes (`default_permissions`); else memfs does, after
         # EROFS (session mounts, see memfs/permissions.py).
         self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
@@ -131,6 +167,9 @@ class MemFs(pyfuse3.Operations):
         self.trail = Trail()  # the daemon's audit trails (none: nothing is recorded)
         self._handles: dict[int, FileHandle | DirHandle] = {}
         self._next_fh = 1
+        # FUSE requests answered, by handler (`forget_inodes`: inodes the kernel dropped).
+        # Requests libfuse answers itself (INIT, ENOSYS for ioctl, ...) are not here.
+        self.requests: Counter[str] = Counter()
 
     # -- helpers --------------------------------------------------------------------
     def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
@@ -253,12 +292,26 @@ class MemFs(pyfuse3.Operations):
         check_length(name)
         try:
             text = name.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FsError(errno.ENOENT) from None
-        return self._lookup_ref(self._child(parent, text))
+        except UnicodeDecodeError:  # can never exist here: cached as missing too
+            return self._missing(parent, name.decode("utf-8", "surrogateescape"))
+        node = self._find(parent, text)
+        if node is None:
+            return self._missing(parent, text)
+        return self._lookup_ref(node)
+
+    def _missing(self, parent: Node, shown: str) -> pyfuse3.EntryAttributes:
+        """A negative entry the kernel may keep, or ENOENT when it must not."""
+        if self.negative_timeout <= 0 or not self.tree.negatives.answer(
+                parent.ino, shown, self.negative_timeout):
+            raise FsError(errno.ENOENT)
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = 0  # "no such name", cached for entry_timeout
+        a.entry_timeout = self.negative_timeout
+        return a
 
     @_guard
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        self.requests["forget_inodes"] += len(inode_list)
         for ino, count in inode_list:
             self.tree.forget(ino, count)
 
@@ -331,6 +384,7 @@ class MemFs(pyfuse3.Operations):
                     raise FsError(errno.EPERM, "only the owner may set explicit times")
                 self._may(node, ctx, WRITE)
 
+    @_guard
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
         raise pyfuse3.FUSEError(errno.EINVAL)
 
@@ -350,7 +404,9 @@ class MemFs(pyfuse3.Operations):
         name = check_name(raw)
         if self._find(parent, name) is not None:
             raise FsError(errno.EEXIST)
-        return store.create_file(parent, name, mode)
+        node = store.create_file(parent, name, mode)
+        self.tree.negatives.created_here(parent.ino, name)
+        return node
 
     @_guard
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
@@ -363,6 +419,7 @@ class MemFs(pyfuse3.Operations):
             raise FsError(errno.EEXIST)
         node = store.mkdir(parent, text, mode)
         self.trail.change(store.store_id, "mkdir", node.store_path(), ctx.pid, ctx.uid)
+        self.tree.negatives.created_here(parent.ino, text)
         return self._lookup_ref(node)
 
     @_guard
@@ -437,6 +494,7 @@ class MemFs(pyfuse3.Operations):
                      noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
         self.trail.change(store.store_id, "rename", old_path, ctx.pid, ctx.uid,
                           to=node.store_path())
+        self.tree.negatives.created_here(new_parent.ino, new_name)
 
     # -- files ----------------------------------------------------------------------
     @_guard
@@ -462,6 +520,11 @@ class MemFs(pyfuse3.Operations):
                                   ctx.uid, handle.comm, size=0)
         assert node.store is not None
         node.store.opened(node, writing=writing)
+        if not writing and self.noflush:
+            # flush() does nothing for a reader: nothing is given up by skipping it.
+            info: pyfuse3.FileInfo = _FileInfo(fh=self._fh(handle), keep_cache=True,
+                                               noflush=True)
+            return info
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
 
     @_guard
@@ -531,14 +594,19 @@ class MemFs(pyfuse3.Operations):
 
     # -- directories ----------------------------------------------------------------
     @_guard
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> Any:
+        """A handle, or (patched pyfuse3) a FileInfo that lets the kernel keep the
+        listing; `Any` because the stock stub says int."""
         node = self._dir(inode)
         self._may(node, ctx, READ)
         assert node.children is not None
         # A snapshot of the names makes offsets stable for the life of the handle.
         names = [".", "..", *sorted(node.children,
                                     key=lambda n: n.encode("utf-8", "surrogateescape"))]
-        return self._fh(DirHandle(node, names))
+        fh = self._fh(DirHandle(node, names))
+        if self.cache_readdir:
+            return _FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
+        return fh
 
     @_guard
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
@@ -595,6 +663,16 @@ class MemFs(pyfuse3.Operations):
         s.f_ffree = s.f_favail = max(0, capacity - used_files)
         s.f_namemax = 255
         return s
+
+    def statistics(self) -> dict[str, Any]:
+        """What `memfs status` shows of the FUSE side (mount-wide)."""
+        neg = self.tree.negatives
+        return {"fuse_requests": dict(sorted(self.requests.items())),
+                "pyfuse3": {"version": _pyfuse3_version(), **pyfuse3_levers(),
+                            "noflush_used": self.noflush,
+                            "cache_readdir_used": self.cache_readdir},
+                "negative_entries": {"cached": len(neg), "given": neg.given,
+                                     "not_cached": neg.refused}}
 
     def stores(self) -> list[StoreState]:
         if self.tree.root.store is not None:

@@ -207,9 +207,21 @@ class Lander:
     def notify(self, inodes: list[int], entries: list[tuple[int, str]]) -> None:
         if entries:
             self.notifier.invalidate_entries(entries)
+            # The directories those names left: a cached listing (FOPEN_CACHE_DIR) is
+            # dropped with its inode; an entry invalidation alone misses a name the
+            # kernel has a listing, but no dentry, for.
+            tree = self.state.tree
+            for parent, _name in entries:
+                node = tree.nodes.get(parent)
+                if node is not None:
+                    tree.listing_changed(node)
         self._pending_inodes.extend(inodes)
 
     async def flush_invalidations(self) -> None:
+        tree = self.state.tree
+        # Names the kernel was told are missing and that a pull (or a move) brought.
+        self.notify([], tree.negatives.take_stale())
+        self._pending_inodes.extend(tree.take_changed_listings())
         inodes, self._pending_inodes = self._pending_inodes, []
         await self.notifier.invalidate_inodes(inodes)
 

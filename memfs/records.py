@@ -191,6 +191,8 @@ class SyncRecords:
         assert parent is not None and parent.children is not None
         if node.name not in parent.children:
             parent.children[node.name] = node
+            self.tree.negatives.appeared(parent.ino, node.name)
+            self.tree.listing_changed(parent)
             if node.entry_id is not None:
                 self.journal.update(node.entry_id, path=node.store_path())
             return
@@ -226,6 +228,8 @@ class SyncRecords:
         node.parent = parent
         node.name = name
         parent.children[name] = node
+        self.tree.negatives.appeared(parent.ino, name)
+        self.tree.listing_changed(parent)
         node.ctime_ns = time.time_ns()
         if node.entry_id is not None:
             self.journal.update(node.entry_id, path=node.store_path())

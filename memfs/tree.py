@@ -35,6 +35,7 @@ from memfs.paths import (
     PathRejected,
     check_segment,
     join,
+    local_name,
     marker_content,
     sha256_hex,
 )
@@ -129,6 +130,72 @@ class Node:
         return "/" + "/".join(reversed(parts))
 
 
+class NegativeEntries:
+    """The names the kernel was told are missing, and may cache as missing.
+
+    A lookup that finds nothing answers a negative entry (inode 0) with a timeout, so a
+    shell probing for names (PATH, `.git`, editor backups) asks once per timeout. The
+    kernel then answers "no such file" by itself, so a name that appears behind its
+    back (a pull, or a file the sync task moves) must be invalidated: `appeared` moves
+    it to the stale set, which the sync task hands to the kernel before a pass is
+    reported done. A name created through the kernel (create, mkdir, rename) needs
+    nothing: the kernel turned its own dentry positive (`created_here`).
+
+    Bounded: with `limit` names handed out and none expired, a lookup answers a plain
+    ENOENT (no timeout), so every cached negative is one memfs still remembers.
+    """
+
+    def __init__(self, limit: int = 16384) -> None:
+        self.limit = limit
+        self._given: dict[tuple[int, str], float] = {}  # (parent ino, shown) -> expiry
+        self._stale: set[tuple[int, str]] = set()
+        self.given = 0  # negative entries handed out (statistics)
+        self.refused = 0  # plain ENOENT answered because the table was full
+
+    def answer(self, parent_ino: int, shown: str, timeout: float) -> bool:
+        """Record a negative entry for `shown` that the kernel keeps `timeout` seconds;
+        False if it must not be cached."""
+        key = (parent_ino, shown)
+        now = time.monotonic()
+        self._given.pop(key, None)  # re-inserted last: the dict stays in expiry order
+        if len(self._given) >= self.limit:
+            self._expire(now)
+            if len(self._given) >= self.limit:
+                self.refused += 1
+                return False
+        self._given[key] = now + timeout
+        self.given += 1
+        return True
+
+    def _expire(self, now: float) -> None:
+        # A second of slack: the kernel counts in jiffies from its own receipt.
+        for key, expiry in list(self._given.items()):
+            if expiry + 1.0 > now:
+                break
+            del self._given[key]
+
+    def appeared(self, parent_ino: int, name: str) -> None:
+        """`name` now exists in directory `parent_ino`: the kernel must forget it missing."""
+        if not self._given:
+            return
+        key = (parent_ino, local_name(name))
+        if self._given.pop(key, None) is not None:
+            self._stale.add(key)
+
+    def created_here(self, parent_ino: int, name: str) -> None:
+        """A create through the kernel: its dentry is already positive."""
+        key = (parent_ino, local_name(name))
+        self._given.pop(key, None)
+        self._stale.discard(key)
+
+    def take_stale(self) -> list[tuple[int, str]]:
+        stale, self._stale = self._stale, set()
+        return sorted(stale)
+
+    def __len__(self) -> int:
+        return len(self._given)
+
+
 class Tree:
     """Inode table of one mount (one or several stores)."""
 
@@ -136,6 +203,10 @@ class Tree:
         self.uid = uid
         self.gid = gid
         self.nodes: dict[int, Node] = {}
+        self.negatives = NegativeEntries()
+        # Directories whose names changed and that the kernel may have a cached listing
+        # of (FOPEN_CACHE_DIR): the sync task invalidates them (`take_changed_listings`).
+        self._changed_listings: set[int] = set()
         self._next_ino = ROOT_INODE
         now = time.time_ns()
         self.root = self.new_node(Kind.DIR, "", None, None, DIR_MODE, now)
@@ -149,7 +220,18 @@ class Tree:
         if parent is not None:
             assert parent.children is not None
             parent.children[name] = node
+            self.negatives.appeared(parent.ino, name)
+            self.listing_changed(parent)
         return node
+
+    def listing_changed(self, directory: Node) -> None:
+        """A name appeared in `directory` behind the kernel's back, or may have."""
+        if directory.lookups > 0:  # else the kernel holds no inode, so no listing
+            self._changed_listings.add(directory.ino)
+
+    def take_changed_listings(self) -> list[int]:
+        changed, self._changed_listings = self._changed_listings, set()
+        return sorted(changed)
 
     def get(self, ino: int) -> Node:
         node = self.nodes.get(ino)
@@ -617,6 +699,7 @@ class StoreState(SyncRecords):
             node.name = new_name
             node.parent = new_parent
             new_parent.children[new_name] = node
+            self.tree.negatives.appeared(new_parent.ino, new_name)
             node.ctime_ns = now
             self._rejournal_paths(node)
         self._touch_dir(old_parent, now)

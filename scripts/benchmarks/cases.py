@@ -2,14 +2,18 @@
 
   1. per-operation on 2,000 files of 1 KiB: native dir / memfs / rclone mount
   2. a fixed, deterministic 300-command agent workload over a 1,000-file tree
+  2b. each kind of agent command alone, warm: its FUSE requests (memfs counts them by
+     handler, `memfs status`) and its time next to native
   3. mount readiness at 100 / 1,000 / 10,000 memories, cold and warm cache, next to the
      reference worker's download
   4. idle sync cost at 10,000 memories (requests, bytes, CPU ms per pass), both engines
   5. flush of 2,000 dirty files by `memfs unmount`
   6. daemon peak RSS (VmHWM) with 10,000 memories mounted and read once
 
-Each case fills its part of `Bench.results` (raw numbers and `summary()` cells);
-`report.py` turns them into markdown.
+Each case fills its part of `Bench.results` (raw numbers and `summary()` cells), and
+`Bench.run` adds the kernel's cache drops while it ran (/proc/vmstat `drop_pagecache`,
+`drop_slab`: a shared VM may empty caches under a case); `report.py` turns them into
+markdown.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from .common import (
     OUT,
     REPO,
     WORK,
+    churn_since,
+    counts_since,
     hash_tree,
     log,
     proc_cpu_ms,
@@ -40,13 +46,15 @@ from .common import (
     proc_sched_ns,
     proc_status_kb,
     read_all_cmd,
+    requests_total,
     run_timed,
     summary,
+    vmstat,
 )
 from .engines import MemfsMount, RcloneMount, RefWorker, start_server
 from .proxy import CountingProxy
 
-CASES = ("perop", "agent", "readiness", "flush")  # readiness also measures 4 and 6
+CASES = ("perop", "agent", "commands", "readiness", "flush")  # readiness: also 4 and 6
 ACTOR = ("api_actor", "apikey_bench")
 KINDS = ["native", "memfs", "rclone"]
 
@@ -108,6 +116,7 @@ class Bench:
         self.items["agent"] = workloads.agent_tree_items(seed=1)
         for r in range(self.agent_reps):
             store(f"agent{r}", self.items["agent"])
+        store("commands", self.items["agent"])
         for r in range(self.reps):
             store(f"perop{r}", [])
         for r in range(self.flush_reps):
@@ -153,11 +162,15 @@ class Bench:
                     if m.get("type", "memory") == "memory"}
 
     def run(self, name: str) -> None:
-        {"perop": self.case_perop, "agent": self.case_agent,
+        """One case, with the kernel's cache drops while it ran (results["churn"])."""
+        mark = vmstat()
+        {"perop": self.case_perop, "agent": self.case_agent, "commands": self.case_commands,
          "readiness": self.case_readiness, "flush": self.case_flush}[name]()
+        self.results.setdefault("churn", {})[name] = churn_since(mark)
 
     # -- case 1: per-operation -------------------------------------------------------
-    def perop_once(self, kind: str, rep: int) -> dict[str, float]:
+    def perop_once(self, kind: str, rep: int
+                   ) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
         mount: MemfsMount | RcloneMount | None = None
         if kind == "native":
             root = self.fresh("native-perop")
@@ -174,8 +187,9 @@ class Bench:
                 mount.stop()
                 mount.start()
 
+        counts = mount.fuse_requests if isinstance(mount, MemfsMount) else None
         try:
-            return workloads.perop(root, self.n_perop, remount)
+            return workloads.perop(root, self.n_perop, remount, counts)
         finally:
             if mount is not None:
                 mount.stop()
@@ -183,9 +197,16 @@ class Bench:
     def case_perop(self) -> None:
         log(f"case 1: per-operation, {self.n_perop} files x {self.reps} reps")
         raw: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
+        reqs: list[dict[str, dict[str, int]]] = []
+        churn = []
         for rep in range(self.reps):
+            mark = vmstat()
             for kind in rotated(rep):
-                raw[kind].append(self.perop_once(kind, rep))
+                times, counted = self.perop_once(kind, rep)
+                raw[kind].append(times)
+                if kind == "memfs":
+                    reqs.append(counted)
+            churn.append(churn_since(mark))
             log(f"  rep {rep}: " + ", ".join(
                 f"{k} create={raw[k][-1]['create_write_close']:.0f}/s" for k in KINDS))
         table: dict[str, Any] = {}
@@ -197,8 +218,17 @@ class Bench:
                 else:
                     ratios = [raw[k][i][op] / raw["native"][i][op] for i in range(self.reps)]
                 row[f"{k}_vs_native"] = summary(ratios)
+            # memfs FUSE requests per operation (the last repeat; they barely vary), by
+            # handler, and the repeats' totals
+            row["memfs_requests_per_op"] = {
+                k: round(v / self.n_perop, 2) for k, v in reqs[-1].get(op, {}).items()
+                if k != "forget_inodes"}
+            row["memfs_forgets"] = reqs[-1].get(op, {}).get("forget_inodes", 0)
+            row["memfs_requests_total"] = summary(
+                [requests_total(r.get(op, {})) for r in reqs])
             table[op] = row
-        self.results["perop"] = {"files": self.n_perop, "reps": self.reps, "ops": table}
+        self.results["perop"] = {"files": self.n_perop, "reps": self.reps, "ops": table,
+                                 "churn_per_rep": churn}
 
     # -- case 2: agent workload ------------------------------------------------------
     def agent_once(self, kind: str, rep: int, script: Path) -> dict[str, Any]:
@@ -217,16 +247,19 @@ class Bench:
             rc.start()
             root = rc.mnt
         try:
+            before = m.fuse_requests() if m is not None else {}
             t0 = time.perf_counter()
             r = subprocess.run(["bash", str(script)], cwd=root, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, timeout=600)
             wall = time.perf_counter() - t0
+            counted = counts_since(before, m.fuse_requests()) if m is not None else {}
             fails = r.stderr.count("FAIL")
             tree = hash_tree(root)
         finally:
             if rc is not None:
                 rc.stop()
-        out: dict[str, Any] = {"wall_s": wall, "failed_commands": fails, "tree": tree}
+        out: dict[str, Any] = {"wall_s": wall, "failed_commands": fails, "tree": tree,
+                               "fuse_requests": counted}
         if m is not None:
             t0 = time.perf_counter()
             u = m.cli("unmount", str(m.mountpoint), timeout=300)
@@ -263,9 +296,52 @@ class Bench:
         res["memfs"]["store_matches_native_after_unmount"] = all(
             r["store"] == ref_tree for r in raw["memfs"])
         res["memfs"]["unmount_s"] = summary([r["unmount_s"] for r in raw["memfs"]])
+        res["memfs"]["requests"] = summary([requests_total(r["fuse_requests"])
+                                            for r in raw["memfs"]])
+        res["memfs"]["by_handler"] = raw["memfs"][-1]["fuse_requests"]
         res["memfs_vs_rclone"] = summary([raw["memfs"][i]["wall_s"] / raw["rclone"][i]["wall_s"]
                                           for i in range(self.agent_reps)])
         self.results["agent"] = res
+
+    # -- case 2b: one command at a time ------------------------------------------------
+    def case_commands(self) -> None:
+        """Each kind of agent command alone, warm: its FUSE requests and its time."""
+        log(f"case 2b: {len(workloads.COMMANDS)} single commands, native and memfs")
+        native = self.fresh("native-commands")
+        workloads.write_tree(native, self.items["agent"])
+        m = self.memfs("commands", "memfs-commands").start()
+        try:
+            m.wait_content()
+            rows: dict[str, Any] = {}
+            for name, template in workloads.COMMANDS:
+                times: dict[str, list[float]] = {"native": [], "memfs": []}
+                counted: list[dict[str, int]] = []
+                mark = vmstat()
+                for n in range(workloads.COMMAND_RUNS):
+                    cmd = template.format(n=n + 10)
+                    for kind, root in (("native", native), ("memfs", m.mountpoint)):
+                        before = m.fuse_requests() if kind == "memfs" else {}
+                        t = run_timed(["bash", "-c", cmd], cwd=root, timeout=120)
+                        if n == 0:
+                            continue  # warming the caches
+                        times[kind].append(t * 1000)
+                        if kind == "memfs":
+                            counted.append(counts_since(before, m.fuse_requests()))
+                last = counted[-1]
+                rows[name] = {
+                    "command": template.replace("{n:02d}", "{n}").format(n="N"),
+                    "native_ms": summary(times["native"]),
+                    "memfs_ms": summary(times["memfs"]),
+                    "vs_native": summary([a / b for a, b in zip(times["memfs"],
+                                                                 times["native"],
+                                                                 strict=True)]),
+                    "requests": summary([requests_total(c) for c in counted]),
+                    "by_handler": last,
+                    "churn": churn_since(mark),
+                }
+            self.results["commands"] = {"runs": workloads.COMMAND_RUNS - 1, "rows": rows}
+        finally:
+            m.stop()
 
     # -- cases 3, 4, 6: readiness, idle sync, memory -----------------------------------
     def readiness_memfs(self, m: MemfsMount) -> dict[str, Any]:

@@ -85,6 +85,38 @@ def proc_status_kb(pid: int, key: str) -> int:
     return 0
 
 
+# The kernel's cache drops (`echo N > drop_caches`, or a VM balloon asking for memory):
+# on a shared VM they can empty dentries and pages under a case, so every case records
+# how many happened while it ran.
+CHURN_KEYS = ("drop_pagecache", "drop_slab")
+
+
+def vmstat(keys: tuple[str, ...] = CHURN_KEYS) -> dict[str, int]:
+    out = dict.fromkeys(keys, 0)
+    with contextlib.suppress(OSError), open("/proc/vmstat") as f:
+        for line in f:
+            k, _, v = line.partition(" ")
+            if k in out:
+                out[k] = int(v)
+    return out
+
+
+def churn_since(mark: dict[str, int]) -> dict[str, int]:
+    now = vmstat(tuple(mark))
+    return {k: now[k] - mark[k] for k in mark}
+
+
+def counts_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Per-handler FUSE request deltas (nonzero only)."""
+    out = {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(before) | set(after))}
+    return {k: v for k, v in out.items() if v}
+
+
+def requests_total(counts: dict[str, int]) -> int:
+    """Requests the daemon answered; forget_inodes counts inodes, not requests."""
+    return sum(v for k, v in counts.items() if k != "forget_inodes")
+
+
 def run_timed(cmd: list[str] | str, *, cwd: Path | None = None, timeout: float = 300,
               shell: bool = False) -> float:
     """Seconds one command took; a failing command is an error, not a number."""

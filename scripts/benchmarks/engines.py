@@ -54,6 +54,7 @@ class MemfsMount(MountProcess):
         args = ["mount", store_id, str(mnt), "--cache-dir", str(cache),
                 "--sync-interval", str(interval), "--flush-timeout", str(flush_timeout)]
         super().__init__(args, mnt, url=url, log_path=logfile, log_level="info")
+        self._real = os.path.realpath(mnt)  # now: later it would stat the mount
 
     def start(self, timeout: float = 180) -> MemfsMount:
         """Start the daemon; `ready_s` is then the seconds from launch until the mount is live."""
@@ -63,6 +64,15 @@ class MemfsMount(MountProcess):
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return self.memfs(*args, timeout=timeout, check=False)
+
+    def fuse_requests(self) -> dict[str, int]:
+        """The daemon's FUSE requests by handler, over its control socket (no CLI
+        process, and nothing that touches the mount)."""
+        from memfs import control
+
+        sock = control.runtime_dir() / f"{control.mount_key(self._real)}.sock"
+        answer = control.request({"socket": str(sock)}, "status", timeout=30)
+        return dict(answer.get("fuse_requests", {}))
 
     def status(self) -> dict[str, Any]:
         r = self.cli("status", str(self.mountpoint), "--json", timeout=30)

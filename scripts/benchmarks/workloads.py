@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tests.support.files import MARKER
 
+from .common import counts_since
+
 WORDS = ("alpha beta gamma delta epsilon zeta theta lambda sigma omega note idea todo "
          "fix build deploy cache mount store memory agent review design plan test "
          "python trio fuse kernel inode journal sync push pull merge conflict").split()
@@ -153,17 +155,27 @@ def _save(p: str) -> None:
     os.rename(tmp, p)
 
 
-def perop(root: Path, n: int, remount: Callable[[], None]) -> dict[str, float]:
+Counts = Callable[[], dict[str, int]]
+
+
+def perop(root: Path, n: int, remount: Callable[[], None], counts: Counts | None = None
+          ) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
     """The per-operation sequence on `n` files of 1 KiB in `root`: ops/s of each step
-    (listdir in ms). `remount` runs between the creates and the cold stats."""
+    (listdir in ms), and, when `counts` reads the daemon's FUSE requests by handler,
+    each step's requests (totals over the step). `remount` runs between the creates and
+    the cold stats."""
     names = [str(root / f"f{i:05d}.txt") for i in range(n)]
     res: dict[str, float] = {}
+    reqs: dict[str, dict[str, int]] = {}
 
     def timed(op: str, fn: Callable[[str], object]) -> None:
+        before = counts() if counts else {}
         t0 = time.perf_counter()
         for p in names:
             fn(p)
         res[op] = len(names) / (time.perf_counter() - t0)
+        if counts:
+            reqs[op] = counts_since(before, counts())
 
     timed("create_write_close", _create)
     remount()
@@ -173,16 +185,46 @@ def perop(root: Path, n: int, remount: Callable[[], None]) -> dict[str, float]:
     timed("read_warm", _read)
     os.listdir(root)
     samples = []
+    before = counts() if counts else {}
     for _ in range(5):
         t0 = time.perf_counter()
         entries = os.listdir(root)
         samples.append((time.perf_counter() - t0) * 1000)
+    if counts:
+        reqs["listdir_warm_ms"] = counts_since(before, counts())
     assert len([e for e in entries if e != MARKER]) == n, len(entries)
     res["listdir_warm_ms"] = statistics.median(samples)
     timed("append", _append)
     timed("save_tmp_rename", _save)
     timed("unlink", os.unlink)
-    return res
+    return res, reqs
+
+
+# ------------------------------------------------------------------ one command at a time
+# Single shell commands of the agent workload's kinds, each run in its own `bash -c` with
+# the agent tree as cwd: the FUSE requests one command costs (and its time) show where
+# round trips go. `{n}` is the run number, so commands that move or create stay valid.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("cat", "cat topic00/note00.md > /dev/null"),
+    ("head_wc", "head -n 5 topic00/note01.md | wc -l > /dev/null"),
+    ("stat", "stat topic00/note02.md > /dev/null"),
+    ("stat_missing", "stat topic00/nope.md 2> /dev/null; true"),
+    ("ls_la", "ls -la topic01 > /dev/null"),
+    ("ls_R", "ls -R . > /dev/null"),
+    ("grep_dir", "grep -rn alpha topic02 > /dev/null; true"),
+    ("grep_all", "grep -rn 'alpha beta' . > /dev/null; true"),
+    ("find", "find topic03 -name 'note1*' > /dev/null"),
+    ("append", "echo line >> topic04/note00.md"),
+    ("sed_i", "sed -i 's/alpha/ALPHA/g' topic04/note01.md"),
+    ("heredoc", "cat > topic05/new{n}.md <<'EOF'\nhello\nEOF"),
+    ("save_tmp_rename", "printf 'x\\n' > topic05/.s{n}.tmp && "
+                        "mv topic05/.s{n}.tmp topic05/saved.md"),
+    ("mv", "mv topic06/note{n:02d}.md topic06/moved{n}.md"),
+    ("rm", "rm topic07/note{n:02d}.md"),
+    ("python_edit", "python3 -c \"import pathlib; p = pathlib.Path('topic08/note00.md'); "
+                    "p.write_text(p.read_text().replace('beta', 'Beta'))\""),
+)
+COMMAND_RUNS = 3  # the first warms the caches; the others are measured
 
 
 # ------------------------------------------------------------------ flush

@@ -77,7 +77,10 @@ class Harness:
         self.state = StoreState(self.tree, self.store_id, "", self.cache, read_only=read_only)
         self.loaded = self.state.load_journal()
         self.waiter = Waiter()
-        self.fs = MemFs(self.tree, self.waiter, content_timeout=0.3)
+        # No kernel here to cache a negative entry: a missing name is plain ENOENT.
+        self.fs = MemFs(self.tree, self.waiter, content_timeout=0.3, negative_timeout=0.0)
+        # Plain handles whichever pyfuse3 is installed (the levers are tested on mounts).
+        self.fs.noflush = self.fs.cache_readdir = False
 
     def reload(self, *, read_only: bool = False) -> None:
         self.cache.close()

@@ -137,6 +137,19 @@ class MountProcess:
                                  f"{result.stderr}")
         return result
 
+    def mount_status(self) -> dict[str, Any]:
+        """This mount's `memfs status --json` entry (stores, fuse_requests, pyfuse3)."""
+        import json
+
+        out = self.memfs("status", str(self.mountpoint), "--json").stdout
+        mount: dict[str, Any] = json.loads(out)["mounts"][0]
+        return mount
+
+    def fuse_requests(self) -> dict[str, int]:
+        """FUSE requests the daemon has answered so far, by handler."""
+        counts: dict[str, int] = self.mount_status()["fuse_requests"]
+        return counts
+
     def sync(self) -> subprocess.CompletedProcess[str]:
         return self.memfs("sync", str(self.mountpoint))
 

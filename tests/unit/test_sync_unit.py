@@ -95,6 +95,32 @@ async def test_pull_create_change_rename_delete(h: Harness) -> None:
     assert h.fake.writes() == []  # a pull never writes back
 
 
+async def test_names_told_missing_are_invalidated_when_a_pull_brings_them(
+        h: Harness) -> None:
+    """A negative entry the kernel may hold for a name is dropped when the name arrives
+    remotely (a create, an implicit directory, a remote rename); names never looked up
+    cost the kernel nothing."""
+    ids = await synced(h, {"/old.md": "o"})
+    root = h.state.root.ino
+    for name in ("new.md", "dir", "moved.md", "never-pulled.md"):
+        assert h.tree.negatives.answer(root, name, 300.0)
+    h.fake.add("/new.md", "fresh")
+    h.fake.add("/dir/inside.md", "i")
+    h.fake.add("/unasked.md", "u")
+    h.fake.edit(ids["/old.md"], path="/moved.md")
+    h.notifier.entries.clear()
+    assert (await h.sync_once()).outcome == "ok"
+    told = set(h.notifier.entries)
+    assert {(root, "new.md"), (root, "dir"), (root, "moved.md")} <= told
+    assert (root, "unasked.md") not in told and (root, "never-pulled.md") not in told
+    # The kernel may hold the root's listing (FOPEN_CACHE_DIR): it is dropped too.
+    assert root in h.notifier.inodes
+    assert len(h.tree.negatives) == 1  # only never-pulled.md is still cached as missing
+    h.notifier.entries.clear()
+    assert (await h.sync_once()).outcome == "ok"
+    assert h.notifier.entries == []  # told once
+
+
 # --------------------------------------------------------------------------- pushes
 
 

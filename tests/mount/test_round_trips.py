@@ -1,0 +1,101 @@
+"""Round trips the kernel no longer makes, and what writers keep: FOPEN_NOFLUSH on
+read-only opens and cached directory listings (cache_readdir) when the installed
+pyfuse3 has them (scripts/install builds it with scripts/pyfuse3-noflush.patch), and
+today's behaviour, with one log line, when it is a stock build. Passes on both builds."""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import pytest
+
+from tests.support.api import Api
+from tests.support.mount import MountProcess
+
+pytestmark = pytest.mark.fuse
+
+STOCK_LINE = "pyfuse3 has no FileInfo.noflush (a stock build)"
+
+
+def delta(before: dict[str, int], after: dict[str, int], key: str) -> int:
+    return after.get(key, 0) - before.get(key, 0)
+
+
+def test_read_only_close_sends_no_flush_when_pyfuse3_can(mount: MountProcess) -> None:
+    f = mount.mountpoint / "note.md"
+    f.write_text("hello\n")
+    assert f.read_text() == "hello\n"  # warm: the page cache holds it
+    levers = mount.mount_status()["pyfuse3"]
+    before = mount.fuse_requests()
+    for _ in range(3):
+        assert f.read_text() == "hello\n"
+    after = mount.fuse_requests()
+    assert delta(before, after, "open") == 3 and delta(before, after, "release") == 3
+    if levers["noflush"]:
+        assert delta(before, after, "flush") == 0
+        assert STOCK_LINE not in mount.log()
+    else:
+        assert delta(before, after, "flush") == 3
+        assert mount.log().count(STOCK_LINE) == 1
+
+
+def test_writers_still_flush_and_get_eilseq_at_close(mount: MountProcess) -> None:
+    f = mount.mountpoint / "bin.md"
+    before = mount.fuse_requests()
+    fd = os.open(f, os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"\xff\xfe not utf-8\n")
+    with pytest.raises(OSError) as info:
+        os.close(fd)
+    assert info.value.errno == errno.EILSEQ
+    fd = os.open(f, os.O_RDWR)  # read-write is a writer too: its close still checks
+    os.write(fd, b"\xff")
+    with pytest.raises(OSError) as info:
+        os.close(fd)
+    assert info.value.errno == errno.EILSEQ
+    assert delta(before, mount.fuse_requests(), "flush") >= 2
+    assert f.read_bytes().startswith(b"\xff")  # a reader of refused bytes is fine
+    os.truncate(f, 0)
+    f.write_text("fixed\n")
+    assert f.read_text() == "fixed\n"
+
+
+def test_cached_listings_follow_remote_and_local_changes(
+        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    """With cache_readdir a second listing costs no READDIR; a pull that adds, removes
+    or moves a name drops the listing; a local change is seen at once."""
+    sid = str(store["id"])
+    root = mount.mountpoint
+    shared_api.create_memory(sid, "/d/a.md", "a\n")
+    gone = shared_api.create_memory(sid, "/d/gone.md", "g\n")
+    away = shared_api.create_memory(sid, "/d/away.md", "w\n")
+    mount.sync()
+    d = root / "d"
+    assert sorted(os.listdir(d)) == ["a.md", "away.md", "gone.md"]
+    levers = mount.mount_status()["pyfuse3"]
+    before = mount.fuse_requests()
+    assert sorted(os.listdir(d)) == ["a.md", "away.md", "gone.md"]
+    readdirs = delta(before, mount.fuse_requests(), "readdir")
+    assert (readdirs == 0) if levers["cache_readdir"] else (readdirs >= 1), readdirs
+    assert sorted(os.listdir(root)) == [".anthropic-memory-store", "d"]
+    # Only names added: no dentry the kernel holds changes, the listings still must.
+    shared_api.create_memory(sid, "/d/only-added.md", "o\n")
+    shared_api.create_memory(sid, "/top.md", "t\n")
+    mount.sync()
+    assert sorted(os.listdir(d)) == ["a.md", "away.md", "gone.md", "only-added.md"]
+    assert sorted(os.listdir(root)) == [".anthropic-memory-store", "d", "top.md"]
+    shared_api.create_memory(sid, "/d/new.md", "n\n")
+    shared_api.delete_memory(sid, gone["id"])
+    shared_api.update_memory(sid, away["id"], path="/e/away.md")
+    shared_api.create_memory(sid, "/new-top.md", "t\n")
+    mount.sync()
+    assert sorted(os.listdir(d)) == ["a.md", "new.md", "only-added.md"]
+    assert sorted(os.listdir(root / "e")) == ["away.md"]
+    assert sorted(os.listdir(root)) == [".anthropic-memory-store", "d", "e", "new-top.md",
+                                        "top.md"]
+    (d / "local.md").write_text("l\n")
+    os.rename(d / "a.md", d / "b.md")
+    assert sorted(os.listdir(d)) == ["b.md", "local.md", "new.md", "only-added.md"]
+    os.unlink(d / "new.md")
+    assert sorted(os.listdir(d)) == ["b.md", "local.md", "only-added.md"]
