@@ -15,7 +15,6 @@ import trio
 from memfs.client import (
     ClientConfig,
     FullMemory,
-    InvalidContent,
     MemoryPrefix,
     RetryPolicy,
     StoreClient,
@@ -26,6 +25,7 @@ from memfs.client import (
 from memfs.errors import (
     ConfigError,
     Conflict,
+    InvalidContent,
     NotFound,
     PathConflict,
     PreconditionFailed,
