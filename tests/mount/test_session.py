@@ -574,10 +574,10 @@ def expect_refusals_in_process(monkeypatch: pytest.MonkeyPatch,
     command and every check are the real ones, only the interpreter start-up (about a
     second each on a busy host) is saved. Mounting is made impossible."""
     from memfs import cli as memfs_cli
-    from memfs import commands, daemon
+    from memfs import commands, launch
 
-    # `commands` imports `launch` from the daemon module when it runs.
-    monkeypatch.setattr(daemon, "launch", _must_not_mount)
+    # `commands` imports `launch` from memfs.launch when it runs.
+    monkeypatch.setattr(launch, "launch", _must_not_mount)
 
     def run(cases: list[Case]) -> None:
         for env, args, code, pattern in cases:
@@ -755,12 +755,13 @@ def run_cli_as_nobody(argv: list[str], env: dict[str, str]) -> subprocess.Comple
     depend on `nobody` being able to read the checkout or its virtualenv (a CI clone
     may live in a private directory).
     """
+    import importlib
+    import pkgutil
+
+    import memfs
     import memfs.cli
-    import memfs.commands
-    import memfs.daemon
-    import memfs.launch
-    import memfs.preflight
-    import memfs.session  # loaded now: the child cannot read the checkout
+    for module in pkgutil.walk_packages(memfs.__path__, "memfs."):
+        importlib.import_module(module.name)  # loaded now: the child cannot read the checkout
 
     read_fd, write_fd = os.pipe()
     pid = os.fork()
