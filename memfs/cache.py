@@ -87,7 +87,6 @@ _COLUMNS = (
     "entry_id, path, kind, memory_id, base_sha, base_path, sha, data, dirty, mode, mtime_ns,"
     " sent_sha, sent_path, refused_sha, refused_why, conflict"
 )
-_UPDATABLE = frozenset(_COLUMNS.replace(" ", "").split(",")) - {"entry_id"}
 
 
 class ObjectStore:
@@ -260,6 +259,10 @@ class EntryFields(TypedDict, total=False):
     refused_sha: str | None
     refused_why: str | None
     conflict: str | None
+
+
+# The columns a caller may set: those of EntryFields (`kind` is set once, at insert).
+_UPDATABLE = frozenset(EntryFields.__annotations__)
 
 
 class Journal:

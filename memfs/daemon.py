@@ -148,8 +148,7 @@ class Daemon:
             sync = StoreSync(state, client, self.notifier, interval=cfg.interval,
                              deletions=cfg.deletions, excludes=cfg.excludes,
                              flush_timeout=cfg.flush_timeout,
-                             cache_max_bytes=cfg.cache_max_bytes)
-            sync.trail = self.trail
+                             cache_max_bytes=cfg.cache_max_bytes, trail=self.trail)
             self.syncs.append(sync)
             if self._display is not None:
                 self._display.watch(self._label(sync), sync.progress)

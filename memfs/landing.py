@@ -28,13 +28,13 @@ log = logging.getLogger("memfs.sync")
 class Lander:
     """Applies one store's pulls and removals; keeps the conflict copies it made."""
 
-    def __init__(self, state: StoreState, notifier: Notifier) -> None:
+    def __init__(self, state: StoreState, notifier: Notifier, trail: Trail) -> None:
         self.state = state
         self.notifier = notifier
         self.store_id = state.store_id
         self.conflict_copies: list[dict[str, str]] = []
         self._pending_inodes: list[int] = []
-        self.trail = Trail()  # the audit trail (StoreSync.trail sets the daemon's)
+        self.trail = trail  # the audit trail: conflicts lost
 
     def land_retrieved(self, memory: RemoteMemory, result: PassResult) -> None:
         """Land one memory retrieved after a lost race (its content is already local)."""
@@ -123,7 +123,7 @@ class Lander:
         conflicts.record(self.store_id, Path(copy), path=path, memory_id=node.memory_id,
                          local_sha=local_sha, size=len(local), remote_sha=remote_sha,
                          remote_version=remote_version)
-        self.conflict_copies.append({"path": path, "copy": copy, "at": _now_iso()})
+        self.conflict_copies.append({"path": path, "copy": copy, "at": rfc3339(time.time())})
         self.trail.outcome(self.store_id, "conflict", path, copy=copy,
                            version=remote_version or None, memory_id=node.memory_id)
         log.warning("memory changed both locally and remotely; keeping the remote version "
@@ -225,6 +225,3 @@ class Lander:
         inodes, self._pending_inodes = self._pending_inodes, []
         await self.notifier.invalidate_inodes(inodes)
 
-
-def _now_iso() -> str:
-    return rfc3339(time.time())

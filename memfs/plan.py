@@ -71,11 +71,12 @@ class Plan:
 class Planner:
     """Decides one store's passes; the state records what the listing proves."""
 
-    def __init__(self, state: StoreState, *, excluded: Callable[[Node], bool]) -> None:
+    def __init__(self, state: StoreState, trail: Trail, *,
+                 excluded: Callable[[Node], bool]) -> None:
         self.state = state
         self.store_id = state.store_id
         self.excluded = excluded
-        self.trail = Trail()  # the audit trail (StoreSync.trail sets the daemon's)
+        self.trail = trail  # the audit trail: what became of each local change
 
     def plan(self, remote: dict[str, RemoteMemory], *, final: bool, interval: float) -> Plan:
         """What this pass pulls, removes and pushes, from one listing (no await).

@@ -44,7 +44,8 @@ class Pusher:
     """Sends one store's creates, updates, renames and deletes."""
 
     def __init__(self, state: StoreState, client: StoreClient, lander: Lander,
-                 fetcher: ContentFetcher, progress: Tracker, *, concurrency: int,
+                 fetcher: ContentFetcher, progress: Tracker, trail: Trail, *,
+                 concurrency: int,
                  deletions: DeletionMode) -> None:
         self.state = state
         self.client = client
@@ -57,7 +58,7 @@ class Pusher:
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
         # 8 -> 9.0 s, 4 -> 8.0 s, measured side by side on the same server).
         self.limit = trio.CapacityLimiter(concurrency)
-        self.trail = Trail()  # the audit trail (StoreSync.trail sets the daemon's)
+        self.trail = trail  # the audit trail: pushes, refusals, deletes
         self.deletes_held = 0  # > 0: flushes in progress that send no deletes
         self._log_only_said: set[str] = set()
         self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)

@@ -58,8 +58,11 @@ class StoreSync:
                  interval: float = 15.0, deletions: DeletionMode = "enabled",
                  excludes: Iterable[str] = DEFAULT_EXCLUDES, fetch_concurrency: int = 16,
                  push_concurrency: int = 8, flush_timeout: float = 30.0,
-                 cache_max_bytes: int | None = None) -> None:
+                 cache_max_bytes: int | None = None, trail: Trail | None = None) -> None:
         self.state = state
+        # The audit trail (memfs/audit.py): what became of each local change; one
+        # for the engine's parts, the daemon's (a no-op trail when none is given).
+        self.trail = trail if trail is not None else Trail()
         self.client = client
         self.notifier = notifier
         self.interval = interval
@@ -71,11 +74,12 @@ class StoreSync:
             f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
         state.set_local_only(self._excluded_name)
         self.fetcher = ContentFetcher(state, client, concurrency=fetch_concurrency)
-        self.planner = Planner(state, excluded=self._excluded)
-        self.lander = Lander(state, notifier)
+        self.planner = Planner(state, self.trail, excluded=self._excluded)
+        self.lander = Lander(state, notifier, self.trail)
         self.progress = Tracker()  # what the running pass is doing (memfs/progress.py)
         self.pusher = Pusher(state, client, self.lander, self.fetcher, self.progress,
-                             concurrency=push_concurrency, deletions=deletions)
+                             self.trail, concurrency=push_concurrency,
+                             deletions=deletions)
         self.store_id = state.store_id
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
@@ -100,15 +104,6 @@ class StoreSync:
     @deletions.setter
     def deletions(self, mode: DeletionMode) -> None:
         self.pusher.deletions = mode
-
-    @property
-    def trail(self) -> Trail:
-        """The audit trail (memfs/audit.py): what became of each local change."""
-        return self.pusher.trail
-
-    @trail.setter
-    def trail(self, trail: Trail) -> None:
-        self.planner.trail = self.lander.trail = self.pusher.trail = trail
 
     @property
     def conflict_copies(self) -> list[dict[str, str]]:
@@ -391,8 +386,6 @@ class StoreSync:
     def _excluded_name(self, name: str) -> bool:
         return self._exclude_re.fullmatch(name) is not None
 
-    async def flush_invalidations(self) -> None:
-        await self.lander.flush_invalidations()
 
 
 def _expected_failure(e: BaseException) -> BaseException | None:
