@@ -3,9 +3,14 @@ and fails (under CI=true) or skips (elsewhere) when this machine cannot mount.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from tests.support.mount import require_fuse
+from tests.support.mount import MountProcess, mount_store, require_fuse
+from tests.support.server import ServerProcess
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -17,3 +22,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def _fuse_usable() -> None:
     require_fuse()
+
+
+@pytest.fixture
+def quiet(tmp_path: Path, shared_server: ServerProcess,
+          store: dict[str, Any]) -> Iterator[MountProcess]:
+    """A mount of a fresh store that syncs only when asked: no pass runs between a
+    test's steps, so each step's outcome is known."""
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]),
+                       "--sync-interval", "3600")
+    try:
+        yield proc
+    finally:
+        proc.cleanup()

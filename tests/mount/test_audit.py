@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,6 @@ pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
 
 # Named python3 whatever sys.executable is called: the trail shows the command name.
 PYTHON3 = os.path.join(os.path.dirname(sys.executable), "python3")
-
-
-@pytest.fixture
-def quiet(tmp_path: Path, shared_server: ServerProcess,
-          store: dict[str, Any]) -> Iterator[MountProcess]:
-    """A mount that syncs only when asked, so each step's outcome is known."""
-    proc = mount_store(tmp_path, shared_server.url, str(store["id"]),
-                       "--sync-interval", "3600")
-    try:
-        yield proc
-    finally:
-        proc.cleanup()
 
 
 def trail(mount: MountProcess, *args: str) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,6 @@ from tests.support.mount import MountProcess, mount_store, xattrs
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
-
-
-@pytest.fixture
-def quiet(tmp_path: Path, shared_server: ServerProcess,
-          store: dict[str, Any]) -> Iterator[MountProcess]:
-    """A mount that syncs only when asked (no pass runs between a test's steps)."""
-    proc = mount_store(tmp_path, shared_server.url, str(store["id"]),
-                       "--sync-interval", "3600")
-    try:
-        yield proc
-    finally:
-        proc.cleanup()
 
 
 def cli(mount: MountProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
