@@ -249,11 +249,13 @@ class Daemon:
                 if self._display is not None:
                     self._display.close()
                     self._display = None
+            options = self._mount_options()
             self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout,
-                             own_permissions=self._own_permissions)
+                             own_permissions=self._own_permissions,
+                             read_only_vfs="ro" in options)
             self.ops.trail = self.trail
             try:
-                pyfuse3.init(self.ops, mountpoint, self._mount_options())
+                pyfuse3.init(self.ops, mountpoint, options)
             except RuntimeError as e:
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True

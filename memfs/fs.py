@@ -50,7 +50,7 @@ CACHE_TIMEOUT = 300.0
 NEGATIVE_TIMEOUT = CACHE_TIMEOUT
 
 # FOPEN_NOFLUSH: a close of a read-only handle sends no FLUSH (one round trip of three
-# for a warm `cat`). Only the patched pyfuse3 (scripts/pyfuse3-noflush.patch) has it;
+# for a warm `cat`). Only the patched pyfuse3 (scripts/pyfuse3-levers.patch) has it;
 # on a stock one every close flushes, as before.
 NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
 # FOPEN_CACHE_DIR + keep_cache on opendir: the kernel keeps a directory's listing, so a
@@ -58,6 +58,13 @@ NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
 # the sync task invalidates a directory whose names a pull changed
 # (`Tree.listing_changed`). Also only on the patched pyfuse3.
 CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
+# Zero-message opens: `open` and `opendir` answer ENOSYS, the kernel stops sending
+# OPEN/RELEASE and OPENDIR/RELEASEDIR, keeps pages and listings (KEEP_CACHE,
+# CACHE_DIR), and the patched pyfuse3 hands the handlers the inode in place of a file
+# handle. Taken only on a mount the VFS holds read-only with the kernel checking
+# modes, where open-time work (refusals, writer bookkeeping, the audit trail's opener,
+# EILSEQ at close) has nothing to do; FLUSH then answers ENOSYS too (reliability.md).
+ZERO_MESSAGE_OPENS = hasattr(pyfuse3.Operations, "pass_inode_without_fh")
 # Untyped on purpose: the stock pyfuse3's stub knows neither keyword, the patched one's
 # both, and mypy must pass on either build.
 _FileInfo: Any = pyfuse3.FileInfo
@@ -65,7 +72,8 @@ _FileInfo: Any = pyfuse3.FileInfo
 
 def pyfuse3_levers() -> dict[str, bool]:
     """What the installed pyfuse3 lets memfs ask of the kernel."""
-    return {"noflush": NOFLUSH, "cache_readdir": CACHE_READDIR}
+    return {"noflush": NOFLUSH, "cache_readdir": CACHE_READDIR,
+            "zero_message_opens": ZERO_MESSAGE_OPENS}
 
 
 @dataclass(eq=False)
@@ -151,12 +159,21 @@ class MemFs(pyfuse3.Operations):
 
     def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0,
                  own_permissions: bool = False,
-                 negative_timeout: float = NEGATIVE_TIMEOUT) -> None:
+                 negative_timeout: float = NEGATIVE_TIMEOUT,
+                 read_only_vfs: bool = False) -> None:
         super().__init__()
         self.tree = tree
         self.negative_timeout = negative_timeout
         self.noflush = NOFLUSH
         self.cache_readdir = CACHE_READDIR
+        # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
+        self.pass_inode_without_fh = (read_only_vfs and ZERO_MESSAGE_OPENS
+                                      and not own_permissions)
+        self.files_by_inode = False  # OPEN answers ENOSYS; fh is the inode
+        self.dirs_by_inode = False  # OPENDIR answers ENOSYS; fh is the inode
+        # Zero-message readdir: the names of a listing, taken when it starts at offset 0,
+        # so offsets stay stable across its READDIRs (what a DirHandle keeps otherwise).
+        self._listings: dict[int, list[str]] = {}
         # None: the kernel checks modes (`default_permissions`); else memfs does, after
         # EROFS (session mounts, see memfs/permissions.py).
         self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
@@ -170,6 +187,13 @@ class MemFs(pyfuse3.Operations):
         # FUSE requests answered, by handler (`forget_inodes`: inodes the kernel dropped).
         # Requests libfuse answers itself (INIT, ENOSYS for ioctl, ...) are not here.
         self.requests: Counter[str] = Counter()
+
+    def init(self) -> None:
+        """At the kernel's INIT (pyfuse3 has read what the kernel can do by now)."""
+        self.files_by_inode = self.pass_inode_without_fh and bool(
+            getattr(pyfuse3, "no_open_support", False))
+        self.dirs_by_inode = self.pass_inode_without_fh and bool(
+            getattr(pyfuse3, "no_opendir_support", False))
 
     # -- helpers --------------------------------------------------------------------
     def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
@@ -499,6 +523,8 @@ class MemFs(pyfuse3.Operations):
     # -- files ----------------------------------------------------------------------
     @_guard
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        if self.files_by_inode:
+            raise FsError(errno.ENOSYS, "zero-message opens")  # the kernel stops asking
         node = self.tree.get(inode)
         if node.is_dir:
             raise FsError(errno.EISDIR)
@@ -544,8 +570,8 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        handle = self._file(fh)
-        data = await self._content(handle.node)
+        node = self.tree.get(fh) if self.files_by_inode else self._file(fh).node
+        data = await self._content(node)
         return data[off:off + size]
 
     @_guard
@@ -569,12 +595,16 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def flush(self, fh: int) -> None:
+        if self.files_by_inode:  # no writer on a read-only VFS: the kernel stops asking
+            raise FsError(errno.ENOSYS, "nothing to flush on a read-only mount")
         handle = self._file(fh)
         if handle.writable and handle.node.store is not None:
             handle.node.store.check_utf8(handle.node)
 
     @_guard
     async def fsync(self, fh: int, datasync: bool) -> None:
+        if self.files_by_inode:
+            return  # a read-only mount has nothing of its own to bring to disk
         handle = self._file(fh)
         store = handle.node.store
         if handle.writable and store is not None:
@@ -597,24 +627,29 @@ class MemFs(pyfuse3.Operations):
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> Any:
         """A handle, or (patched pyfuse3) a FileInfo that lets the kernel keep the
         listing; `Any` because the stock stub says int."""
+        if self.dirs_by_inode:
+            raise FsError(errno.ENOSYS, "zero-message opens")  # the kernel stops asking
         node = self._dir(inode)
         self._may(node, ctx, READ)
-        assert node.children is not None
         # A snapshot of the names makes offsets stable for the life of the handle.
-        names = [".", "..", *sorted(node.children,
-                                    key=lambda n: n.encode("utf-8", "surrogateescape"))]
-        fh = self._fh(DirHandle(node, names))
+        fh = self._fh(DirHandle(node, self._names(node)))
         if self.cache_readdir:
             return _FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
         return fh
 
     @_guard
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        handle = self._handles.get(fh)
-        if not isinstance(handle, DirHandle):
-            raise FsError(errno.EBADF)
-        node = handle.node
-        names = handle.names
+        if self.dirs_by_inode:
+            node = self._dir(fh)
+            if start_id == 0 or fh not in self._listings:
+                self._listings[fh] = self._names(node)
+            names = self._listings[fh]
+        else:
+            handle = self._handles.get(fh)
+            if not isinstance(handle, DirHandle):
+                raise FsError(errno.EBADF)
+            node = handle.node
+            names = handle.names
         for index in range(start_id, len(names)):
             name = names[index]
             dots = name in (".", "..")
@@ -634,6 +669,14 @@ class MemFs(pyfuse3.Operations):
                 return
             if not dots:  # the kernel takes no reference for . and ..
                 child.lookups += 1
+        if self.dirs_by_inode:
+            self._listings.pop(fh, None)  # the listing is complete
+
+    @staticmethod
+    def _names(node: Node) -> list[str]:
+        assert node.children is not None
+        return [".", "..", *sorted(node.children,
+                                   key=lambda n: n.encode("utf-8", "surrogateescape"))]
 
     @_guard
     async def releasedir(self, fh: int) -> None:
@@ -670,7 +713,8 @@ class MemFs(pyfuse3.Operations):
         return {"fuse_requests": dict(sorted(self.requests.items())),
                 "pyfuse3": {"version": _pyfuse3_version(), **pyfuse3_levers(),
                             "noflush_used": self.noflush,
-                            "cache_readdir_used": self.cache_readdir},
+                            "cache_readdir_used": self.cache_readdir,
+                            "zero_message_opens_used": self.files_by_inode},
                 "negative_entries": {"cached": len(neg), "given": neg.given,
                                      "not_cached": neg.refused}}
 

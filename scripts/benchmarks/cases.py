@@ -4,6 +4,8 @@
   2. a fixed, deterministic 300-command agent workload over a 1,000-file tree
   2b. each kind of agent command alone, warm: its FUSE requests (memfs counts them by
      handler, `memfs status`) and its time next to native
+  2c. the read commands on a `--read-only` mount (zero-message opens), a writable one
+     and native (`readonly.py`)
   3. mount readiness at 100 / 1,000 / 10,000 memories, cold and warm cache, next to the
      reference worker's download
   4. idle sync cost at 10,000 memories (requests, bytes, CPU ms per pass), both engines
@@ -32,7 +34,7 @@ from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY
 from tests.support.api import Api
 from tests.support.server import ServerProcess
 
-from . import workloads
+from . import readonly, workloads
 from .common import (
     OUT,
     REPO,
@@ -54,7 +56,7 @@ from .common import (
 from .engines import MemfsMount, RcloneMount, RefWorker, start_server
 from .proxy import CountingProxy
 
-CASES = ("perop", "agent", "commands", "readiness", "flush")  # readiness: also 4 and 6
+CASES = ("perop", "agent", "commands", "readonly", "readiness", "flush")  # readiness: also 4 and 6
 ACTOR = ("api_actor", "apikey_bench")
 KINDS = ["native", "memfs", "rclone"]
 
@@ -117,6 +119,7 @@ class Bench:
         for r in range(self.agent_reps):
             store(f"agent{r}", self.items["agent"])
         store("commands", self.items["agent"])
+        store("readonly", self.items["agent"])
         for r in range(self.reps):
             store(f"perop{r}", [])
         for r in range(self.flush_reps):
@@ -144,10 +147,12 @@ class Bench:
         return self.server.url
 
     def memfs(self, store: str, name: str, *, url: str | None = None,
-              cache: Path | None = None, interval: float = 15.0) -> MemfsMount:
+              cache: Path | None = None, interval: float = 15.0,
+              extra: tuple[str, ...] = ()) -> MemfsMount:
         base = self.fresh(name)
         return MemfsMount(self.stores[store], base / "mnt", cache or base / "cache",
-                          url or self.url, base / "memfs.log", interval=interval)
+                          url or self.url, base / "memfs.log", interval=interval,
+                          extra=extra)
 
     def rclone(self, name: str, items: list[tuple[str, str]] | None = None) -> RcloneMount:
         """An rclone mount of a fresh local folder holding `items`."""
@@ -165,7 +170,8 @@ class Bench:
         """One case, with the kernel's cache drops while it ran (results["churn"])."""
         mark = vmstat()
         {"perop": self.case_perop, "agent": self.case_agent, "commands": self.case_commands,
-         "readiness": self.case_readiness, "flush": self.case_flush}[name]()
+         "readonly": lambda: readonly.run(self), "readiness": self.case_readiness,
+         "flush": self.case_flush}[name]()
         self.results.setdefault("churn", {})[name] = churn_since(mark)
 
     # -- case 1: per-operation -------------------------------------------------------

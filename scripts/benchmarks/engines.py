@@ -50,9 +50,11 @@ class MemfsMount(MountProcess):
     poll_interval = 0.002  # readiness is timed: look for the ready line often
 
     def __init__(self, store_id: str, mnt: Path, cache: Path, url: str, logfile: Path, *,
-                 interval: float = 15.0, flush_timeout: float = 120.0) -> None:
+                 interval: float = 15.0, flush_timeout: float = 120.0,
+                 extra: tuple[str, ...] = ()) -> None:
         args = ["mount", store_id, str(mnt), "--cache-dir", str(cache),
-                "--sync-interval", str(interval), "--flush-timeout", str(flush_timeout)]
+                "--sync-interval", str(interval), "--flush-timeout", str(flush_timeout),
+                *extra]
         super().__init__(args, mnt, url=url, log_path=logfile, log_level="info")
         self._real = os.path.realpath(mnt)  # now: later it would stat the mount
 

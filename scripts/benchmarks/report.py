@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from . import readonly
 from .common import med
 from .sections import target
 
@@ -56,6 +57,9 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
                 v = med(row["vs_native"])
                 add(f"{label} <= 1.5x native", f"{v:.2f}x ({med(row['requests']):.0f} FUSE "
                     "requests)", v <= 1.5)
+    if r.get("readonly"):
+        for name, measured, ok in readonly.targets(r["readonly"]):
+            add(name, measured, ok)
     sizes = sorted(int(k) for k in r.get("readiness", {}))
     rd_ = r["readiness"][str(sizes[-1])] if sizes else None
     if rd_:
@@ -409,6 +413,7 @@ it answered missing and invalidates those a pull brings (docs/reliability.md §3
 and round trips"; `tests/mount/test_negative_entries.py`).
 - No FLUSH for readers (patched pyfuse3): gives up nothing, since a reader's flush did nothing; \
 writers keep FLUSH and so EILSEQ at close (`tests/mount/test_round_trips.py`).
+- Zero-message opens on read-only mounts (patched pyfuse3): OPEN, OPENDIR and FLUSH answer ENOSYS once, so the kernel sends no open-related request again; only where the VFS refuses every write (mount option `ro`, kernel-checked modes), so nothing an open did is lost (docs/reliability.md §3; `tests/mount/test_zero_message_opens.py`, the read-only table of `tests/mount/test_security.py`).
 - Cached directory listings (patched pyfuse3): memfs invalidates a directory whose names a pull \
 changed (`Tree.listing_changed`); tested by \
 `tests/mount/test_round_trips.py::test_cached_listings_follow_remote_and_local_changes`.
@@ -449,6 +454,7 @@ and runs the package `scripts/benchmarks/` (`python -m scripts.benchmarks`). It 
 
 PARTS: list[tuple[str, Callable[[dict[str, Any]], Lines]]] = [
     ("perop", _perop), ("agent", _agent), ("commands", _commands),
+    ("readonly", lambda rd: readonly.part(rd, fmt)),
     ("readiness", _readiness), ("idle", _idle), ("flush", _flush), ("memory", _memory),
     ("churn", _churn_part), ("sections", _sections)]
 

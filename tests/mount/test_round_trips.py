@@ -1,6 +1,6 @@
 """Round trips the kernel no longer makes, and what writers keep: FOPEN_NOFLUSH on
 read-only opens and cached directory listings (cache_readdir) when the installed
-pyfuse3 has them (scripts/install builds it with scripts/pyfuse3-noflush.patch), and
+pyfuse3 has them (scripts/install builds it with scripts/pyfuse3-levers.patch), and
 today's behaviour, with one log line, when it is a stock build. Passes on both builds."""
 
 from __future__ import annotations

@@ -1,0 +1,170 @@
+"""Case 2c: the read side of the agent's commands on a read-only mount, where memfs
+serves opens with no round trip (zero-message opens, docs/reliability.md §3), next to
+the same commands on a writable mount of the same tree and on native.
+
+Also repeated reads of every file of the tree (warm, ops/s): through Python's `open()`
+(the per-operation bench's `read_warm`; it asks `isatty`, one FUSE_IOCTL that libfuse
+answers and nothing removes) and through bare `os.open`/`read`/`close`."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import workloads
+from .common import counts_since, log, med, requests_total, run_timed, summary
+
+if TYPE_CHECKING:
+    from .cases import Bench
+
+# The commands of case 2b that only read.
+READ_COMMANDS = ("cat", "head_wc", "stat", "stat_missing", "ls_la", "ls_R", "grep_dir",
+                 "grep_all", "find")
+KINDS = ("native", "memfs", "memfs_ro")
+READ_PASSES = 3  # repeated reads: 1 warming pass, then these
+
+
+def _python_read(p: Path) -> None:
+    with open(p, "rb") as f:
+        f.read()
+
+
+def _os_read(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+READS: dict[str, Callable[[Path], None]] = {"python": _python_read, "os": _os_read}
+
+
+def _read_all(root: Path, read: Callable[[Path], None]) -> float:
+    """ops/s of open+read+close over every file under `root`."""
+    files = sorted(p for p in root.rglob("*.md"))
+    t0 = time.perf_counter()
+    for p in files:
+        read(p)
+    return len(files) / (time.perf_counter() - t0)
+
+
+def run(bench: Bench) -> None:
+    log(f"case 2c: {len(READ_COMMANDS)} read commands on native, memfs and memfs "
+        "--read-only")
+    native = bench.fresh("native-readonly")
+    workloads.write_tree(native, bench.items["agent"])
+    rw = bench.memfs("readonly", "memfs-readonly-rw").start()
+    ro = bench.memfs("readonly", "memfs-readonly-ro", extra=("--read-only",)).start()
+    try:
+        rw.wait_content()
+        ro.wait_content()
+        roots = {"native": native, "memfs": rw.mountpoint, "memfs_ro": ro.mountpoint}
+        counters = {"memfs": rw.fuse_requests, "memfs_ro": ro.fuse_requests}
+        commands = dict(workloads.COMMANDS)
+        rows: dict[str, Any] = {}
+        for name in READ_COMMANDS:
+            times: dict[str, list[float]] = {k: [] for k in KINDS}
+            reqs: dict[str, list[int]] = {"memfs": [], "memfs_ro": []}
+            last: dict[str, int] = {}
+            for n in range(workloads.COMMAND_RUNS):
+                for kind in KINDS:
+                    count = counters.get(kind)
+                    before = count() if count else {}
+                    t = run_timed(["bash", "-c", commands[name]], cwd=roots[kind],
+                                  timeout=120)
+                    if n == 0:
+                        continue  # warming the caches
+                    times[kind].append(t * 1000)
+                    if count:
+                        spent = counts_since(before, count())
+                        reqs[kind].append(requests_total(spent))
+                        if kind == "memfs_ro":
+                            last = spent
+            rows[name] = {
+                "command": commands[name],
+                **{f"{k}_ms": summary(times[k]) for k in KINDS},
+                **{f"{k}_vs_native": summary([a / b for a, b in zip(
+                    times[k], times["native"], strict=True)]) for k in ("memfs", "memfs_ro")},
+                **{f"{k}_requests": summary([float(x) for x in reqs[k]])
+                   for k in ("memfs", "memfs_ro")},
+                "ro_by_handler": last,
+            }
+        repeated: dict[str, Any] = {"files": len(bench.items["agent"])}
+        for how, read in READS.items():
+            reads: dict[str, list[float]] = {k: [] for k in KINDS}
+            for k in KINDS:
+                _read_all(roots[k], read)  # warm
+            for _ in range(READ_PASSES):
+                for k in KINDS:  # interleaved, so drift hits all three alike
+                    reads[k].append(_read_all(roots[k], read))
+            repeated[how] = {
+                **{f"{k}_ops": summary(reads[k]) for k in KINDS},
+                **{f"{k}_vs_native": summary([a / b for a, b in zip(
+                    reads[k], reads["native"], strict=True)]) for k in ("memfs", "memfs_ro")},
+            }
+        bench.results["readonly"] = {
+            "runs": workloads.COMMAND_RUNS - 1, "rows": rows,
+            "zero_message_opens": ro.mount_status()["pyfuse3"].get(
+                "zero_message_opens_used"),
+            "repeated_read": repeated,
+        }
+    finally:
+        ro.stop()
+        rw.stop()
+
+
+def targets(rd: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(target, measured, met) for the read-only mount."""
+    out = []
+    for how, label in (("python", "Python open()"), ("os", "os.open")):
+        rr = med(rd["repeated_read"][how]["memfs_ro_vs_native"])
+        out.append((f"Read-only mount: repeated read ({label}) >= 0.5x native ops/s",
+                    f"{rr:.2f}x", rr >= 0.5))
+    for name, label in (("grep_all", "`grep -r` over 1,000 files"),
+                        ("ls_R", "`ls -R` of 1,000 files warm")):
+        row = rd["rows"].get(name)
+        if row:
+            v = med(row["memfs_ro_vs_native"])
+            out.append((f"Read-only mount: {label} <= 1.5x native",
+                        f"{v:.2f}x ({med(row['memfs_ro_requests']):.0f} FUSE requests)",
+                        v <= 1.5))
+    return out
+
+
+def part(rd: dict[str, Any], fmt: Any) -> list[str]:
+    """The report's section 2c."""
+    rr = rd["repeated_read"]
+    L = ["## 2c. Read-only mounts (zero-message opens)", "",
+         "The read commands of 2b on a `--read-only` mount of the agent tree, next to a "
+         "writable mount of the same store and native; each command run "
+         f"{rd['runs'] + 1} times, the first warming the caches. On a read-only mount "
+         "memfs answers OPEN and OPENDIR with ENOSYS once (patched pyfuse3), so the "
+         "kernel sends no OPEN, RELEASE, FLUSH, OPENDIR or RELEASEDIR again "
+         f"(used in this run: {rd['zero_message_opens']}).", "",
+         "| command | native ms | memfs ms | memfs --read-only ms | memfs / native | "
+         "read-only / native | memfs requests | read-only requests | read-only by handler |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in rd["rows"].items():
+        by = " ".join(f"{k} {v}" for k, v in sorted(row["ro_by_handler"].items(),
+                                                      key=lambda kv: -kv[1]))
+        shown = row["command"].replace("|", "\\|")
+        L.append(f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
+                 f"{fmt(row['memfs_ms'], '.1f')} | {fmt(row['memfs_ro_ms'], '.1f')} | "
+                 f"{fmt(row['memfs_vs_native'])} | {fmt(row['memfs_ro_vs_native'])} | "
+                 f"{fmt(row['memfs_requests'], '.0f')} | "
+                 f"{fmt(row['memfs_ro_requests'], '.0f')} | {by} |")
+    L += ["", f"Repeated reads: open+read+close of each of the {rr['files']:,} files, warm, "
+          f"{READ_PASSES} passes interleaved, ops/s. Python's `open()` asks `isatty`: one "
+          "FUSE_IOCTL a file that libfuse answers ENOTTY and no option removes.", "",
+          "| reading with | native | memfs | memfs --read-only | memfs / native | "
+          "read-only / native |", "|---|---|---|---|---|---|"]
+    for how, label in (("python", "Python `open()`"), ("os", "`os.open`, `os.read`")):
+        x = rr[how]
+        L.append(f"| {label} | {fmt(x['native_ops'], ',.0f')} | {fmt(x['memfs_ops'], ',.0f')} "
+                 f"| {fmt(x['memfs_ro_ops'], ',.0f')} | {fmt(x['memfs_vs_native'])} | "
+                 f"{fmt(x['memfs_ro_vs_native'])} |")
+    return [*L, ""]
