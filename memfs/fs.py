@@ -166,6 +166,13 @@ class MemFs(pyfuse3.Operations):
         self.negative_timeout = negative_timeout
         self.noflush = NOFLUSH
         self.cache_readdir = CACHE_READDIR
+        # FUSE_POSIX_ACL (read by pyfuse3 at INIT): the kernel keeps each inode's
+        # (absent) ACLs, so `ls -l` asks GETXATTR system.posix_acl_* once per inode
+        # instead of at every listing (`ls -la` of 20 files: 49 requests -> 27; the
+        # rest is security.selinux, which no cache holds). memfs stores no ACLs:
+        # setting one stays ENOTSUP. It turns on the kernel's mode checks, so only
+        # where they are on anyway (not with memfs's own checks, session mounts).
+        self.enable_acl = not own_permissions
         # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
         self.pass_inode_without_fh = (read_only_vfs and ZERO_MESSAGE_OPENS
                                       and not own_permissions)

@@ -413,7 +413,14 @@ it answered missing and invalidates those a pull brings (docs/reliability.md §3
 and round trips"; `tests/mount/test_negative_entries.py`).
 - No FLUSH for readers (patched pyfuse3): gives up nothing, since a reader's flush did nothing; \
 writers keep FLUSH and so EILSEQ at close (`tests/mount/test_round_trips.py`).
-- Zero-message opens on read-only mounts (patched pyfuse3): OPEN, OPENDIR and FLUSH answer ENOSYS once, so the kernel sends no open-related request again; only where the VFS refuses every write (mount option `ro`, kernel-checked modes), so nothing an open did is lost (docs/reliability.md §3; `tests/mount/test_zero_message_opens.py`, the read-only table of `tests/mount/test_security.py`).
+- The kernel keeps (absent) ACLs (`FUSE_POSIX_ACL`, off on session mounts): `ls -l` asks \
+system.posix_acl_* once per inode instead of at every listing; memfs stores no ACLs, setting \
+one stays ENOTSUP (`tests/mount/test_round_trips.py::test_ls_l_asks_for_acls_once_per_inode`).
+- Zero-message opens on read-only mounts (patched pyfuse3): OPEN, OPENDIR and FLUSH answer \
+ENOSYS once, so the kernel sends no open-related request again; only where the VFS refuses \
+every write (mount option `ro`, kernel-checked modes), so nothing an open did is lost \
+(docs/reliability.md §3; `tests/mount/test_zero_message_opens.py`, the read-only table of \
+`tests/mount/test_security.py`).
 - Cached directory listings (patched pyfuse3): memfs invalidates a directory whose names a pull \
 changed (`Tree.listing_changed`); tested by \
 `tests/mount/test_round_trips.py::test_cached_listings_follow_remote_and_local_changes`.

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+import subprocess
 from typing import Any
 
 import pytest
@@ -99,3 +101,39 @@ def test_cached_listings_follow_remote_and_local_changes(
     assert sorted(os.listdir(d)) == ["b.md", "local.md", "new.md", "only-added.md"]
     os.unlink(d / "new.md")
     assert sorted(os.listdir(d)) == ["b.md", "local.md", "only-added.md"]
+
+
+def test_ls_l_asks_for_acls_once_per_inode(mount: MountProcess) -> None:
+    """With FUSE_POSIX_ACL the kernel keeps the (absent) ACLs: a second `ls -la` asks
+    only security.selinux (no cache holds it), one GETXATTR per entry instead of two;
+    umask and chmod behave as before, and an ACL still cannot be stored."""
+    d = mount.mountpoint / "acl"
+    d.mkdir()
+    for i in range(20):
+        (d / f"f{i:02}.md").write_text("x\n")
+    subprocess.run(["ls", "-la", str(d)], check=True, capture_output=True)
+    before = mount.fuse_requests()
+    subprocess.run(["ls", "-la", str(d)], check=True, capture_output=True)
+    asked = delta(before, mount.fuse_requests(), "getxattr")
+    # The entries' security.selinux, and a few for "." and ".."; without the ACL cache
+    # it is two for each entry and three for each directory (46).
+    assert asked <= 20 + 8, asked
+    old = os.umask(0o027)
+    try:
+        (d / "masked.md").write_text("m\n")
+        os.mkdir(d / "sub", 0o777)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(d / "masked.md").st_mode) == 0o640
+    assert stat.S_IMODE(os.stat(d / "sub").st_mode) == 0o750
+    os.chmod(d / "masked.md", 0o600)
+    assert stat.S_IMODE(os.stat(d / "masked.md").st_mode) == 0o600
+    # An ACL granting one more user read access: "\x02\0\0\0" is the xattr version.
+    acl = b"\x02\0\0\0" + b"".join(
+        tag.to_bytes(2, "little") + perm.to_bytes(2, "little") + ident.to_bytes(4, "little")
+        for tag, perm, ident in ((1, 6, 0xFFFFFFFF), (2, 4, 65534), (4, 0, 0xFFFFFFFF),
+                                 (0x10, 4, 0xFFFFFFFF), (0x20, 0, 0xFFFFFFFF)))
+    with pytest.raises(OSError) as info:
+        os.setxattr(d / "masked.md", "system.posix_acl_access", acl)
+    assert info.value.errno in (errno.ENOTSUP, errno.EOPNOTSUPP)
+    assert stat.S_IMODE(os.stat(d / "masked.md").st_mode) == 0o600
