@@ -62,7 +62,7 @@ from typing import Any
 from .common import WORK, log
 
 # The harness's own modules; every other module of the package is a section.
-CORE = frozenset({"__init__", "__main__", "cases", "common", "engines", "proxy",
+CORE = frozenset({"__init__", "__main__", "cases", "chart", "common", "engines", "proxy",
                   "refworker", "report", "sections", "workloads"})
 
 
