@@ -22,7 +22,7 @@ from typing import Any
 from tests.support.mount import lazy_unmount
 
 from . import __doc__ as package_doc
-from . import sections
+from . import chart, sections
 from .cases import CASES, Bench
 from .common import OUT, REPO, WORK, log
 from .engines import cleanup_all
@@ -131,13 +131,19 @@ def main() -> int:
     results = run(args.quick, args.reps, cases, extra)
     OUT.mkdir(exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2, default=str))
-    text = report(results)
-    # Only a full run of everything rewrites the committed summary; --quick, --only and
-    # --section runs leave their report in bench-out/.
-    if not args.no_doc and everything and not args.quick:
-        (REPO / "docs" / "performance.md").write_text(text)
-    else:
-        (OUT / "performance.md").write_text(text)
+    # Only a full run of everything rewrites the committed summary and its chart; --quick,
+    # --only and --section runs leave both in bench-out/.
+    page = (REPO / "docs" if not args.no_doc and everything and not args.quick else OUT
+            ) / "performance.md"
+    png = page.with_suffix(".png")
+    try:
+        why_not = chart.draw(results, png)
+    except Exception as e:  # a chart must not cost the report of a 10-minute run
+        why_not = f"drawing failed: {e!r}"
+    if why_not:
+        log(f"no chart: {why_not}")
+        png.unlink(missing_ok=True)  # not last run's chart beside this run's tables
+    page.write_text(report(results, None if why_not else png.name))
     for t in results["targets"]:
         log(f"{t['status']:>8}  {t['target']}: {t['measured']}")
     failed = [n for n, e in results.get("sections", {}).items() if e.get("error")]

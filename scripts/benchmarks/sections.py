@@ -62,8 +62,8 @@ from typing import Any
 from .common import WORK, log
 
 # The harness's own modules; every other module of the package is a section.
-CORE = frozenset({"__init__", "__main__", "cases", "common", "engines", "proxy", "readonly",
-                  "refworker", "report", "sections", "workloads"})
+CORE = frozenset({"__init__", "__main__", "cases", "chart", "common", "engines", "proxy",
+                  "readonly", "refworker", "report", "sections", "workloads"})
 
 
 @dataclass
