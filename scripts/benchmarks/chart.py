@@ -4,7 +4,9 @@ One bar pair per per-operation row of table 1 and one for the agent workload of 
 drawn from the same `summary()` cells the tables print: the bar is the median, the whisker
 the min–max over the repeats. Higher is faster everywhere: table 1's ratios already are
 (x/native, listdir native/x), and the workload's wall-time ratio is drawn inverted
-(native time / time, per repeat). matplotlib is a bench-only extra (`.[bench]`); without it
+(native time / time, per repeat). Case 2c adds a third bar, a `--read-only` mount
+(zero-message opens), to repeated reads and to `grep -r` and `ls -R` (table 2c, timed
+commands drawn inverted too). matplotlib is a bench-only extra (`.[bench]`); without it
 `draw` says why and the report goes out without the chart.
 """
 
@@ -16,7 +18,8 @@ from typing import Any
 from .common import summary
 
 Cell = dict[str, Any]  # a summary() cell: median, min, max, n, values
-ENGINES = (("memfs", "#1f77b4"), ("rclone", "#ff7f0e"))
+ENGINES = (("memfs", "#1f77b4", "memfs / native"), ("rclone", "#ff7f0e", "rclone / native"),
+           ("memfs_ro", "#2ca02c", "memfs --read-only / native"))
 
 
 def _inverted(cell: Cell | None) -> Cell | None:
@@ -29,13 +32,24 @@ def _inverted(cell: Cell | None) -> Cell | None:
 def bars(r: dict[str, Any]) -> list[tuple[str, dict[str, Cell | None]]]:
     """(label, {engine: cell}) for every bar pair, in the tables' order."""
     out: list[tuple[str, dict[str, Cell | None]]] = []
+    ro = r.get("readonly") or {}
     for op, row in (r.get("perop") or {}).get("ops", {}).items():
         label = op.removesuffix("_ms")
-        out.append((label, {e: row.get(f"{e}_vs_native") for e, _ in ENGINES}))
+        cells = {e: row.get(f"{e}_vs_native") for e, _, _ in ENGINES}
+        if op == "read_warm" and ro:
+            cells["memfs_ro"] = ro["repeated_read"]["python"]["memfs_ro_vs_native"]
+        out.append((label, cells))
+    for name, label in (("grep_all", "grep -r, 1,000 files"), ("ls_R", "ls -R")):
+        row = ro.get("rows", {}).get(name)
+        if row:
+            out.append((f"{label}\n(native time / time)",
+                        {"memfs": _inverted(row["memfs_vs_native"]),
+                         "memfs_ro": _inverted(row["memfs_ro_vs_native"])}))
     ag = r.get("agent")
     if ag:
         out.append(("agent workload\n(native time / time)",
-                    {e: _inverted(ag[e].get("vs_native")) for e, _ in ENGINES}))
+                    {e: _inverted(ag[e].get("vs_native")) for e, _, _ in ENGINES
+                     if e in ag}))
     return out
 
 
@@ -53,9 +67,9 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
         return "matplotlib is not installed (.venv/bin/pip install -e '.[bench]')"
 
     fig, ax = plt.subplots(figsize=(11, 5.2), dpi=110)
-    width = 0.38
+    width = 0.27
     values: list[float] = []
-    for i, (engine, colour) in enumerate(ENGINES):
+    for i, (engine, colour, legend) in enumerate(ENGINES):
         xs: list[float] = []
         meds: list[float] = []
         lo: list[float] = []
@@ -64,12 +78,14 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
             c = cells.get(engine)
             if not c or c.get("median") is None:
                 continue
-            xs.append(x + (i - 0.5) * width)
+            xs.append(x + (i - 1) * width)
             meds.append(c["median"])
             lo.append(c["median"] - c["min"])
             hi.append(c["max"] - c["median"])
             values += [c["min"], c["max"]]
-        ax.bar(xs, meds, width, color=colour, label=f"{engine} / native",
+        if not xs:
+            continue
+        ax.bar(xs, meds, width, color=colour, label=legend,
                yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8, "alpha": 0.6})
         for at, m, up in zip(xs, meds, hi, strict=True):
             ax.annotate(f"{m:.2f}" if m >= 0.1 else f"{m:.2g}", (at, m + up), xytext=(0, 2),
@@ -90,9 +106,10 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
     ax.set_xlim(-0.6, len(data) - 0.4)
     ax.set_ylabel("speed relative to native (log scale)")
     mc = r.get("machine", {})
-    ax.set_title(f"memfs and rclone relative to the native disk ({r.get('mode', '?')} run, "
-                 f"{mc.get('date', '')}); bar = median, whisker = min–max", fontsize=10)
-    ax.legend(loc="upper center", ncols=3, fontsize=8)
+    ax.set_title("memfs, memfs --read-only and rclone relative to the native disk "
+                 f"({r.get('mode', '?')} run, {mc.get('date', '')}); "
+                 "bar = median, whisker = min–max", fontsize=10)
+    ax.legend(loc="upper center", ncols=4, fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
