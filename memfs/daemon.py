@@ -258,13 +258,13 @@ class Daemon:
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
             self.trail.mount("mounted", self._places())
-            total = sum(s.state.statistics()["memories"] for s in self.syncs)
+            total = sum(s.state.statistics().memories for s in self.syncs)
             log.info("mounted memory stores=%s mountpoint=%s memories=%d",
                      ",".join(s.store_id for s in self.syncs), mountpoint, total)
             if not self.ops.noflush:
                 log.info("pyfuse3 has no FileInfo.noflush (a stock build); every close of "
                          "a read-only file costs a FLUSH request mountpoint=%s pyfuse3=%s",
-                         mountpoint, self.ops.statistics()["pyfuse3"]["version"])
+                         mountpoint, self.ops.statistics().pyfuse3.version)
             try:
                 return await self._serve(mountpoint, ready, signals)
             except BaseException:
@@ -389,8 +389,8 @@ class Daemon:
             if sync.state.read_only:
                 continue
             stats = sync.statistics()
-            paths = stats["dirty_files"] + [p for p in stats["pending_delete_paths"]
-                                            if p and sync.deletions == "enabled"]
+            paths = list(stats.dirty_files) + [p for p in stats.pending_delete_paths
+                                               if p and sync.deletions == "enabled"]
             if paths:
                 left[sync.store_id] = paths
         return left
@@ -467,11 +467,11 @@ class Daemon:
                 "access": "read_only" if sync.state.read_only else "read_write",
                 "interval_s": sync.interval,
                 "deletions": sync.deletions,
-                **sync.statistics(),
+                **sync.statistics().as_json(),
             })
         return {"ok": True, "mountpoint": self.mountpoint,
                 "pid": os.getpid(), "stores": stores,
-                **(self.ops.statistics() if self.ops is not None else {})}
+                **(self.ops.statistics().as_json() if self.ops is not None else {})}
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")

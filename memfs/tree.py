@@ -21,7 +21,9 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
 
 from memfs.cache import CacheDir, EntryFields, EntryRow
 from memfs.errors import FsError
@@ -44,6 +46,8 @@ from memfs.records import SyncRecords
 log = logging.getLogger("memfs.tree")
 
 ROOT_INODE = 1
+# A file's sync state, as xattrs (`user.memfs.state`), status and history show it.
+FileState = Literal["clean", "dirty", "refused", "conflict", "pending-delete"]
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 
@@ -99,7 +103,7 @@ class Node:
     def is_dir(self) -> bool:
         return self.kind is Kind.DIR
 
-    def state_name(self) -> str:
+    def state_name(self) -> FileState:
         """The sync state shown in xattrs and status."""
         if self.kind is not Kind.FILE:
             return "clean"
@@ -195,6 +199,19 @@ class NegativeEntries:
     def __len__(self) -> int:
         return len(self._given)
 
+    def statistics(self) -> NegativeStatistics:
+        return NegativeStatistics(cached=len(self._given), given=self.given,
+                                  not_cached=self.refused)
+
+
+@dataclass(frozen=True)
+class NegativeStatistics:
+    """Negative entries: remembered now, handed out, answered as plain ENOENT."""
+
+    cached: int
+    given: int
+    not_cached: int
+
 
 class Tree:
     """Inode table of one mount (one or several stores)."""
@@ -280,6 +297,18 @@ def check_depth(path: str, *, is_dir: bool) -> None:
     # A directory at the last allowed depth could hold nothing the API accepts.
     if segments > MAX_PATH_SEGMENTS or (is_dir and segments >= MAX_PATH_SEGMENTS):
         raise FsError(errno.ENAMETOOLONG, f"path is deeper than {MAX_PATH_SEGMENTS} segments")
+
+
+@dataclass(frozen=True)
+class StateStatistics:
+    """Counts over one store's files, read in one walk (`StoreState.statistics`)."""
+
+    memories: int  # linked files
+    bytes: int  # their sizes, summed
+    dirty: int  # files in state "dirty", excluded (local-only) names included
+    refused: int
+    conflicts: int  # files that name a conflict copy
+    pending_deletes: int  # tombstones
 
 
 class StoreState(SyncRecords):
@@ -791,7 +820,7 @@ class StoreState(SyncRecords):
                     "changes memory_store_id=%s path=%s", self.store_id, node.store_path())
             raise FsError(errno.EILSEQ, "content is not valid UTF-8") from None
 
-    def statistics(self) -> dict[str, int]:
+    def statistics(self) -> StateStatistics:
         files = dirty = refused = conflicts = total = 0
         for node in self.walk_files():
             files += 1
@@ -800,8 +829,8 @@ class StoreState(SyncRecords):
             dirty += state == "dirty"
             refused += state == "refused"
             conflicts += node.conflict is not None
-        return {"memories": files, "bytes": total, "dirty": dirty, "refused": refused,
-                "conflicts": conflicts, "pending_deletes": len(self.tombstones)}
+        return StateStatistics(memories=files, bytes=total, dirty=dirty, refused=refused,
+                               conflicts=conflicts, pending_deletes=len(self.tombstones))
 
 
 def _nothing_local(name: str) -> bool:

@@ -26,6 +26,7 @@ import memfs.tree
 from memfs.client import RetryPolicy
 from memfs.config import DEFAULT_EXCLUDES
 from memfs.pusher import delete_cap
+from memfs.sync import RefusedFile
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
 
@@ -221,9 +222,9 @@ async def test_changed_both_sides_store_wins_and_keeps_a_copy(
     assert any("keeping the remote version" in r.getMessage() and node.conflict
                in r.getMessage() for r in caplog.records)
     stats = h.sync.statistics()
-    assert stats["conflicts"] == 1
-    assert stats["conflict_copies"][0]["path"] == "/c.md"
-    assert stats["conflict_copies"][0]["copy"] == node.conflict
+    assert stats.conflicts == 1
+    assert stats.conflict_copies[0].path == "/c.md"
+    assert stats.conflict_copies[0].copy == node.conflict
     # The next local edit pushes normally against the winner.
     h.write("/c.md", "re-applied")
     await h.sync_once()
@@ -282,8 +283,7 @@ async def test_rejected_upload_is_refused_until_content_changes(
     assert node.state_name() == "refused" and node.refused_why
     assert any("stays un-synced until its content changes" in r.getMessage()
                for r in caplog.records)
-    assert h.sync.statistics()["refused_files"] == [{"path": "/big.md",
-                                                     "why": node.refused_why}]
+    assert h.sync.statistics().refused_files == (RefusedFile("/big.md", node.refused_why),)
     # Not retried while the content is the same, even across a restart.
     await h.sync_once()
     h.restart()
@@ -455,7 +455,7 @@ async def test_delete_enabled_sends_guarded_delete(
         h: Harness, caplog: pytest.LogCaptureFixture) -> None:
     ids = await synced(h, {"/d.md": "doomed", "/k.md": "kept"})
     h.unlink("/d.md")
-    assert h.sync.statistics()["pending_delete_paths"] == ["/d.md"]
+    assert h.sync.statistics().pending_delete_paths == ("/d.md",)
     with caplog.at_level(logging.INFO, "memfs.sync"):
         result = await h.sync_once()
     assert result.deleted == 1
@@ -673,7 +673,7 @@ async def test_excluded_globs_stay_local(tmp_path: Path) -> None:
         assert h.read("/x.tmp") == "local only"
         stats = h.sync.statistics()
         # Excluded files are not "waiting to be pushed": the flush must not report them.
-        assert stats["dirty_files"] == [] and stats["dirty"] == 0
+        assert stats.dirty_files == () and stats.dirty == 0
     finally:
         await h.aclose()
 
@@ -935,7 +935,7 @@ async def test_conflict_mark_clears_once_a_new_edit_is_pushed(h: Harness) -> Non
     h.write("/c.md", "merged by hand")
     await h.sync_once()
     assert h.node("/c.md").state_name() == "clean"
-    assert h.sync.statistics()["conflicts"] == 0
+    assert h.sync.statistics().conflicts == 0
 
 
 async def test_read_only_pull_invalidates_the_kernel_cache(h: Harness) -> None:
