@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from memfs.paths import local_name
 
 if TYPE_CHECKING:
+    from memfs.state import StoreState
     from memfs.sync import StoreSync
-    from memfs.tree import StoreState
 
 log = logging.getLogger("memfs.conflicts")
 

@@ -45,6 +45,7 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.fs import MemFs
+from memfs.node import Node
 from memfs.notify import KernelNotifier, Notifier
 from memfs.plan import PassResult
 from memfs.preflight import (
@@ -54,8 +55,9 @@ from memfs.preflight import (
     lookup_store,
     prepare_mountpoint,
 )
+from memfs.state import StoreState
 from memfs.sync import StoreSync
-from memfs.tree import Node, StoreState, Tree
+from memfs.tree import Tree
 
 log = logging.getLogger("memfs.daemon")
 

@@ -27,6 +27,7 @@ import trio
 from memfs import metrics
 from memfs.audit import Trail, command_name
 from memfs.errors import FsError
+from memfs.node import Kind, Node, check_length, check_name, stat_mode
 from memfs.paths import (
     MAX_CONTENT_BYTES,
     MAX_MEMORIES_PER_STORE,
@@ -35,16 +36,8 @@ from memfs.paths import (
     may_be_alias,
 )
 from memfs.permissions import EXEC, READ, WRITE, Permissions
-from memfs.tree import (
-    Kind,
-    NegativeStatistics,
-    Node,
-    StoreState,
-    Tree,
-    check_length,
-    check_name,
-    stat_mode,
-)
+from memfs.state import StoreState
+from memfs.tree import NegativeStatistics, Tree
 
 log = logging.getLogger("memfs.fs")
 

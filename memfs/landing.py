@@ -17,10 +17,11 @@ from memfs import conflicts
 from memfs.audit import Trail
 from memfs.errors import FsError
 from memfs.logs import rfc3339
+from memfs.node import Kind, Node
 from memfs.notify import Notifier
 from memfs.paths import RemoteMemory, sha256_hex
 from memfs.plan import ConflictCopy, PassResult, Plan
-from memfs.tree import Kind, Node, StoreState
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 

@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from memfs.audit import Trail
 from memfs.logs import rfc3339
+from memfs.node import Kind, Node
 from memfs.paths import RemoteMemory
-from memfs.tree import Kind, Node, StoreState
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 

@@ -21,7 +21,8 @@ from memfs.paths import RemoteMemory
 
 if TYPE_CHECKING:
     from memfs.cache import CacheDir, EntryFields, Journal, ObjectStore
-    from memfs.tree import Node, Tree
+    from memfs.node import Node
+    from memfs.tree import Tree
 
 # (parent inode, name) pairs whose kernel dentries a batch must invalidate.
 Entries = list[tuple[int, str]]

@@ -36,12 +36,13 @@ from memfs.errors import (
 from memfs.fetcher import ContentFetcher
 from memfs.landing import Lander
 from memfs.logs import rfc3339
+from memfs.node import Node
 from memfs.notify import Notifier
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.plan import ConflictCopy, PassResult, Planner
 from memfs.progress import Tracker
 from memfs.pusher import Pusher
-from memfs.tree import Node, StoreState
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 

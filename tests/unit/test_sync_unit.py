@@ -19,8 +19,10 @@ import pytest
 import trio
 
 import memfs.landing
+import memfs.node
 import memfs.plan
 import memfs.pusher
+import memfs.state
 import memfs.sync
 import memfs.tree
 from memfs.client import RetryPolicy
@@ -43,7 +45,7 @@ def trio_clock_time(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
                                     if not k.startswith("__")})
     fake.monotonic = trio.current_time
-    for module in (memfs.sync, memfs.plan, memfs.tree):
+    for module in (memfs.sync, memfs.plan, memfs.tree, memfs.state):
         monkeypatch.setattr(module, "time", fake)
 
 
@@ -776,7 +778,7 @@ async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
             return wrapper
         monkeypatch.setattr(h.state, "content", counting("content", h.state.content))
         monkeypatch.setattr(h.state.objects, "get", counting("get", h.state.objects.get))
-        for module in (memfs.plan, memfs.landing, memfs.pusher, memfs.tree):
+        for module in (memfs.plan, memfs.landing, memfs.pusher, memfs.node, memfs.state):
             if hasattr(module, "sha256_hex"):
                 monkeypatch.setattr(module, "sha256_hex",
                                     counting("hash", module.sha256_hex))

@@ -18,7 +18,8 @@ import trio
 from memfs.cache import CacheDir
 from memfs.fs import MemFs
 from memfs.paths import MAX_CONTENT_BYTES, marker_content, sha256_hex
-from memfs.tree import StateStatistics, StoreState, Tree
+from memfs.state import StateStatistics, StoreState
+from memfs.tree import Tree
 from tests.support.files import MARKER as MARKER_TEXT
 from tests.support.fsharness import (
     CTX,
