@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from memfs.tree import Kind, Node, StoreState
+from memfs.node import Kind, Node
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.cachegc")
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from memfs.paths import local_name
 
 if TYPE_CHECKING:
+    from memfs.state import StoreState
     from memfs.sync import StoreSync
-    from memfs.tree import StoreState
 
 log = logging.getLogger("memfs.conflicts")
 
@@ -177,6 +177,6 @@ def answer(request: dict[str, Any], syncs: list[StoreSync], mountpoint: str,
         if node is not None and node.conflict == kept.copy:
             state.clear_conflict(node)  # status and user.memfs.* stop naming it
         sync.conflict_copies[:] = [c for c in sync.conflict_copies
-                                   if c.get("copy") != kept.copy]
+                                   if c.copy != kept.copy]
         return {"ok": True, "dropped": asdict(kept)}
     return {"ok": False, "error": f"unknown conflicts request {what!r}"}

@@ -45,6 +45,7 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.fs import MemFs
+from memfs.node import Node
 from memfs.notify import KernelNotifier, Notifier
 from memfs.plan import PassResult
 from memfs.preflight import (
@@ -54,8 +55,9 @@ from memfs.preflight import (
     lookup_store,
     prepare_mountpoint,
 )
+from memfs.state import StoreState
 from memfs.sync import StoreSync
-from memfs.tree import Node, StoreState, Tree
+from memfs.tree import Tree
 
 log = logging.getLogger("memfs.daemon")
 
@@ -260,13 +262,13 @@ class Daemon:
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
             self.trail.mount("mounted", self._places())
-            total = sum(s.state.statistics()["memories"] for s in self.syncs)
+            total = sum(s.state.statistics().memories for s in self.syncs)
             log.info("mounted memory stores=%s mountpoint=%s memories=%d",
                      ",".join(s.store_id for s in self.syncs), mountpoint, total)
             if not self.ops.noflush:
                 log.info("pyfuse3 has no FileInfo.noflush (a stock build); every close of "
                          "a read-only file costs a FLUSH request mountpoint=%s pyfuse3=%s",
-                         mountpoint, self.ops.statistics()["pyfuse3"]["version"])
+                         mountpoint, self.ops.statistics().pyfuse3.version)
             try:
                 return await self._serve(mountpoint, ready, signals)
             except BaseException:
@@ -391,8 +393,8 @@ class Daemon:
             if sync.state.read_only:
                 continue
             stats = sync.statistics()
-            paths = stats["dirty_files"] + [p for p in stats["pending_delete_paths"]
-                                            if p and sync.deletions == "enabled"]
+            paths = list(stats.dirty_files) + [p for p in stats.pending_delete_paths
+                                               if p and sync.deletions == "enabled"]
             if paths:
                 left[sync.store_id] = paths
         return left
@@ -469,11 +471,11 @@ class Daemon:
                 "access": "read_only" if sync.state.read_only else "read_write",
                 "interval_s": sync.interval,
                 "deletions": sync.deletions,
-                **sync.statistics(),
+                **sync.statistics().as_json(),
             })
         return {"ok": True, "mountpoint": self.mountpoint,
                 "pid": os.getpid(), "stores": stores,
-                **(self.ops.statistics() if self.ops is not None else {})}
+                **(self.ops.statistics().as_json() if self.ops is not None else {})}
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")

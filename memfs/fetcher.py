@@ -22,8 +22,9 @@ import trio
 
 from memfs.client import FullMemory, StoreClient
 from memfs.errors import InvalidContent, NotFound, StoreError
+from memfs.node import Node
 from memfs.paths import RemoteMemory, sha256_hex
-from memfs.tree import Node, StoreState
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 

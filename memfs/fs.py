@@ -18,7 +18,7 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 import pyfuse3
@@ -27,6 +27,7 @@ import trio
 from memfs import metrics
 from memfs.audit import Trail, command_name
 from memfs.errors import FsError
+from memfs.node import Kind, Node, check_length, check_name, stat_mode
 from memfs.paths import (
     MAX_CONTENT_BYTES,
     MAX_MEMORIES_PER_STORE,
@@ -35,7 +36,8 @@ from memfs.paths import (
     may_be_alias,
 )
 from memfs.permissions import EXEC, READ, WRITE, Permissions
-from memfs.tree import Kind, Node, StoreState, Tree, check_length, check_name, stat_mode
+from memfs.state import StoreState
+from memfs.tree import NegativeStatistics, Tree
 
 log = logging.getLogger("memfs.fs")
 
@@ -714,16 +716,17 @@ class MemFs(pyfuse3.Operations):
         s.f_namemax = 255
         return s
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> FuseStatistics:
         """What `memfs status` shows of the FUSE side (mount-wide)."""
-        neg = self.tree.negatives
-        return {"fuse_requests": dict(sorted(self.requests.items())),
-                "pyfuse3": {"version": _pyfuse3_version(), **pyfuse3_levers(),
-                            "noflush_used": self.noflush,
-                            "cache_readdir_used": self.cache_readdir,
-                            "zero_message_opens_used": self.files_by_inode},
-                "negative_entries": {"cached": len(neg), "given": neg.given,
-                                     "not_cached": neg.refused}}
+        return FuseStatistics(
+            fuse_requests=dict(sorted(self.requests.items())),
+            pyfuse3=Pyfuse3Statistics(version=_pyfuse3_version(), noflush=NOFLUSH,
+                                      cache_readdir=CACHE_READDIR,
+                                      zero_message_opens=ZERO_MESSAGE_OPENS,
+                                      noflush_used=self.noflush,
+                                      cache_readdir_used=self.cache_readdir,
+                                      zero_message_opens_used=self.files_by_inode),
+            negative_entries=self.tree.negatives.statistics())
 
     def stores(self) -> list[StoreState]:
         if self.tree.root.store is not None:
@@ -784,3 +787,27 @@ class MemFs(pyfuse3.Operations):
             raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
         raise FsError(pyfuse3.ENOATTR)
 
+
+@dataclass(frozen=True)
+class Pyfuse3Statistics:
+    """The pyfuse3 build, what it lets memfs ask of the kernel, and what this mount uses."""
+
+    version: str
+    noflush: bool  # the build has FileInfo.noflush (`pyfuse3_levers`)
+    cache_readdir: bool  # the build has FileInfo.cache_readdir
+    zero_message_opens: bool  # the build has Operations.pass_inode_without_fh
+    noflush_used: bool
+    cache_readdir_used: bool
+    zero_message_opens_used: bool  # open/opendir answer ENOSYS (read-only mounts)
+
+
+@dataclass(frozen=True)
+class FuseStatistics:
+    """The FUSE side of `memfs status` (`MemFs.statistics`); its JSON is `as_json()`."""
+
+    fuse_requests: dict[str, int]  # handler name -> requests, sorted by name
+    pyfuse3: Pyfuse3Statistics
+    negative_entries: NegativeStatistics
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -14,8 +14,9 @@ from typing import Any
 
 from memfs.client import MemoryVersion, StoreClient
 from memfs.errors import NotFound, StoreError
+from memfs.node import Kind, Node
 from memfs.paths import NAME_MAX, RemoteMemory, local_name, may_be_alias
-from memfs.tree import Kind, Node, StoreState
+from memfs.state import StoreState
 
 # `PATH@VERSION`: a version id, `head` (the newest version with content), or `~N`
 # (N versions before the newest, as `memfs log` lists them).

@@ -17,10 +17,11 @@ from memfs import conflicts
 from memfs.audit import Trail
 from memfs.errors import FsError
 from memfs.logs import rfc3339
+from memfs.node import Kind, Node
 from memfs.notify import Notifier
 from memfs.paths import RemoteMemory, sha256_hex
-from memfs.plan import PassResult, Plan
-from memfs.tree import Kind, Node, StoreState
+from memfs.plan import ConflictCopy, PassResult, Plan
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 
@@ -32,7 +33,7 @@ class Lander:
         self.state = state
         self.notifier = notifier
         self.store_id = state.store_id
-        self.conflict_copies: list[dict[str, str]] = []
+        self.conflict_copies: list[ConflictCopy] = []
         self._pending_inodes: list[int] = []
         self.trail = trail  # the audit trail: conflicts lost
 
@@ -123,7 +124,7 @@ class Lander:
         conflicts.record(self.store_id, Path(copy), path=path, memory_id=node.memory_id,
                          local_sha=local_sha, size=len(local), remote_sha=remote_sha,
                          remote_version=remote_version)
-        self.conflict_copies.append({"path": path, "copy": copy, "at": rfc3339(time.time())})
+        self.conflict_copies.append(ConflictCopy(path, copy, rfc3339(time.time())))
         self.trail.outcome(self.store_id, "conflict", path, copy=copy,
                            version=remote_version or None, memory_id=node.memory_id)
         log.warning("memory changed both locally and remotely; keeping the remote version "

@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -24,8 +24,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memfs.metrics")
 
+
+
+class StoreGauges(Protocol):
+    """What the store gauges read: `StoreSync.statistics()` (memfs/sync.py) has these.
+
+    A protocol, so this bottom layer needs no import of the sync engine.
+    """
+
+    @property
+    def dirty(self) -> int: ...
+    @property
+    def refused(self) -> int: ...
+    @property
+    def conflicts(self) -> int: ...
+    @property
+    def pending_deletes(self) -> int: ...
+    @property
+    def memories(self) -> int: ...
+    @property
+    def missing_content(self) -> int: ...
+    @property
+    def offline(self) -> bool: ...
+
+
 # (store id, that store's `StoreSync.statistics()`) for every store of the mount.
-StoreStats = Callable[[], Iterable[tuple[str, dict[str, Any]]]]
+StoreStats = Callable[[], Iterable[tuple[str, StoreGauges]]]
 
 # Upload latencies run from a few ms (loopback) to the client's retry deadline.
 PUSH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -124,16 +148,18 @@ class _Metrics:
 class _StoreCollector:
     """Gauges read at scrape time from the live tree (in the trio thread)."""
 
-    GAUGES = (("memfs_dirty_files", "dirty", "Changed files not pushed yet."),
-              ("memfs_refused_files", "refused", "Files the store refused; held back "
-               "until they change."),
-              ("memfs_conflicted_files", "conflicts", "Files whose last sync kept a "
-               "conflict copy."),
-              ("memfs_pending_deletes", "pending_deletes", "Local deletions not sent yet."),
-              ("memfs_memories", "memories", "Files of the store in the mount."),
-              ("memfs_missing_content", "missing_content", "Files whose content is "
-               "still downloading."),
-              ("memfs_store_offline", "offline", "1 while the store does not answer."))
+    GAUGES: tuple[tuple[str, Callable[[StoreGauges], float], str], ...] = (
+        ("memfs_dirty_files", lambda s: s.dirty, "Changed files not pushed yet."),
+        ("memfs_refused_files", lambda s: s.refused, "Files the store refused; held back "
+         "until they change."),
+        ("memfs_conflicted_files", lambda s: s.conflicts, "Files whose last sync kept a "
+         "conflict copy."),
+        ("memfs_pending_deletes", lambda s: s.pending_deletes,
+         "Local deletions not sent yet."),
+        ("memfs_memories", lambda s: s.memories, "Files of the store in the mount."),
+        ("memfs_missing_content", lambda s: s.missing_content, "Files whose content is "
+         "still downloading."),
+        ("memfs_store_offline", lambda s: s.offline, "1 while the store does not answer."))
 
     def __init__(self, metrics: _Metrics) -> None:
         self.metrics = metrics
@@ -147,12 +173,12 @@ class _StoreCollector:
         source = self.metrics.store_stats
         if source is None:
             return
-        families = {key: GaugeMetricFamily(name, text, labels=["store"])
-                    for name, key, text in self.GAUGES}
+        families = [(read, GaugeMetricFamily(name, text, labels=["store"]))
+                    for name, read, text in self.GAUGES]
         for store_id, stats in source():
-            for key, family in families.items():
-                family.add_metric([store_id], float(stats.get(key) or 0))
-        yield from families.values()
+            for read, family in families:
+                family.add_metric([store_id], float(read(stats)))
+        yield from (family for _, family in families)
 
 
 _m: _Metrics | None = None

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pyfuse3
 
 from memfs.errors import FsError
-from memfs.tree import Node
+from memfs.node import Node
 
 READ, WRITE, EXEC = 4, 2, 1
 

@@ -15,12 +15,25 @@ from typing import Any, Literal
 
 from memfs.audit import Trail
 from memfs.logs import rfc3339
+from memfs.node import Kind, Node
 from memfs.paths import RemoteMemory
-from memfs.tree import Kind, Node, StoreState
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 
 PassOutcome = Literal["ok", "failed", "cut-off"]
+
+
+@dataclass(frozen=True)
+class ConflictCopy:
+    """A conflict copy a pass kept, so `memfs sync` and `status` can name it."""
+
+    path: str  # the file's path in the store
+    copy: str  # where the losing local bytes are (the cache's conflicts/)
+    at: str  # when, RFC 3339
+
+    def as_json(self) -> dict[str, str]:
+        return {"path": self.path, "copy": self.copy, "at": self.at}
 
 
 @dataclass
@@ -34,15 +47,16 @@ class PassResult:
     deleted: int = 0
     conflicts: int = 0
     listed: bool = True  # False: nothing changed on either side, the listing was skipped
-    # This pass's conflicts: {"path", "copy", "at"}, so `memfs sync` can name them.
-    conflict_copies: list[dict[str, str]] = field(default_factory=list)
+    # This pass's conflicts, so `memfs sync` can name them.
+    conflict_copies: list[ConflictCopy] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
         return {"at": rfc3339(self.started_at), "duration_s": round(self.duration_s, 3),
                 "outcome": self.outcome, "error": self.error, "pulled": self.pulled,
                 "pushed": self.pushed, "deleted": self.deleted, "conflicts": self.conflicts,
-                "conflict_copies": list(self.conflict_copies), "listed": self.listed}
+                "conflict_copies": [c.as_json() for c in self.conflict_copies],
+                "listed": self.listed}
 
 
 @dataclass

@@ -28,10 +28,11 @@ from memfs.errors import (
 )
 from memfs.fetcher import ContentFetcher
 from memfs.landing import Lander
+from memfs.node import Node
 from memfs.paths import sha256_hex
 from memfs.plan import PassResult, Plan
 from memfs.progress import Tracker
-from memfs.tree import Node, StoreState
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 

@@ -1,7 +1,7 @@
 """The sync half of `StoreState`: every change a pass makes to nodes and the journal.
 
-`StoreState` (memfs/tree.py) inherits these methods, so it stays the only writer of a
-store's nodes and of its journal: the FUSE side changes files through tree.py's
+`StoreState` (memfs/state.py) inherits these methods, so it stays the only writer of a
+store's nodes and of its journal: the FUSE side changes files through state.py's
 methods, the sync engine records what the store said through these. Each method changes
 the node and its journal row together and never awaits (invariant 1 of
 docs/concurrency.md): between two of them the tree and the journal agree.
@@ -21,7 +21,8 @@ from memfs.paths import RemoteMemory
 
 if TYPE_CHECKING:
     from memfs.cache import CacheDir, EntryFields, Journal, ObjectStore
-    from memfs.tree import Node, Tree
+    from memfs.node import Node
+    from memfs.tree import Tree
 
 # (parent inode, name) pairs whose kernel dentries a batch must invalidate.
 Entries = list[tuple[int, str]]

@@ -18,6 +18,7 @@ import logging
 import re
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -35,12 +36,13 @@ from memfs.errors import (
 from memfs.fetcher import ContentFetcher
 from memfs.landing import Lander
 from memfs.logs import rfc3339
+from memfs.node import Node
 from memfs.notify import Notifier
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
-from memfs.plan import PassResult, Planner
+from memfs.plan import ConflictCopy, PassResult, Planner
 from memfs.progress import Tracker
 from memfs.pusher import Pusher
-from memfs.tree import Node, StoreState
+from memfs.state import StoreState
 
 log = logging.getLogger("memfs.sync")
 
@@ -49,6 +51,53 @@ log = logging.getLogger("memfs.sync")
 FULL_LISTING_EVERY = 20
 # The object cache is collected at start and this often (memfs/cachegc.py).
 GC_EVERY = 600.0
+
+
+@dataclass(frozen=True)
+class RefusedFile:
+    """A file the store refused, held back until its content changes."""
+
+    path: str
+    why: str
+
+
+@dataclass(frozen=True)
+class SyncStatistics:
+    """One store as `memfs status` and the metrics see it (`StoreSync.statistics`).
+
+    The JSON of `status --json`, `sync --json` and the control socket is `as_json()`:
+    the one place these fields become keys.
+    """
+
+    memories: int
+    bytes: int
+    dirty: int  # changed files waiting to be pushed (excluded, local-only ones not counted)
+    refused: int
+    conflicts: int
+    pending_deletes: int
+    missing_content: int
+    offline: bool
+    conflict_copies: tuple[ConflictCopy, ...]  # every copy kept since the mount started
+    refused_files: tuple[RefusedFile, ...]
+    dirty_files: tuple[str, ...]
+    excluded: int  # dirty files with an excluded (local-only) name
+    pending_delete_paths: tuple[str | None, ...]
+    last_pass: PassResult | None
+    next_pass_at: float | None  # time.time()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "memories": self.memories, "bytes": self.bytes, "dirty": self.dirty,
+            "refused": self.refused, "conflicts": self.conflicts,
+            "pending_deletes": self.pending_deletes,
+            "missing_content": self.missing_content, "offline": self.offline,
+            "conflict_copies": [c.as_json() for c in self.conflict_copies],
+            "refused_files": [{"path": r.path, "why": r.why} for r in self.refused_files],
+            "dirty_files": list(self.dirty_files), "excluded": self.excluded,
+            "pending_delete_paths": list(self.pending_delete_paths),
+            "last_pass": self.last_pass.to_json() if self.last_pass else None,
+            "next_pass_at": rfc3339(self.next_pass_at) if self.next_pass_at else None,
+        }
 
 
 class StoreSync:
@@ -106,7 +155,7 @@ class StoreSync:
         self.pusher.deletions = mode
 
     @property
-    def conflict_copies(self) -> list[dict[str, str]]:
+    def conflict_copies(self) -> list[ConflictCopy]:
         return self.lander.conflict_copies
 
     # -- public verbs ---------------------------------------------------------------
@@ -174,31 +223,30 @@ class StoreSync:
         """One pass now, in the caller's task (tests and tools; the mount uses `run`)."""
         return await self._pass(initial=False, final=final)
 
-    def statistics(self) -> dict[str, Any]:
-        stats: dict[str, Any] = dict(self.state.statistics())
-        stats["missing_content"] = self.fetcher.statistics().missing_content
-        stats["offline"] = self.offline
-        stats["conflict_copies"] = list(self.conflict_copies)
-        refused: list[dict[str, str]] = []
+    def statistics(self) -> SyncStatistics:
+        """What `memfs status` and the metrics show of this store, read in one go."""
+        counts = self.state.statistics()
+        refused: list[RefusedFile] = []
         dirty: list[str] = []
         excluded = 0
         for n in self.state.walk_files():
             name = n.state_name()
             if name == "refused":
-                refused.append({"path": n.store_path(), "why": n.refused_why or ""})
+                refused.append(RefusedFile(n.store_path(), n.refused_why or ""))
             elif name == "dirty":
                 if self._excluded(n):
                     excluded += 1  # local-only by design: never "waiting to be pushed"
                 else:
                     dirty.append(n.store_path())
-        stats["refused_files"] = refused
-        stats["dirty_files"] = dirty
-        stats["dirty"] = len(dirty)
-        stats["excluded"] = excluded
-        stats["pending_delete_paths"] = [n.base_path for n in self.state.tombstones.values()]
-        stats["last_pass"] = self.last_pass.to_json() if self.last_pass else None
-        stats["next_pass_at"] = rfc3339(self.next_pass_at) if self.next_pass_at else None
-        return stats
+        return SyncStatistics(
+            memories=counts.memories, bytes=counts.bytes, dirty=len(dirty),
+            refused=counts.refused, conflicts=counts.conflicts,
+            pending_deletes=counts.pending_deletes,
+            missing_content=self.fetcher.statistics().missing_content,
+            offline=self.offline, conflict_copies=tuple(self.conflict_copies),
+            refused_files=tuple(refused), dirty_files=tuple(dirty), excluded=excluded,
+            pending_delete_paths=tuple(n.base_path for n in self.state.tombstones.values()),
+            last_pass=self.last_pass, next_pass_at=self.next_pass_at)
 
     # -- lifetime -------------------------------------------------------------------
     async def start(self, *, offline: bool = False) -> None:
@@ -258,7 +306,7 @@ class StoreSync:
             return await self._pass(initial=False, final=True)
         self.progress.end()
         metrics.sync_pass(self.store_id, "cut-off", 0)
-        left = self.statistics()["dirty"]
+        left = self.statistics().dirty
         log.warning("final memory sync cut off; changed files that had not finished "
                     "uploading stay in the journal memory_store_id=%s files=%d after_ms=%d",
                     self.store_id, left, int(timeout * 1000))

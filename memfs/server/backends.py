@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 from memfs.paths import MAX_MEMORIES_PER_STORE
-from memfs.server.db import Database, DatabaseUnavailable, Storage
+from memfs.server.db import DatabaseUnavailable, Storage
+from memfs.server.sqlite import Database
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POSTGRES_SCHEMES = ("postgresql", "postgres")

@@ -11,11 +11,9 @@ and transactions. The rules every backend must keep:
   the "newest version" an idle pass trusts never goes backwards or skips a commit.
 
 Synchronous on purpose: each call is one short transaction, run on a worker thread by the
-HTTP layer. On SQLite, durability and atomicity come from SQLite itself:
-- WAL with `synchronous=FULL`, so a write that was answered survives `kill -9`;
-- writes run in `BEGIN IMMEDIATE`, so a precondition check and the write it guards are
-  one atomic step even against another server process on the same file;
-- an in-process lock queues this process's writers, so they do not busy-poll each other.
+HTTP layer. The backends are `memfs.server.sqlite.Database` (embedded, one file) and
+`memfs.server.pg.PostgresDatabase`; the schema and its migrations are
+`memfs.server.migrations`.
 
 Methods return plain dicts shaped exactly like the wire objects, or raise `ApiError`.
 """
@@ -23,12 +21,9 @@ Methods return plain dicts shaped exactly like the wire objects, or raise `ApiEr
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
-from typing import Any, Protocol, cast
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from memfs.paths import (
     MAX_MEMORIES_PER_STORE,
@@ -37,7 +32,7 @@ from memfs.paths import (
     check_memory_path,
     sha256_hex,
 )
-from memfs.server import errors, migrations, tokens
+from memfs.server import errors, tokens
 from memfs.server.wire import (
     Actor,
     actor_json,
@@ -713,119 +708,10 @@ class Storage:
             return _version_obj(row, True)
 
 
-class Database(Storage):
-    """One SQLite file, a small pool of connections: the embedded, single-host backend."""
+def __getattr__(name: str) -> Any:
+    """`Database` lived here; scripts/benchmarks still import it by this path."""
+    if name == "Database":
+        from memfs.server.sqlite import Database
 
-    backend = "sqlite"
-    inline_reads = True
-
-    def __init__(self, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE) -> None:
-        super().__init__(max_memories=max_memories)
-        self.path = path
-        self._pool: list[sqlite3.Connection] = []
-        self._pool_lock = threading.Lock()
-        self._write_lock = threading.Lock()
-
-    @classmethod
-    def open(
-        cls, path: Path, *, max_memories: int = MAX_MEMORIES_PER_STORE, migrate: bool = True
-    ) -> Database:
-        """Open (creating if needed), migrate, prove writable, or raise DatabaseUnavailable."""
-        db = cls(path, max_memories=max_memories)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = db._connect()
-        except (sqlite3.Error, OSError) as exc:
-            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
-        try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise DatabaseUnavailable(f"cannot switch the database to WAL mode ({mode})")
-            conn.execute("BEGIN IMMEDIATE")
-            current = _sqlite_schema_version(conn)
-            if migrate:
-                migrations.apply(conn.execute, current, migrations.SQLITE_STEPS)
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(migrations.LATEST),),
-                )
-            else:
-                migrations.pending(current, migrations.SQLITE_STEPS)
-            conn.execute("COMMIT")
-        except (sqlite3.Error, OSError) as exc:
-            conn.close()
-            raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
-        except migrations.SchemaTooNew as exc:
-            conn.close()
-            raise DatabaseUnavailable(str(exc)) from exc
-        except DatabaseUnavailable:
-            conn.close()
-            raise
-        db._release(conn)
-        return db
-
-    def describe(self) -> str:
-        return str(self.path)
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-        )
-        conn.execute("PRAGMA synchronous=FULL")
-        return conn
-
-    def _acquire(self) -> sqlite3.Connection:
-        with self._pool_lock:
-            if self._pool:
-                return self._pool.pop()
-        return self._connect()
-
-    def _release(self, conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        with self._pool_lock:
-            self._pool.append(conn)
-
-    def close(self) -> None:
-        with self._pool_lock:
-            pool, self._pool = self._pool, []
-        for conn in pool:
-            conn.close()
-
-    @contextmanager
-    def _read(self) -> Iterator[Conn]:
-        conn = self._acquire()
-        try:
-            conn.execute("BEGIN")
-            yield cast(Conn, conn)
-            conn.execute("COMMIT")
-        finally:
-            self._release(conn)
-
-    @contextmanager
-    def _write(self, store_id: str | None = None) -> Iterator[Conn]:
-        """`BEGIN IMMEDIATE` takes SQLite's one write lock, which covers every store."""
-        with self._write_lock:
-            conn = self._acquire()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield cast(Conn, conn)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            finally:
-                self._release(conn)
-
-
-def _sqlite_schema_version(conn: sqlite3.Connection) -> int:
-    """0 for a new file; the first release wrote '1' without a migration history."""
-    has_meta = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-    ).fetchone()
-    if has_meta is None:
-        return 0
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    return int(row[0]) if row is not None else 0
+        return Database
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

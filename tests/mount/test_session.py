@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from memfs.paths import marker_content
-from memfs.server.db import Database
+from memfs.server.sqlite import Database
 from tests.support.api import Api
 from tests.support.files import MARKER, store_contents
 from tests.support.mount import MountProcess, is_mounted, one_line, require_fuse

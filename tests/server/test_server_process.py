@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.server.db import Database
+from memfs.server.sqlite import Database
 from tests.support.api import Api
 from tests.support.postgres import BACKENDS, start_on
 from tests.support.server import REPO_ROOT, ServerProcess, start_server

@@ -16,8 +16,10 @@ import trio
 
 from memfs.cache import CacheDir
 from memfs.fs import MemFs
+from memfs.node import Kind, Node
 from memfs.paths import sha256_hex
-from memfs.tree import Kind, Node, StoreState, Tree
+from memfs.state import StoreState
+from memfs.tree import Tree
 
 STORE_ID = "memstore_unit"
 CTX: Any = SimpleNamespace(uid=0, gid=0, pid=1, umask=0o022)

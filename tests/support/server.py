@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from memfs.server.db import Database
+from memfs.server.sqlite import Database
 
 READY_PREFIX = "memfs serve: listening on "
 REPO_ROOT = Path(__file__).resolve().parents[2]

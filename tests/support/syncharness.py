@@ -17,11 +17,13 @@ import trio
 
 from memfs.cache import CacheDir
 from memfs.client import ClientConfig, RetryPolicy, StoreClient, make_http_client
+from memfs.node import Node
 from memfs.notify import NullNotifier
 from memfs.paths import sha256_hex
 from memfs.plan import PassResult
+from memfs.state import StoreState
 from memfs.sync import StoreSync
-from memfs.tree import Node, StoreState, Tree
+from memfs.tree import Tree
 from tests.support.fakestore import STORE, FakeStore
 
 

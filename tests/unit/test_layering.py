@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md, kept by reading memfs's own source.
 
-State (tree/records/cache) is written only by its own methods; the FUSE adapter never
-talks to the network; lower layers never import upper ones.
+State (node/tree/state/records/cache) is written only by its own methods; the FUSE adapter
+never talks to the network; lower layers never import upper ones.
 """
 
 from __future__ import annotations
@@ -12,22 +12,25 @@ from pathlib import Path
 import pytest
 
 SOURCE = Path(__file__).resolve().parents[2] / "memfs"
-STATE = {"cache", "tree", "records", "cachegc"}  # the state layer (cachegc: its collector)
+STATE = {"cache", "node", "tree", "state", "records", "cachegc"}  # (cachegc: its collector)
 
 # module -> memfs modules it must never import (directly)
 FORBIDDEN = {
-    "paths": {"client", "sync", "fs", "daemon", "tree", "cache", "fetcher", "session"},
-    "errors": {"client", "sync", "fs", "daemon", "tree", "cache"},
-    "cache": {"client", "sync", "fs", "daemon", "tree", "fetcher"},
+    "paths": {"client", "sync", "fs", "daemon", "node", "tree", "state", "cache", "fetcher",
+              "session"},
+    "errors": {"client", "sync", "fs", "daemon", "node", "tree", "state", "cache"},
+    "cache": {"client", "sync", "fs", "daemon", "node", "tree", "state", "fetcher"},
     "records": {"client", "sync", "fs", "daemon", "fetcher"},
-    "tree": {"client", "sync", "fs", "daemon", "fetcher"},
+    "node": {"client", "sync", "fs", "daemon", "fetcher", "cache", "records", "tree"},
+    "tree": {"client", "sync", "fs", "daemon", "fetcher", "cache", "records"},
+    "state": {"client", "sync", "fs", "daemon", "fetcher"},
     "fs": {"client", "sync", "daemon", "fetcher", "session", "commands"},
     "fetcher": {"sync", "fs", "daemon"},
     "plan": {"client", "fs", "daemon", "sync", "landing", "pusher", "fetcher", "notify"},
     "landing": {"client", "fs", "daemon", "sync", "pusher", "fetcher"},
     "pusher": {"fs", "daemon", "sync", "session"},
     "sync": {"fs", "daemon", "session", "commands"},
-    "client": {"sync", "fs", "daemon", "tree", "cache"},
+    "client": {"sync", "fs", "daemon", "node", "tree", "state", "cache"},
 }
 
 

@@ -10,7 +10,7 @@ from starlette.types import Scope
 from memfs.paths import BETA_MEMORY
 from memfs.server import errors
 from memfs.server.app import create_app
-from memfs.server.db import Database
+from memfs.server.sqlite import Database
 
 HEADERS = {"anthropic-beta": BETA_MEMORY}
 

@@ -19,13 +19,16 @@ import pytest
 import trio
 
 import memfs.landing
+import memfs.node
 import memfs.plan
 import memfs.pusher
+import memfs.state
 import memfs.sync
 import memfs.tree
 from memfs.client import RetryPolicy
 from memfs.config import DEFAULT_EXCLUDES
 from memfs.pusher import delete_cap
+from memfs.sync import RefusedFile
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
 
@@ -42,7 +45,7 @@ def trio_clock_time(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
                                     if not k.startswith("__")})
     fake.monotonic = trio.current_time
-    for module in (memfs.sync, memfs.plan, memfs.tree):
+    for module in (memfs.sync, memfs.plan, memfs.tree, memfs.state):
         monkeypatch.setattr(module, "time", fake)
 
 
@@ -221,9 +224,9 @@ async def test_changed_both_sides_store_wins_and_keeps_a_copy(
     assert any("keeping the remote version" in r.getMessage() and node.conflict
                in r.getMessage() for r in caplog.records)
     stats = h.sync.statistics()
-    assert stats["conflicts"] == 1
-    assert stats["conflict_copies"][0]["path"] == "/c.md"
-    assert stats["conflict_copies"][0]["copy"] == node.conflict
+    assert stats.conflicts == 1
+    assert stats.conflict_copies[0].path == "/c.md"
+    assert stats.conflict_copies[0].copy == node.conflict
     # The next local edit pushes normally against the winner.
     h.write("/c.md", "re-applied")
     await h.sync_once()
@@ -282,8 +285,7 @@ async def test_rejected_upload_is_refused_until_content_changes(
     assert node.state_name() == "refused" and node.refused_why
     assert any("stays un-synced until its content changes" in r.getMessage()
                for r in caplog.records)
-    assert h.sync.statistics()["refused_files"] == [{"path": "/big.md",
-                                                     "why": node.refused_why}]
+    assert h.sync.statistics().refused_files == (RefusedFile("/big.md", node.refused_why),)
     # Not retried while the content is the same, even across a restart.
     await h.sync_once()
     h.restart()
@@ -455,7 +457,7 @@ async def test_delete_enabled_sends_guarded_delete(
         h: Harness, caplog: pytest.LogCaptureFixture) -> None:
     ids = await synced(h, {"/d.md": "doomed", "/k.md": "kept"})
     h.unlink("/d.md")
-    assert h.sync.statistics()["pending_delete_paths"] == ["/d.md"]
+    assert h.sync.statistics().pending_delete_paths == ("/d.md",)
     with caplog.at_level(logging.INFO, "memfs.sync"):
         result = await h.sync_once()
     assert result.deleted == 1
@@ -673,7 +675,7 @@ async def test_excluded_globs_stay_local(tmp_path: Path) -> None:
         assert h.read("/x.tmp") == "local only"
         stats = h.sync.statistics()
         # Excluded files are not "waiting to be pushed": the flush must not report them.
-        assert stats["dirty_files"] == [] and stats["dirty"] == 0
+        assert stats.dirty_files == () and stats.dirty == 0
     finally:
         await h.aclose()
 
@@ -776,7 +778,7 @@ async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
             return wrapper
         monkeypatch.setattr(h.state, "content", counting("content", h.state.content))
         monkeypatch.setattr(h.state.objects, "get", counting("get", h.state.objects.get))
-        for module in (memfs.plan, memfs.landing, memfs.pusher, memfs.tree):
+        for module in (memfs.plan, memfs.landing, memfs.pusher, memfs.node, memfs.state):
             if hasattr(module, "sha256_hex"):
                 monkeypatch.setattr(module, "sha256_hex",
                                     counting("hash", module.sha256_hex))
@@ -935,7 +937,7 @@ async def test_conflict_mark_clears_once_a_new_edit_is_pushed(h: Harness) -> Non
     h.write("/c.md", "merged by hand")
     await h.sync_once()
     assert h.node("/c.md").state_name() == "clean"
-    assert h.sync.statistics()["conflicts"] == 0
+    assert h.sync.statistics().conflicts == 0
 
 
 async def test_read_only_pull_invalidates_the_kernel_cache(h: Harness) -> None:

@@ -18,7 +18,8 @@ import trio
 from memfs.cache import CacheDir
 from memfs.fs import MemFs
 from memfs.paths import MAX_CONTENT_BYTES, marker_content, sha256_hex
-from memfs.tree import StoreState, Tree
+from memfs.state import StateStatistics, StoreState
+from memfs.tree import Tree
 from tests.support.files import MARKER as MARKER_TEXT
 from tests.support.fsharness import (
     CTX,
@@ -106,7 +107,7 @@ async def test_marker_is_synthetic_and_read_only(h: Harness) -> None:
     await fails(errno.ENOTSUP, h.fs.setxattr(ino, b"user.x", b"1", CTX))
     assert await h.read_file("/.anthropic-memory-store") == marker_content(STORE_ID)
     # Never a memory: not counted, not journaled.
-    assert h.state.statistics()["memories"] == 1
+    assert h.state.statistics().memories == 1
     assert all(r.path != "/.anthropic-memory-store" for r in h.state.journal.rows())
 
 
@@ -433,8 +434,9 @@ async def _busy_history(h: Harness) -> None:
 async def test_reload_reproduces_tree_contents_and_pending_state(h: Harness) -> None:
     await _busy_history(h)
     before = snapshot(h)
-    assert before["stats"] == {"memories": 10, "bytes": before["stats"]["bytes"], "dirty": 8,
-                               "refused": 1, "conflicts": 0, "pending_deletes": 1}
+    stats = before["stats"]
+    assert stats == StateStatistics(memories=10, bytes=stats.bytes, dirty=8, refused=1,
+                                    conflicts=0, pending_deletes=1)
     h.reload()
     after = snapshot(h)
     assert after == before
@@ -656,7 +658,7 @@ async def test_eilseq_at_close_and_fsync_and_the_file_is_refused(h: Harness) -> 
     assert await h.fs.getxattr(a.st_ino, b"user.memfs.state", CTX) == b"refused"
     assert b"UTF-8" in await h.fs.getxattr(a.st_ino, b"user.memfs.refused", CTX)
     stats = h.state.statistics()
-    assert (stats["refused"], stats["dirty"]) == (1, 0)
+    assert (stats.refused, stats.dirty) == (1, 0)
     h.reload()
     assert h.node("/bin.md").state_name() == "refused"
     # Fixing the content lifts the refusal.
