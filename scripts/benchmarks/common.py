@@ -112,6 +112,16 @@ def counts_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int
     return {k: v for k, v in out.items() if v}
 
 
+def by_handler(counts: dict[str, int]) -> str:
+    """FUSE requests by handler for a table cell, most first."""
+    return " ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def shown_command(command: str) -> str:
+    """A shell command for a markdown table cell (one line, pipes escaped)."""
+    return command.replace("\n", " ⏎ ").replace("|", "\\|")
+
+
 def requests_total(counts: dict[str, int]) -> int:
     """Requests the daemon answered; forget_inodes counts inodes, not requests."""
     return sum(v for k, v in counts.items() if k != "forget_inodes")

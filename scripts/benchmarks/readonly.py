@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import workloads
-from .common import counts_since, log, med, requests_total, run_timed, summary
+from .common import (
+    by_handler,
+    counts_since,
+    log,
+    med,
+    requests_total,
+    run_timed,
+    shown_command,
+    summary,
+)
 
 if TYPE_CHECKING:
     from .cases import Bench
@@ -149,9 +158,8 @@ def part(rd: dict[str, Any], fmt: Any) -> list[str]:
          "read-only / native | memfs requests | read-only requests | read-only by handler |",
          "|---|---|---|---|---|---|---|---|---|"]
     for name, row in rd["rows"].items():
-        by = " ".join(f"{k} {v}" for k, v in sorted(row["ro_by_handler"].items(),
-                                                      key=lambda kv: -kv[1]))
-        shown = row["command"].replace("|", "\\|")
+        by = by_handler(row["ro_by_handler"])
+        shown = shown_command(row["command"])
         L.append(f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
                  f"{fmt(row['memfs_ms'], '.1f')} | {fmt(row['memfs_ro_ms'], '.1f')} | "
                  f"{fmt(row['memfs_vs_native'])} | {fmt(row['memfs_ro_vs_native'])} | "

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import readonly
-from .common import med
+from .common import by_handler, med, shown_command
 from .sections import target
 
 Lines = list[str]
@@ -240,10 +240,9 @@ def _commands(cm: dict[str, Any]) -> Lines:
          " drops |",
          "|---|---|---|---|---|---|---|"]
     for name, row in cm["rows"].items():
-        by = " ".join(f"{k} {v}" for k, v in sorted(row["by_handler"].items(),
-                                                      key=lambda kv: -kv[1]))
+        by = by_handler(row["by_handler"])
         drops = sum(row["churn"].values())
-        shown = row["command"].replace("\n", " ⏎ ").replace("|", "\\|")
+        shown = shown_command(row["command"])
         L.append(f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
                  f"{fmt(row['memfs_ms'], '.1f')} | {fmt(row['vs_native'])} | "
                  f"{fmt(row['requests'], '.0f')} | {by} | {drops} |")
