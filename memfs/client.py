@@ -1,11 +1,8 @@
 """The one HTTP client memfs uses to talk to a Memory Store (hosted API or `memfs serve`).
 
-Layers, bottom up:
+Configuration and the `httpx` client (`ClientConfig`, `make_http_client`) are in
+`memfs.connection`; this module is the calls:
 
-- `ClientConfig`: base URL and credentials from flags and the environment. It never
-  prints a credential (its repr names only where the credential came from).
-- `make_http_client`: an `httpx.AsyncClient` with the API's fixed headers, the
-  credential, a connection pool sized for concurrent transfers, and timeouts.
 - `StoreClient`: typed calls over an injected `httpx.AsyncClient`. It maps every failure
   onto `memfs.errors` (`StoreUnavailable` is the only transient class) and retries the
   transient ones with capped exponential back-off and full jitter, honouring
@@ -22,24 +19,25 @@ yourself without handling `UnicodeEncodeError`.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import ipaddress
 import json
 import logging
-import os
 import random
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias, TypedDict, TypeVar, Unpack
 
 import httpx
 import trio
 
 from memfs import metrics
+from memfs.connection import (
+    BACKGROUND_FIRST_BYTE,
+    CONNECT_TIMEOUT,
+    CREDENTIAL_HINT,
+    TRANSFER_TIMEOUT,
+)
 from memfs.errors import (
-    ConfigError,
     NotFound,
     PathConflict,
     Rejected,
@@ -93,151 +91,9 @@ _T = TypeVar("_T")
 
 log = logging.getLogger("memfs.client")
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
-CREDENTIAL_HINT = (
-    "set ANTHROPIC_API_KEY (x-api-key), ANTHROPIC_AUTH_TOKEN (bearer token) "
-    "or ANTHROPIC_WORK_SECRET (a work item's secret)"
-)
 View: TypeAlias = Literal["basic", "full"]
 MAX_PAGE = 100
 MAX_FULL_PAGE = 20
-
-
-# --------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    """Where the store is and how to authenticate; safe to log (`repr` hides secrets).
-
-    `auth_header` is `(name, value)` or None; `credential_source` names the variable it
-    came from, which is all a message or log line ever shows.
-    """
-
-    base_url: str
-    auth_header: tuple[str, str] | None = field(default=None, repr=False, compare=False)
-    credential_source: str | None = None
-
-    def __repr__(self) -> str:
-        kind = self.credential_source or "none"
-        if self.auth_header is not None:
-            kind += f" ({self.auth_header[0]})"
-        return f"ClientConfig(base_url={self.base_url!r}, credentials={kind})"
-
-    __str__ = __repr__
-
-    @classmethod
-    def from_env(
-        cls, api_url: str | None = None, environ: Mapping[str, str] | None = None
-    ) -> ClientConfig:
-        """Read the base URL and credentials (work secret > auth token > API key > none).
-
-        Empty variables count as unset. A work secret that is set but unusable is a
-        `ConfigError`: falling back to another credential would only fail later with a
-        confusing 401 (the memory endpoints reject environment keys).
-        """
-        env = os.environ if environ is None else environ
-        base = api_url or env.get("ANTHROPIC_BASE_URL", "").strip() or DEFAULT_BASE_URL
-        base_url = _check_base_url(base)
-        secret = env.get("ANTHROPIC_WORK_SECRET", "").strip()
-        if secret:
-            token = decode_work_secret(secret)
-            return cls(base_url, ("authorization", f"Bearer {token}"), "ANTHROPIC_WORK_SECRET")
-        token = env.get("ANTHROPIC_AUTH_TOKEN", "").strip()
-        if token:
-            return cls(base_url, ("authorization", f"Bearer {token}"), "ANTHROPIC_AUTH_TOKEN")
-        key = env.get("ANTHROPIC_API_KEY", "").strip()
-        if key:
-            return cls(base_url, ("x-api-key", key), "ANTHROPIC_API_KEY")
-        return cls(base_url, None, None)
-
-
-def _check_base_url(url: str) -> str:
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ConfigError(f"invalid API URL {url!r}: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(f"invalid API URL {url!r}: expected http(s)://host[:port]")
-    if parsed.userinfo:
-        raise ConfigError("the API URL must not contain credentials; use the environment")
-    return str(parsed).rstrip("/")
-
-
-def decode_work_secret(secret: str) -> str:
-    """The `sessions_token` of a work-item secret (base64url JSON, padding optional)."""
-    problem = "ANTHROPIC_WORK_SECRET is not a valid work-item secret"
-    text = secret.strip()
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        payload = json.loads(raw.decode("utf-8"))
-    except (binascii.Error, ValueError):
-        raise ConfigError(f"{problem} (expected base64url-encoded JSON)") from None
-    if not isinstance(payload, dict):
-        raise ConfigError(f"{problem} (its JSON is not an object)")
-    token = payload.get("sessions_token")
-    if not isinstance(token, str) or not token.strip():
-        raise ConfigError(
-            f"{problem} (it has no sessions_token; the memory endpoints need one)"
-        )
-    return token.strip()
-
-
-def is_loopback(url: str) -> bool:
-    host = httpx.URL(url).host
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-# A server must accept within CONNECT_TIMEOUT and start answering (status line and
-# headers) within a first-byte bound: short for a person waiting (the CLI, a mount's
-# start), longer for background passes behind a busy server. TRANSFER_TIMEOUT bounds
-# each gap inside a body being sent or received, the long bound for big transfers.
-CONNECT_TIMEOUT = 5.0
-INTERACTIVE_FIRST_BYTE = 5.0
-BACKGROUND_FIRST_BYTE = 30.0
-TRANSFER_TIMEOUT = 60.0
-
-
-def make_http_client(
-    config: ClientConfig,
-    *,
-    max_connections: int = 32,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> httpx.AsyncClient:
-    """An AsyncClient for `StoreClient`: fixed headers, the credential, pooling, timeouts.
-
-    The pool holds `max_connections` keep-alive connections so a flush of many small
-    uploads reuses them. The pool timeout is generous because waiting for a free
-    connection is normal under load; a slow or dead server fails on connect/read.
-    Proxy variables are ignored for loopback URLs (a local `memfs serve`).
-    """
-    headers = {
-        "anthropic-version": ANTHROPIC_VERSION,
-        "anthropic-beta": BETA_MEMORY,
-        "accept": "application/json",
-        "user-agent": "memfs/0.1",
-    }
-    if config.auth_header is not None:
-        headers[config.auth_header[0]] = config.auth_header[1]
-    return httpx.AsyncClient(
-        base_url=config.base_url,
-        headers=headers,
-        limits=httpx.Limits(
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=30.0,
-        ),
-        timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=TRANSFER_TIMEOUT,
-                              write=TRANSFER_TIMEOUT, pool=120.0),
-        transport=transport,
-        trust_env=not is_loopback(config.base_url),
-        follow_redirects=False,
-    )
 
 
 # --------------------------------------------------------------------------- retries
@@ -275,6 +131,18 @@ class RetryPolicy:
 
 
 # --------------------------------------------------------------------------- client
+
+
+class VersionFilters(TypedDict, total=False):
+    """The filters of `GET /v1/memory_stores/{id}/memory_versions` (None: not filtered)."""
+
+    memory_id: str | None
+    operation: str | None
+    session_id: str | None
+    api_key_id: str | None
+    created_at_gte: str | None
+    created_at_lte: str | None
+    view: View
 
 
 class _Retry:
@@ -727,60 +595,35 @@ class StoreClient:
 
     # ---------------------------------------------------------------- versions
 
-    async def iter_versions(
-        self,
-        store_id: str,
-        *,
-        memory_id: str | None = None,
-        operation: str | None = None,
-        session_id: str | None = None,
-        api_key_id: str | None = None,
-        created_at_gte: str | None = None,
-        created_at_lte: str | None = None,
-        view: View = "basic",
-        page_size: int = MAX_PAGE,
-    ) -> AsyncIterator[MemoryVersion]:
+    async def iter_versions(self, store_id: str, *, page_size: int = MAX_PAGE,
+                            **filters: Unpack[VersionFilters]) -> AsyncIterator[MemoryVersion]:
         """Stream versions, newest first, page by page."""
+        view = filters.get("view", "basic")
         limit = max(1, min(page_size, MAX_FULL_PAGE if view == "full" else MAX_PAGE))
         url = f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions"
+        params: dict[str, Any] = {
+            "memory_id": filters.get("memory_id"), "operation": filters.get("operation"),
+            "session_id": filters.get("session_id"), "api_key_id": filters.get("api_key_id"),
+            "created_at[gte]": filters.get("created_at_gte"),
+            "created_at[lte]": filters.get("created_at_lte"), "view": view, "limit": limit}
         page: str | None = None
         while True:
-            data = await self._request(
-                "GET", url, op="list_versions", store_id=store_id,
-                params={"memory_id": memory_id, "operation": operation,
-                        "session_id": session_id, "api_key_id": api_key_id,
-                        "created_at[gte]": created_at_gte, "created_at[lte]": created_at_lte,
-                        "view": view, "limit": limit, "page": page},
-            )
+            data = await self._request("GET", url, op="list_versions", store_id=store_id,
+                                       params={**params, "page": page})
             items, page = self._parse("list_versions", _page, data)
             for item in items:
                 yield self._parse("list_versions", _parse_version, item)
             if page is None:
                 return
 
-    async def list_versions(
-        self,
-        store_id: str,
-        *,
-        memory_id: str | None = None,
-        operation: str | None = None,
-        session_id: str | None = None,
-        api_key_id: str | None = None,
-        created_at_gte: str | None = None,
-        created_at_lte: str | None = None,
-        view: View = "basic",
-        limit: int | None = None,
-    ) -> list[MemoryVersion]:
+    async def list_versions(self, store_id: str, *, limit: int | None = None,
+                            **filters: Unpack[VersionFilters]) -> list[MemoryVersion]:
         """Versions newest first; `limit` caps how many are returned (None: all)."""
         out: list[MemoryVersion] = []
-        page_size = MAX_PAGE if limit is None else min(limit, MAX_PAGE)
         if limit is not None and limit <= 0:
             return out
-        async for version in self.iter_versions(
-            store_id, memory_id=memory_id, operation=operation, session_id=session_id,
-            api_key_id=api_key_id, created_at_gte=created_at_gte,
-            created_at_lte=created_at_lte, view=view, page_size=page_size,
-        ):
+        page_size = MAX_PAGE if limit is None else min(limit, MAX_PAGE)
+        async for version in self.iter_versions(store_id, page_size=page_size, **filters):
             out.append(version)
             if limit is not None and len(out) >= limit:
                 break

@@ -28,14 +28,9 @@ import trio
 from memfs import conflicts, history, metrics, progress
 from memfs.audit import Trail
 from memfs.cache import CacheDir
-from memfs.client import (
-    INTERACTIVE_FIRST_BYTE,
-    ClientConfig,
-    StoreClient,
-    StoreInfo,
-    make_http_client,
-)
+from memfs.client import StoreClient, StoreInfo
 from memfs.config import ExitCode, MountConfig, default_cache_root
+from memfs.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
 from memfs.control import ControlServer, runtime_dir
 from memfs.errors import (
     ConfigError,

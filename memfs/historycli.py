@@ -158,7 +158,7 @@ def _direct(t: Target, what: str, version: str | None,
     """The same answer as a daemon's, asked of the store by this process."""
     import trio
 
-    from memfs.client import ClientConfig
+    from memfs.connection import ClientConfig
     from memfs.errors import ConfigError, StoreAuthError, StoreError, StoreUnavailable
 
     try:
@@ -179,7 +179,8 @@ def _direct(t: Target, what: str, version: str | None,
 async def _direct_async(config: Any, t: Target, what: str, version: str | None,
                         restore: bool) -> dict[str, Any]:
     from memfs import history
-    from memfs.client import INTERACTIVE_FIRST_BYTE, StoreClient, make_http_client
+    from memfs.client import StoreClient
+    from memfs.connection import INTERACTIVE_FIRST_BYTE, make_http_client
     from memfs.errors import NotFound
     from memfs.storecli import CLI_RETRY
 

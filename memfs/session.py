@@ -19,15 +19,9 @@ from typing import Any
 
 import trio
 
-from memfs.client import (
-    INTERACTIVE_FIRST_BYTE,
-    ClientConfig,
-    StoreClient,
-    StoreInfo,
-    is_loopback,
-    make_http_client,
-)
+from memfs.client import StoreClient, StoreInfo
 from memfs.config import ExitCode, StoreSpec
+from memfs.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, is_loopback, make_http_client
 from memfs.errors import (
     ConfigError,
     NotFound,

@@ -21,16 +21,9 @@ from typing import Any, TextIO
 
 import trio
 
-from memfs.client import (
-    INTERACTIVE_FIRST_BYTE,
-    ClientConfig,
-    FullMemory,
-    RetryPolicy,
-    StoreClient,
-    StoreInfo,
-    make_http_client,
-)
+from memfs.client import FullMemory, RetryPolicy, StoreClient, StoreInfo
 from memfs.config import ExitCode
+from memfs.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
 from memfs.errors import (
     CommandFailed,
     ConfigError,

@@ -12,14 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from memfs.client import (
-    ClientConfig,
-    FullMemory,
-    MemoryPrefix,
-    RetryPolicy,
-    StoreClient,
-    make_http_client,
-)
+from memfs.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient
+from memfs.connection import ClientConfig, make_http_client
 from memfs.errors import (
     Conflict,
     NotFound,

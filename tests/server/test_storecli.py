@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from memfs import storecli
-from memfs.client import ClientConfig, StoreClient, make_http_client
+from memfs.client import StoreClient
+from memfs.connection import ClientConfig, make_http_client
 from memfs.paths import MAX_CONTENT_BYTES, sha256_hex
 from tests.support.api import Api
 from tests.support.server import REPO_ROOT, ServerProcess, start_server

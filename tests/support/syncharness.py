@@ -16,7 +16,8 @@ import httpx
 import trio
 
 from memfs.cache import CacheDir
-from memfs.client import ClientConfig, RetryPolicy, StoreClient, make_http_client
+from memfs.client import RetryPolicy, StoreClient
+from memfs.connection import ClientConfig, make_http_client
 from memfs.node import Node
 from memfs.notify import NullNotifier
 from memfs.paths import sha256_hex

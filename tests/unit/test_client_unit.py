@@ -12,16 +12,8 @@ import httpx
 import pytest
 import trio
 
-from memfs.client import (
-    ClientConfig,
-    FullMemory,
-    MemoryPrefix,
-    RetryPolicy,
-    StoreClient,
-    StoreInfo,
-    decode_work_secret,
-    make_http_client,
-)
+from memfs.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient, StoreInfo
+from memfs.connection import ClientConfig, decode_work_secret, make_http_client
 from memfs.errors import (
     ConfigError,
     Conflict,

@@ -31,6 +31,9 @@ FORBIDDEN = {
     "pusher": {"fs", "daemon", "sync", "session"},
     "sync": {"fs", "daemon", "session", "commands"},
     "client": {"sync", "fs", "daemon", "node", "tree", "state", "cache"},
+    # configuration and the httpx client: below the calls, above nothing of the engine
+    "connection": {"client", "wire", "sync", "fs", "daemon", "node", "tree", "state", "cache",
+                   "metrics"},
 }
 
 
