@@ -175,3 +175,16 @@ def apply(
             execute(statement)
         done.append(number)
     return done
+
+
+def bring_up(execute: Callable[..., object], current: int, steps: tuple[str, ...], *,
+             migrate: bool, placeholder: str) -> None:
+    """`migrate`: apply the pending steps and record the version (inside the caller's
+    transaction); else only check the schema is not newer than this memfs knows
+    (`SchemaTooNew`)."""
+    if not migrate:
+        pending(current, steps)
+        return
+    apply(execute, current, steps)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', " + placeholder + ") "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(LATEST),))

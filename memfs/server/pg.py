@@ -116,15 +116,8 @@ class PostgresDatabase(Storage):
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 current = _pg_schema_version(conn)
-                if migrate:
-                    migrations.apply(conn.execute, current, migrations.POSTGRES_STEPS)
-                    conn.execute(
-                        "INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (str(migrations.LATEST),),
-                    )
-                else:
-                    migrations.pending(current, migrations.POSTGRES_STEPS)
+                migrations.bring_up(conn.execute, current, migrations.POSTGRES_STEPS,
+                                    migrate=migrate, placeholder="%s")
         except migrations.SchemaTooNew as exc:
             raise DatabaseUnavailable(str(exc)) from exc
         except psycopg.Error as exc:

@@ -52,15 +52,8 @@ class Database(Storage):
                 raise DatabaseUnavailable(f"cannot switch the database to WAL mode ({mode})")
             conn.execute("BEGIN IMMEDIATE")
             current = _sqlite_schema_version(conn)
-            if migrate:
-                migrations.apply(conn.execute, current, migrations.SQLITE_STEPS)
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(migrations.LATEST),),
-                )
-            else:
-                migrations.pending(current, migrations.SQLITE_STEPS)
+            migrations.bring_up(conn.execute, current, migrations.SQLITE_STEPS,
+                                migrate=migrate, placeholder="?")
             conn.execute("COMMIT")
         except (sqlite3.Error, OSError) as exc:
             conn.close()
