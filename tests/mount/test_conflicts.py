@@ -5,33 +5,22 @@ again and is kept again), drop forgets it, and a read-only store refuses the res
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.mount import MountProcess, mount_store, xattrs
+from tests.support.mount import MountProcess, cli_bytes, cli_ok, mount_store, xattrs
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
 
 
-def cli(mount: MountProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=mount.env,
-                          capture_output=True, timeout=60)
-
-
-def ok(mount: MountProcess, *args: str) -> bytes:
-    result = cli(mount, *args)
-    assert result.returncode == 0, (args, result.stderr.decode())
-    return result.stdout
 
 
 def listed(mount: MountProcess) -> list[dict[str, Any]]:
-    answer = json.loads(ok(mount, "conflicts", str(mount.mountpoint), "--json"))
+    answer = json.loads(cli_ok(mount, "conflicts", str(mount.mountpoint), "--json"))
     (one,) = answer["mounts"]
     found: list[dict[str, Any]] = one["conflicts"]
     return found
@@ -68,12 +57,12 @@ def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
     assert kept["size"] == len(LOSING) and kept["restored_at"] is None
     assert kept["memory_id"] == winner["id"]
     assert Path(kept["copy"]).read_bytes() == LOSING
-    text = ok(quiet, "conflicts", str(quiet.mountpoint)).decode()
+    text = cli_ok(quiet, "conflicts", str(quiet.mountpoint)).decode()
     assert f"{kept['id']}" in text and f"lost to {winner['memory_version_id']}" in text
-    assert ok(quiet, "conflicts", "show", kept["id"]) == LOSING
-    assert ok(quiet, "conflicts", "show", kept["id"][:4]) == LOSING  # a unique prefix
+    assert cli_ok(quiet, "conflicts", "show", kept["id"]) == LOSING
+    assert cli_ok(quiet, "conflicts", "show", kept["id"][:4]) == LOSING  # a unique prefix
 
-    ok(quiet, "conflicts", "restore", kept["id"])
+    cli_ok(quiet, "conflicts", "restore", kept["id"])
     assert f.read_bytes() == LOSING
     quiet.sync()
     back = memory(shared_api, sid, "/plan.md")
@@ -82,10 +71,10 @@ def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
     assert after["restored_at"] is not None
     assert xattrs(f)["user.memfs.state"] == "clean"  # the pushed edit resolved it
 
-    ok(quiet, "conflicts", "drop", kept["id"])
+    cli_ok(quiet, "conflicts", "drop", kept["id"])
     assert listed(quiet) == []
     assert not Path(kept["copy"]).exists()
-    missing = cli(quiet, "conflicts", "show", kept["id"])
+    missing = cli_bytes(quiet, "conflicts", "show", kept["id"])
     assert missing.returncode == 1 and b"no conflict copy" in missing.stderr
 
 
@@ -96,7 +85,7 @@ def test_a_restore_that_loses_again_is_kept_again(
     (first,) = listed(quiet)
     mid = memory(shared_api, sid, "/plan.md")["id"]
     shared_api.update_memory(sid, mid, content="remote again\n")  # not pulled yet
-    ok(quiet, "conflicts", "restore", first["id"], "--mount", str(quiet.mountpoint))
+    cli_ok(quiet, "conflicts", "restore", first["id"], "--mount", str(quiet.mountpoint))
     assert f.read_bytes() == LOSING
     quiet.sync()  # pushed with a precondition: the store changed, so it loses again
     assert f.read_text() == "remote again\n"
@@ -109,7 +98,7 @@ def test_a_restore_that_loses_again_is_kept_again(
                                               "/plan.md")["memory_version_id"]
     # a dirty file is not overwritten without --force
     f.write_text("new local work\n")
-    refused = cli(quiet, "conflicts", "restore", second["id"], "--mount",
+    refused = cli_bytes(quiet, "conflicts", "restore", second["id"], "--mount",
                   str(quiet.mountpoint))
     assert refused.returncode == 1 and b"not pushed yet" in refused.stderr
     assert f.read_text() == "new local work\n"
@@ -130,8 +119,8 @@ def test_copies_outlive_the_mount_and_a_read_only_store_refuses_their_restore(
     try:
         assert listed(ro) == [kept]
         where = ("--mount", str(ro.mountpoint))
-        assert ok(ro, "conflicts", "show", kept["id"], *where) == LOSING
-        refused = cli(ro, "conflicts", "restore", kept["id"], *where)
+        assert cli_ok(ro, "conflicts", "show", kept["id"], *where) == LOSING
+        refused = cli_bytes(ro, "conflicts", "restore", kept["id"], *where)
         assert refused.returncode == 1 and b"read-only store" in refused.stderr
         assert (ro.mountpoint / "plan.md").read_text() == "remote wins\n"
         assert memory(shared_api, sid, "/plan.md")["content"] == "remote wins\n"

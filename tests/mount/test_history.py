@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from memfs.server.wire import api_key_id
 from tests.support.api import Api
-from tests.support.mount import MountProcess
+from tests.support.mount import MountProcess, cli_bytes, cli_ok
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
@@ -59,20 +58,10 @@ def remote(shared_server: ServerProcess) -> Iterator[Api]:
         yield client
 
 
-def cli(mount: MountProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
-    """The real CLI, stdout as bytes (show and diff must be byte exact)."""
-    return subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=mount.env,
-                          capture_output=True, timeout=60)
-
-
-def ok(mount: MountProcess, *args: str) -> bytes:
-    result = cli(mount, *args)
-    assert result.returncode == 0, (args, result.stderr.decode())
-    return result.stdout
 
 
 def log(mount: MountProcess, path: str) -> dict[str, Any]:
-    answer: dict[str, Any] = json.loads(ok(mount, "log", path, "--json"))
+    answer: dict[str, Any] = json.loads(cli_ok(mount, "log", path, "--json"))
     return answer
 
 
@@ -116,22 +105,22 @@ def test_four_versions_with_actors_then_show_diff_restore_round_trip_exact_bytes
     assert [v["content_sha256"] for v in versions] == [sha(V4), sha(V3), sha(V2), sha(V1)]
     assert [v["content_size_bytes"] for v in versions] == [len(V4), len(V3), len(V2),
                                                            len(V1)]
-    text = ok(keyed, "log", str(f)).decode()
+    text = cli_ok(keyed, "log", str(f)).decode()
     assert f"api:{api_key_id(REMOTE_KEY)}" in text.splitlines()[1]
     assert "(head)" in text.splitlines()[1]
 
     # show: every version, by ~N and by id, byte for byte
     for n, data in enumerate([V4, V3, V2, V1]):
-        assert ok(keyed, "show", f"{f}@~{n}") == data
-        assert ok(keyed, "show", f"{f}@{versions[n]['id']}") == data
-    assert ok(keyed, "show", str(f)) == V4
+        assert cli_ok(keyed, "show", f"{f}@~{n}") == data
+        assert cli_ok(keyed, "show", f"{f}@{versions[n]['id']}") == data
+    assert cli_ok(keyed, "show", str(f)) == V4
 
     # diff: head against the local file, then two versions; `patch` rebuilds the bytes
-    assert ok(keyed, "diff", str(f)) == b""
+    assert cli_ok(keyed, "diff", str(f)) == b""
     f.write_bytes(b"five\n")
-    assert ok(keyed, "diff", str(f)).decode().splitlines()[2:] == [
+    assert cli_ok(keyed, "diff", str(f)).decode().splitlines()[2:] == [
         "@@ -1 +1 @@", "-four, from elsewhere", "+five"]
-    between = ok(keyed, "diff", f"{f}@~2", "@~1")
+    between = cli_ok(keyed, "diff", f"{f}@~2", "@~1")
     assert between.decode().splitlines()[:2] == [f"--- {f}@{versions[2]['id']}",
                                                  f"+++ {f}@{versions[1]['id']}"]
     rebuilt = keyed.mountpoint.parent / "rebuilt.md"
@@ -140,11 +129,11 @@ def test_four_versions_with_actors_then_show_diff_restore_round_trip_exact_bytes
     assert rebuilt.read_bytes() == V3
 
     # restore: refused over an unpushed change, then forced; a new version, same memory
-    refused = cli(keyed, "restore", str(f), "--to", "~1")
+    refused = cli_bytes(keyed, "restore", str(f), "--to", "~1")
     assert refused.returncode == 1
     assert b"local changes that were not pushed" in refused.stderr
     assert f.read_bytes() == b"five\n"
-    ok(keyed, "restore", str(f), "--to", "~1", "--force")
+    cli_ok(keyed, "restore", str(f), "--to", "~1", "--force")
     assert f.read_bytes() == V3
     keyed.sync()
     after = log(keyed, str(f))["versions"]
@@ -154,9 +143,9 @@ def test_four_versions_with_actors_then_show_diff_restore_round_trip_exact_bytes
     head = memory_at(remote, sid, "/plan.md")
     assert head["id"] == memory["id"]
     assert head["content"].encode() == V3
-    assert ok(keyed, "show", f"{sid}:/plan.md") == V3
+    assert cli_ok(keyed, "show", f"{sid}:/plan.md") == V3
     # a restore to what the file already holds writes nothing
-    assert b"nothing written" in ok(keyed, "restore", str(f), "--to", "head")
+    assert b"nothing written" in cli_ok(keyed, "restore", str(f), "--to", "head")
     keyed.sync()
     assert len(log(keyed, str(f))["versions"]) == 5
 
@@ -179,11 +168,11 @@ def test_a_deleted_file_is_found_by_its_path_and_restored_as_a_new_memory(
     assert answer["memory_id"] == old_id
     assert answer["local"]["exists"] is False
     assert [v["operation"] for v in answer["versions"]] == ["deleted", "created"]
-    shown = cli(keyed, "show", f"{f}@~0")
+    shown = cli_bytes(keyed, "show", f"{f}@~0")
     assert shown.returncode == 1 and b"deletion; it has no content" in shown.stderr
-    assert ok(keyed, "show", str(f)) == b"keep me\n"  # head: the newest with content
+    assert cli_ok(keyed, "show", str(f)) == b"keep me\n"  # head: the newest with content
 
-    ok(keyed, "restore", str(f), "--to", "~1")
+    cli_ok(keyed, "restore", str(f), "--to", "~1")
     assert f.read_bytes() == b"keep me\n"
     keyed.sync()
     back = memory_at(remote, sid, "/notes/gone.md")
@@ -199,14 +188,14 @@ def test_store_form_reads_history_and_restores_with_a_precondition(
     answer = log(keyed, f"{sid}:/a.md")
     assert answer["local"] is None
     assert [v["created_by"] for v in answer["versions"]] == [REMOTE_ACTOR] * 2
-    assert ok(keyed, "diff", f"{sid}:/a.md").decode().splitlines()[2:] == [
+    assert cli_ok(keyed, "diff", f"{sid}:/a.md").decode().splitlines()[2:] == [
         "@@ -1 +1 @@", "-first", "+second"]
-    out = ok(keyed, "restore", f"{sid}:/a.md", "--to", "~1").decode()
+    out = cli_ok(keyed, "restore", f"{sid}:/a.md", "--to", "~1").decode()
     assert "as new version memver_" in out
     assert remote.get_memory(sid, created["id"])["content"] == "first\n"
     versions = log(keyed, f"{sid}:/a.md")["versions"]
     assert len(versions) == 3 and versions[0]["created_by"] == MOUNT_ACTOR
-    missing = cli(keyed, "log", f"{sid}:/never.md")
+    missing = cli_bytes(keyed, "log", f"{sid}:/never.md")
     assert missing.returncode == 1 and b"no memory at this path" in missing.stderr
 
 
@@ -221,10 +210,10 @@ def test_read_only_stores_show_history_and_refuse_every_restore(
         answer = log(ro, str(f))
         assert answer["access"] == "read_only"
         assert len(answer["versions"]) == 2
-        assert ok(ro, "show", f"{f}@~1") == b"v1\n"
-        assert ok(ro, "diff", f"{f}@~1").decode().splitlines()[2:] == [
+        assert cli_ok(ro, "show", f"{f}@~1") == b"v1\n"
+        assert cli_ok(ro, "diff", f"{f}@~1").decode().splitlines()[2:] == [
             "@@ -1 +1 @@", "-v1", "+v2"]
-        refused = cli(ro, "restore", str(f), "--to", "~1")
+        refused = cli_bytes(ro, "restore", str(f), "--to", "~1")
         assert refused.returncode == 1 and b"read-only store" in refused.stderr
         assert f.read_bytes() == b"v2\n"
         assert not [n for n in os.listdir(ro.mountpoint) if n.startswith(".#")]
@@ -232,7 +221,7 @@ def test_read_only_stores_show_history_and_refuse_every_restore(
         ro.cleanup()
     archived = shared_api.request("POST", f"/v1/memory_stores/{sid}/archive")
     assert archived.status_code == 200, archived.text
-    refused = cli(ro, "restore", f"{sid}:/fact.md", "--to", "~1")
+    refused = cli_bytes(ro, "restore", f"{sid}:/fact.md", "--to", "~1")
     assert refused.returncode == 1 and b"archived (read-only)" in refused.stderr
     assert len(log(ro, f"{sid}:/fact.md")["versions"]) == 2
 
@@ -264,21 +253,21 @@ def test_a_session_shows_each_store_history_audit_and_refuses_the_read_only_one(
         assert answer["memory_store_id"] == notes and answer["path"] == "/a.md"
         (version,) = answer["versions"]
         assert version["created_by"] == MOUNT_ACTOR
-        trail = json.loads(ok(proc, "audit", str(root), "--path", str(mine), "--json"))
+        trail = json.loads(cli_ok(proc, "audit", str(root), "--path", str(mine), "--json"))
         assert [(r["comm"], r["op"], r["local_path"], r["outcome"]["version"])
                 for r in trail["records"]] == [("sh", "create", str(mine), version["id"]),
                                                ("sh", "write", str(mine), version["id"])]
         theirs = root / "team" / "fact.md"
         answer = log(proc, str(theirs))
         assert answer["access"] == "read_only" and len(answer["versions"]) == 2
-        assert ok(proc, "show", f"{theirs}@~1") == b"v1\n"
-        refused = cli(proc, "restore", str(theirs), "--to", "~1")
+        assert cli_ok(proc, "show", f"{theirs}@~1") == b"v1\n"
+        refused = cli_bytes(proc, "restore", str(theirs), "--to", "~1")
         assert refused.returncode == 1 and b"read-only store" in refused.stderr
         assert remote.get_memory(team, fact["id"])["content"] == "v2\n"
         for where, why in [(root, b"the session root is not a memory"),
                            (root / "team", b"a store's directory is not a memory"),
                            (root / "other" / "x.md", b"no store of this session")]:
-            wrong = cli(proc, "log", str(where))
+            wrong = cli_bytes(proc, "log", str(where))
             assert wrong.returncode == 1 and why in wrong.stderr, wrong.stderr
     finally:
         proc.cleanup()

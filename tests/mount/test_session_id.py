@@ -7,18 +7,23 @@ endpoints through to a real `memfs serve`); real `memfs session` processes mount
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.controlplane import SESSION_ID, TOKEN, ControlPlane, Script, work_secret
+from tests.support.controlplane import (
+    SESSION_ID,
+    TOKEN,
+    ControlPlane,
+    SandboxHost,
+    Script,
+    work_secret,
+)
 from tests.support.files import store_files
 from tests.support.mount import is_mounted
 from tests.support.server import ServerProcess, start_server
@@ -33,12 +38,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield proc
 
 
-class Host:
+class Host(SandboxHost):
     def __init__(self, tmp: Path, api: Api) -> None:
-        self.root = tmp / "mnt-memory"
-        self.root.mkdir()
-        self.tmp = tmp
-        self.runtime = Path(tempfile.mkdtemp(prefix="mfs-si-", dir="/tmp"))
+        super().__init__(tmp, "mfs-si-")
         self.notes = api.create_store("Notes")["id"]
         self.ref = api.create_store("Reference")["id"]
         api.create_memory(self.notes, "/a.md", "alpha\n")
@@ -53,10 +55,8 @@ class Host:
 
     def memfs(self, url: str, *args: str, timeout: float = 90, **env: str
               ) -> subprocess.CompletedProcess[str]:
-        full = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-        full.update(ANTHROPIC_BASE_URL=url, XDG_RUNTIME_DIR=str(self.runtime),
-                    XDG_CACHE_HOME=str(self.tmp / "cache"), **env)
-        return subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=full,
+        return subprocess.run([sys.executable, "-m", "memfs.cli", *args],
+                              env=self.env(url, **env),
                               capture_output=True, text=True, timeout=timeout)
 
 
@@ -67,9 +67,7 @@ def host(tmp_path: Path, server: ServerProcess) -> Iterator[tuple[Host, Api]]:
         try:
             yield h, api
         finally:
-            if is_mounted(h.root):
-                subprocess.run(["fusermount3", "-u", "-z", str(h.root)], check=False)
-            shutil.rmtree(h.runtime, ignore_errors=True)
+            h.cleanup()
 
 
 def test_the_session_named_by_the_environment_is_mounted_with_its_access(

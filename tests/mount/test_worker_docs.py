@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +29,7 @@ from tests.support.controlplane import (
     WORK_ID,
     Call,
     ControlPlane,
+    SandboxHost,
     Script,
     work_secret,
 )
@@ -59,14 +58,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield proc
 
 
-class Host:
+class Host(SandboxHost):
     def __init__(self, tmp: Path, api: Api) -> None:
-        self.tmp = tmp
-        self.root = tmp / "mnt-memory"
-        self.root.mkdir()
+        super().__init__(tmp, "mfs-wd-")
         self.work = tmp / "work"
         self.work.mkdir()
-        self.runtime = Path(tempfile.mkdtemp(prefix="mfs-wd-", dir="/tmp"))
         self.store = api.create_store("Doc Notes")["id"]
         api.create_memory(self.store, "/hello.md", "hello\n")
         self.script = Script(resources=[{
@@ -76,12 +72,9 @@ class Host:
                 "file_path": str(self.root / "doc-notes" / "from-docs.md"),
                 "content": "the example ran\n"})])
 
-    def env(self, plane: ControlPlane, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-        env.update(ANTHROPIC_BASE_URL=plane.url, XDG_RUNTIME_DIR=str(self.runtime),
-                   XDG_CACHE_HOME=str(self.tmp / "cache"), WORKDIR=str(self.work),
-                   PATH=f"{BIN}:{os.environ.get('PATH', '')}", **extra)
-        return env
+    def plane_env(self, plane: ControlPlane, **extra: str) -> dict[str, str]:
+        return self.env(plane.url, WORKDIR=str(self.work),
+                        PATH=f"{BIN}:{os.environ.get('PATH', '')}", **extra)
 
     def check(self, api: Api, plane: ControlPlane) -> None:
         assert [r.is_error for r in plane.results] == [False], plane.results
@@ -97,9 +90,7 @@ def host(tmp_path: Path, server: ServerProcess) -> Iterator[tuple[Host, Api]]:
         try:
             yield h, api
         finally:
-            if is_mounted(h.root):
-                subprocess.run(["fusermount3", "-u", "-z", str(h.root)], check=False)
-            shutil.rmtree(h.runtime, ignore_errors=True)
+            h.cleanup()
 
 
 def wait_stopped(plane: ControlPlane, proc: subprocess.Popen[bytes], bound: float = 120
@@ -126,7 +117,7 @@ def stop(proc: subprocess.Popen[bytes], sig: int, bound: float = 90) -> int:
 def test_python_poll_example(host: tuple[Host, Api], server: ServerProcess) -> None:
     h, api = host
     with ControlPlane(h.script, server.url) as plane:
-        env = h.env(plane, ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY)
+        env = h.plane_env(plane, ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY)
         proc = subprocess.Popen([sys.executable, "-c", example("python-poll")], env=env,
                                 stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_stopped(plane, proc)
@@ -138,7 +129,7 @@ def test_python_poll_example(host: tuple[Host, Api], server: ServerProcess) -> N
 def test_python_handle_item_example(host: tuple[Host, Api], server: ServerProcess) -> None:
     h, api = host
     with ControlPlane(h.script, server.url) as plane:
-        env = h.env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
+        env = h.plane_env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
                     ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_WORK_SECRET=work_secret())
         done = subprocess.run([sys.executable, "-c", example("python-handle-item")],
                               env=env, stdin=subprocess.DEVNULL, capture_output=True,
@@ -155,7 +146,7 @@ def test_on_work_script_example(host: tuple[Host, Api], server: ServerProcess) -
     script.write_text(example("on-work"))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     with ControlPlane(h.script, server.url) as plane:
-        env = h.env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
+        env = h.plane_env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
                     ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY)
         done = subprocess.run([str(script)], env=env, capture_output=True, timeout=180,
                               input=json.dumps(plane.work_item()).encode())
@@ -185,7 +176,7 @@ def test_systemd_unit_example(host: tuple[Host, Api], server: ServerProcess) -> 
     assert service["KillSignal"] == "SIGTERM"
     with ControlPlane(h.script, server.url) as plane:
         env_file = {"ANTHROPIC_ENVIRONMENT_ID": ENV_ID, "ANTHROPIC_ENVIRONMENT_KEY": ENV_KEY}
-        proc = subprocess.Popen(argv, env=h.env(plane, **env_file), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, env=h.plane_env(plane, **env_file), stdin=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
         wait_stopped(plane, proc)
         code = stop(proc, signal.SIGTERM, bound=float(service["TimeoutStopSec"]))
@@ -206,7 +197,7 @@ def test_on_work_script_for_other_languages_example(
                       f"echo 'the example ran' > {h.root}/doc-notes/from-docs.md\n")
     worker.chmod(0o755)
     with ControlPlane(h.script, server.url) as plane:
-        env = h.env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
+        env = h.plane_env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
                     ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY,
                     MEMORY_ROOT=str(h.root), WORKER_CMD=str(worker))
         done = subprocess.run([str(script)], env=env, capture_output=True, timeout=180,

@@ -29,20 +29,15 @@ from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
 pytestmark = pytest.mark.deadline(120)
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One SQLite server: these tests are about the CLI, not the backends."""
-    proc = start_server(tmp_path_factory.mktemp("cli") / "store.db")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+@pytest.fixture
+def server(shared_server: ServerProcess) -> ServerProcess:
+    """The session's SQLite server: these tests are about the CLI, not the backends."""
+    return shared_server
 
 
 @pytest.fixture
-def api(server: ServerProcess) -> Iterator[Api]:
-    with Api(server.url) as client:
-        yield client
+def api(shared_api: Api) -> Api:
+    return shared_api
 
 
 def env_for(url: str | None = None) -> dict[str, str]:

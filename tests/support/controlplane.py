@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -21,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -323,3 +328,28 @@ class ControlPlane:
                 self.wfile.write(raw)
 
         return Handler
+
+
+class SandboxHost:
+    """A sandbox host's directories for a worker test: the mount root, a private runtime
+    directory (control sockets) and a cache; `cleanup` leaves nothing mounted."""
+
+    def __init__(self, tmp: Path, prefix: str) -> None:
+        self.tmp = tmp
+        self.root = tmp / "mnt-memory"
+        self.root.mkdir()
+        self.runtime = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+    def env(self, url: str, **extra: str) -> dict[str, str]:
+        """This host's environment for memfs, with no ANTHROPIC_* of the test runner's."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+        env.update(ANTHROPIC_BASE_URL=url, XDG_RUNTIME_DIR=str(self.runtime),
+                   XDG_CACHE_HOME=str(self.tmp / "cache"), **extra)
+        return env
+
+    def cleanup(self) -> None:
+        from tests.support.mount import is_mounted
+
+        if is_mounted(self.root):
+            subprocess.run(["fusermount3", "-u", "-z", str(self.root)], check=False)
+        shutil.rmtree(self.runtime, ignore_errors=True)

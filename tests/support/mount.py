@@ -198,3 +198,17 @@ def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str,
 
 def xattrs(path: Path) -> dict[str, Any]:
     return {name: os.getxattr(path, name).decode() for name in os.listxattr(path)}
+
+
+def cli_bytes(mount: MountProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """The real CLI in `mount`'s environment, stdout as bytes (show and diff are byte
+    exact)."""
+    return subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=mount.env,
+                          capture_output=True, timeout=60)
+
+
+def cli_ok(mount: MountProcess, *args: str) -> bytes:
+    """`cli_bytes` that must exit 0; its stdout."""
+    result = cli_bytes(mount, *args)
+    assert result.returncode == 0, (args, result.stderr.decode())
+    return result.stdout
