@@ -72,12 +72,6 @@ ZERO_MESSAGE_OPENS = hasattr(pyfuse3.Operations, "pass_inode_without_fh")
 _FileInfo: Any = pyfuse3.FileInfo
 
 
-def pyfuse3_levers() -> dict[str, bool]:
-    """What the installed pyfuse3 lets memfs ask of the kernel."""
-    return {"noflush": NOFLUSH, "cache_readdir": CACHE_READDIR,
-            "zero_message_opens": ZERO_MESSAGE_OPENS}
-
-
 @dataclass(eq=False)
 class FileHandle:
     node: Node
@@ -793,7 +787,7 @@ class Pyfuse3Statistics:
     """The pyfuse3 build, what it lets memfs ask of the kernel, and what this mount uses."""
 
     version: str
-    noflush: bool  # the build has FileInfo.noflush (`pyfuse3_levers`)
+    noflush: bool  # the build has FileInfo.noflush (`NOFLUSH`)
     cache_readdir: bool  # the build has FileInfo.cache_readdir
     zero_message_opens: bool  # the build has Operations.pass_inode_without_fh
     noflush_used: bool

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("memfs.metrics")
 
 
-
 class StoreGauges(Protocol):
     """What the store gauges read: `StoreSync.statistics()` (memfs/sync.py) has these.
 

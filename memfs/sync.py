@@ -435,7 +435,6 @@ class StoreSync:
         return self._exclude_re.fullmatch(name) is not None
 
 
-
 def _expected_failure(e: BaseException) -> BaseException | None:
     """The store or disk failure `e` stands for, or None if `e` holds anything else.
 
