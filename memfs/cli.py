@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mount_options(mount)
     mount.add_argument("--read-only", action="store_true",
                        help="refuse every change (EROFS), even for root")
+    mount.add_argument("--zero-message-opens", action="store_true",
+                       help="the kernel sends no OPEN, RELEASE or FLUSH (a warm cat "
+                       "costs no request); a non-UTF-8 file is then refused at fsync "
+                       "and at the push, not at close (docs/reliability.md, "
+                       "\"Zero-message opens\"). Read-only mounts do this anyway")
     mount.add_argument("--cache-dir", help="this mount's cache directory "
                        "(default: ~/.cache/memfs/STORE_ID)")
 

@@ -79,6 +79,7 @@ def mount(args: Any) -> int:
     try:
         config = _config(args, args.mountpoint,
                          [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
+        config.zero_message_opens = args.zero_message_opens
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
     config.restart = _restart(args, config)

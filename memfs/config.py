@@ -64,6 +64,7 @@ class MountConfig:
     log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
     restart: str = ""  # the command that starts this mount again (dead-mount recovery)
     metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)
+    zero_message_opens: bool = False  # --zero-message-opens (docs/reliability.md §3)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

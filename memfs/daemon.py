@@ -249,7 +249,8 @@ class Daemon:
             options = self._mount_options()
             self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout,
                              own_permissions=self._own_permissions,
-                             read_only_vfs="ro" in options)
+                             read_only_vfs="ro" in options,
+                             zero_message_writes=cfg.zero_message_opens)
             self.ops.trail = self.trail
             try:
                 pyfuse3.init(self.ops, mountpoint, options)

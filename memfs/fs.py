@@ -63,10 +63,15 @@ CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
 # Zero-message opens: `open` and `opendir` answer ENOSYS, the kernel stops sending
 # OPEN/RELEASE and OPENDIR/RELEASEDIR, keeps pages and listings (KEEP_CACHE,
 # CACHE_DIR), and the patched pyfuse3 hands the handlers the inode in place of a file
-# handle. Taken only on a mount the VFS holds read-only with the kernel checking
-# modes, where open-time work (refusals, writer bookkeeping, the audit trail's opener,
-# EILSEQ at close) has nothing to do; FLUSH then answers ENOSYS too (reliability.md).
+# handle. Taken on a mount the VFS holds read-only with the kernel checking modes,
+# where open-time work (refusals, writer bookkeeping, the audit trail's opener, EILSEQ
+# at close) has nothing to do; FLUSH then answers ENOSYS too (reliability.md). On a
+# writable single-store mount only when asked (--zero-message-opens): that work moves
+# to WRITE and SETATTR, and some of it is given up (reliability.md lists what).
 ZERO_MESSAGE_OPENS = hasattr(pyfuse3.Operations, "pass_inode_without_fh")
+# Zero-message writes: writes of one process to one file this close together are one
+# "write" line in the audit trail (what one open's writes were).
+WRITER_BURST_S = 1.0
 # Untyped on purpose: the stock pyfuse3's stub knows neither keyword, the patched one's
 # both, and mypy must pass on either build.
 _FileInfo: Any = pyfuse3.FileInfo
@@ -156,7 +161,8 @@ class MemFs(pyfuse3.Operations):
     def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0,
                  own_permissions: bool = False,
                  negative_timeout: float = NEGATIVE_TIMEOUT,
-                 read_only_vfs: bool = False) -> None:
+                 read_only_vfs: bool = False,
+                 zero_message_writes: bool = False) -> None:
         super().__init__()
         self.tree = tree
         self.negative_timeout = negative_timeout
@@ -170,8 +176,16 @@ class MemFs(pyfuse3.Operations):
         # where they are on anyway (not with memfs's own checks, session mounts).
         self.enable_acl = not own_permissions
         # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
-        self.pass_inode_without_fh = (read_only_vfs and ZERO_MESSAGE_OPENS
-                                      and not own_permissions)
+        # Read-only mounts always; writable ones when asked (--zero-message-opens),
+        # trading what OPEN carried (docs/reliability.md, "Zero-message opens").
+        self.read_only_vfs = read_only_vfs
+        self.zero_message_writes = zero_message_writes
+        self.pass_inode_without_fh = ((read_only_vfs or zero_message_writes)
+                                      and ZERO_MESSAGE_OPENS and not own_permissions)
+        self.write_context = self.pass_inode_without_fh  # `write` names its writer
+        # Zero-message writes: the last writer the trail named per inode, and when it
+        # last wrote (one "write" line per burst of one process, as per open before).
+        self._writers: dict[int, tuple[int, float]] = {}
         self.files_by_inode = False  # OPEN answers ENOSYS; fh is the inode
         self.dirs_by_inode = False  # OPENDIR answers ENOSYS; fh is the inode
         # Zero-message readdir: the names of a listing, taken when it starts at offset 0,
@@ -197,6 +211,15 @@ class MemFs(pyfuse3.Operations):
             getattr(pyfuse3, "no_open_support", False))
         self.dirs_by_inode = self.pass_inode_without_fh and bool(
             getattr(pyfuse3, "no_opendir_support", False))
+        if self.files_by_inode and not self.read_only_vfs:
+            self.tree.writers_tracked = False  # no OPEN or RELEASE will say who writes
+        elif self.zero_message_writes and not self.read_only_vfs:
+            why = ("session mounts check permissions at open" if self.perms is not None
+                   else "the kernel cannot skip OPEN" if ZERO_MESSAGE_OPENS
+                   else "pyfuse3 is a stock build")
+            log.warning("--zero-message-opens is not available; opens cost requests as "
+                        "without it memory_store_id=%s reason=%s",
+                        ",".join(s.store_id for s in self.stores()), why)
 
     # -- helpers --------------------------------------------------------------------
     def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
@@ -564,11 +587,15 @@ class MemFs(pyfuse3.Operations):
         store = self._mutable(parent)
         self._may(parent, ctx, WRITE | EXEC)
         node = self._new_file(store, parent, name, mode)
-        store.opened(node, writing=True)
-        handle = FileHandle(node, True, bool(flags & os.O_APPEND), ctx.pid, ctx.uid,
-                            command_name(ctx.pid))
+        comm = command_name(ctx.pid)
         self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid,
-                          handle.comm)
+                          comm)
+        if self.files_by_inode:
+            # fh 0, like every other open here: the kernel sends no RELEASE without
+            # OPEN, so a handle would never be closed. Writes then carry the inode.
+            return pyfuse3.FileInfo(fh=0, keep_cache=True), self._lookup_ref(node)
+        store.opened(node, writing=True)
+        handle = FileHandle(node, True, bool(flags & os.O_APPEND), ctx.pid, ctx.uid, comm)
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True), self._lookup_ref(node)
 
     @_guard
@@ -578,7 +605,10 @@ class MemFs(pyfuse3.Operations):
         return data[off:off + size]
 
     @_guard
-    async def write(self, fh: int, off: int, buf: bytes) -> int:
+    async def write(self, fh: int, off: int, buf: bytes,
+                    ctx: pyfuse3.RequestContext | None = None) -> int:
+        if self.files_by_inode:
+            return await self._write_by_inode(self.tree.get(fh), off, buf, ctx)
         handle = self._file(fh)
         node = handle.node
         if not handle.writable:
@@ -596,10 +626,34 @@ class MemFs(pyfuse3.Operations):
                               handle.uid, handle.comm)
         return written
 
+    async def _write_by_inode(self, node: Node, off: int, buf: bytes,
+                              ctx: pyfuse3.RequestContext | None) -> int:
+        """A write with no open behind it: what `open` refused is refused here, O_APPEND
+        came with the kernel's size as `off`, and the trail names the WRITE's sender."""
+        if node.is_dir:
+            raise FsError(errno.EISDIR)
+        store = self._mutable(node)
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file is read-only")
+        if node.data is None:
+            await self._content(node)
+            store = self._mutable(node)
+        written = store.write(node, off, buf)
+        if ctx is not None:
+            now = time.monotonic()
+            last = self._writers.get(node.ino)
+            if last is None or last[0] != ctx.pid or now - last[1] >= WRITER_BURST_S:
+                self.trail.change(store.store_id, "write", node.store_path(), ctx.pid,
+                                  ctx.uid, command_name(ctx.pid))
+            self._writers[node.ino] = (ctx.pid, now)
+        return written
+
     @_guard
     async def flush(self, fh: int) -> None:
-        if self.files_by_inode:  # no writer on a read-only VFS: the kernel stops asking
-            raise FsError(errno.ENOSYS, "nothing to flush on a read-only mount")
+        if self.files_by_inode:
+            # Once ENOSYS, the kernel sends no FLUSH again: a close costs nothing, and
+            # EILSEQ moves from close to fsync and the push (docs/reliability.md).
+            raise FsError(errno.ENOSYS, "zero-message opens: no flush")
         handle = self._file(fh)
         if handle.writable and handle.node.store is not None:
             handle.node.store.check_utf8(handle.node)
@@ -607,7 +661,14 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def fsync(self, fh: int, datasync: bool) -> None:
         if self.files_by_inode:
-            return  # a read-only mount has nothing of its own to bring to disk
+            node = self.tree.get(fh)
+            store = node.store
+            if self.read_only_vfs or store is None or not node.dirty:
+                return  # nothing of its own to bring to disk
+            store.check_utf8(node)
+            store.checkpoint()
+            self.trail.sync_to_disk(store.store_id)
+            return
         handle = self._file(fh)
         store = handle.node.store
         if handle.writable and store is not None:
@@ -687,9 +748,13 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
-        handle = self._handles.get(fh)
-        if isinstance(handle, DirHandle) and handle.node.store is not None:
-            handle.node.store.checkpoint()
+        if self.dirs_by_inode:
+            store = self.tree.get(fh).store
+        else:
+            handle = self._handles.get(fh)
+            store = handle.node.store if isinstance(handle, DirHandle) else None
+        if store is not None and not self.read_only_vfs:
+            store.checkpoint()
 
     @_guard
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:

@@ -39,6 +39,7 @@ OPTIONS = (
     Option("ro", "--read-only"),
     Option("rw", None, help="writable (the default)"),
     Option("allow_other", "--allow-other"),
+    Option("zero_message_opens", "--zero-message-opens"),
     Option("sync_interval", "--sync-interval", "SECONDS"),
     Option("deletions", "--deletions", "MODE"),
     Option("exclude", "--exclude", "GLOB", help="file names that stay local-only, never "

@@ -19,6 +19,10 @@ from memfs.node import Kind, Node
 from memfs.paths import RemoteMemory
 from memfs.state import StoreState
 
+# Zero-message opens (no close to wait for): a file written within this long is left
+# for a later pass, so a writer's burst goes up as one version, not half of it.
+WRITE_QUIET_NS = 2_000_000_000
+
 log = logging.getLogger("memfs.sync")
 
 PassOutcome = Literal["ok", "failed", "cut-off"]
@@ -89,15 +93,19 @@ class Planner:
                  excluded: Callable[[Node], bool]) -> None:
         self.state = state
         self.store_id = state.store_id
+        self._asked = False  # the pass being planned was asked for (see `plan`)
         self.excluded = excluded
         self.trail = trail  # the audit trail: what became of each local change
 
-    def plan(self, remote: dict[str, RemoteMemory], *, final: bool, interval: float) -> Plan:
+    def plan(self, remote: dict[str, RemoteMemory], *, final: bool, interval: float,
+             asked: bool = False) -> Plan:
         """What this pass pulls, removes and pushes, from one listing (no await).
 
         Not pure: it first records what the listing proves (a lost answer settled,
-        the same change on both sides, a vim save continuing its memory).
+        the same change on both sides, a vim save continuing its memory). `asked`: a
+        pass someone waits for (`memfs sync`), which pushes what was just written.
         """
+        self._asked = asked
         state = self.state
         plan = Plan()
         self.pair_saves()
@@ -198,8 +206,13 @@ class Planner:
     def ready_to_push(self, node: Node, now: float, final: bool, interval: float) -> bool:
         if node.refused_sha is not None and node.refused_sha == node.current_sha():
             return False
-        if final or node.open_writers == 0:
+        if final:
             return True
+        if self.state.tree.writers_tracked:
+            if node.open_writers == 0:
+                return True
+        elif self._asked or time.time_ns() - node.mtime_ns >= WRITE_QUIET_NS:
+            return True  # no close to wait for: no write for a while stands in for it
         # Open for write: wait for the close, but never longer than one more interval.
         return node.dirty_since is not None and now - node.dirty_since >= interval
 

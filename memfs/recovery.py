@@ -160,6 +160,8 @@ def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
                "--cache-dir", next(iter(cache_dirs.values()))]
         if args.read_only:
             cmd.append("--read-only")
+        if getattr(args, "zero_message_opens", False):
+            cmd.append("--zero-message-opens")
     if api_url:
         cmd += ["--api-url", api_url]
     defaults = {"sync_interval": 15.0, "deletions": "enabled", "flush_timeout": 30.0}

@@ -136,6 +136,7 @@ class StoreSync:
         self._wake = trio.Event()
         self._started_seq = 0
         self._completed_seq = 0
+        self._asked_seq = 0  # passes up to this one were asked for (`sync_now`)
         self._completed = trio.Event()
         self._last_cause: BaseException | None = None  # of the last failed pass
         self._pass_lock = trio.Lock()
@@ -165,6 +166,7 @@ class StoreSync:
     async def sync_now(self) -> PassResult:
         """Run a pass that starts after this call, and return its result."""
         target = self._started_seq + 1
+        self._asked_seq = max(self._asked_seq, target)
         self.request_sync()
         while self._completed_seq < target:
             await self._completed.wait()
@@ -396,7 +398,8 @@ class StoreSync:
                 continue
             remote[memory.id] = memory
         self.progress.end()
-        plan = self.planner.plan(remote, final=final, interval=self.interval)
+        plan = self.planner.plan(remote, final=final, interval=self.interval,
+                                 asked=self._started_seq <= self._asked_seq)
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])
         # Removals first: a remotely deleted file may be in the way of a pulled one.

@@ -115,6 +115,10 @@ class Tree:
         # of (FOPEN_CACHE_DIR): the sync task invalidates them (`take_changed_listings`).
         self._changed_listings: set[int] = set()
         self._next_ino = ROOT_INODE
+        # False under zero-message opens on a writable mount (MemFs.init): the kernel
+        # sends no OPEN or RELEASE, so `open_writers` stays 0 and a push cannot wait
+        # for a writer's close; it waits for a quiet spell instead (Plan.ready_to_push).
+        self.writers_tracked = True
         now = time.time_ns()
         self.root = self.new_node(Kind.DIR, "", None, None, DIR_MODE, now)
         self.root.lookups = 1  # the kernel never forgets the root

@@ -58,12 +58,16 @@ from .proxy import CountingProxy
 
 CASES = ("perop", "agent", "commands", "readonly", "readiness", "flush")  # readiness: also 4 and 6
 ACTOR = ("api_actor", "apikey_bench")
-KINDS = ["native", "memfs", "rclone"]
+KINDS = ["native", "memfs", "memfs_zmo", "rclone"]
+# The memfs kinds: the suffix of their stores' names, and their extra `memfs mount` flags.
+MEMFS_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "memfs": ("", ()), "memfs_zmo": ("_zmo", ("--zero-message-opens",))}
 
 
 def rotated(rep: int) -> list[str]:
     """The engines in a different order each repeat, so drift hits all alike."""
-    return KINDS[rep % 3:] + KINDS[:rep % 3]
+    shift = rep % len(KINDS)
+    return KINDS[shift:] + KINDS[:shift]
 
 
 class Bench:
@@ -117,11 +121,13 @@ class Bench:
             store(f"ready{n}", self.items[f"ready{n}"])
         self.items["agent"] = workloads.agent_tree_items(seed=1)
         for r in range(self.agent_reps):
-            store(f"agent{r}", self.items["agent"])
+            for suffix, _ in MEMFS_KINDS.values():
+                store(f"agent{suffix}{r}", self.items["agent"])
         store("commands", self.items["agent"])
         store("readonly", self.items["agent"])
         for r in range(self.reps):
-            store(f"perop{r}", [])
+            for suffix, _ in MEMFS_KINDS.values():
+                store(f"perop{suffix}{r}", [])
         for r in range(self.flush_reps):
             store(f"flush{r}", [])
             store(f"floor{r}", [])
@@ -180,8 +186,9 @@ class Bench:
         mount: MemfsMount | RcloneMount | None = None
         if kind == "native":
             root = self.fresh("native-perop")
-        elif kind == "memfs":
-            mount = self.memfs(f"perop{rep}", "memfs-perop").start()
+        elif kind in MEMFS_KINDS:
+            suffix, extra = MEMFS_KINDS[kind]
+            mount = self.memfs(f"perop{suffix}{rep}", f"{kind}-perop", extra=extra).start()
             root = mount.mountpoint
         else:
             mount = self.rclone("rclone-perop")
@@ -203,22 +210,22 @@ class Bench:
     def case_perop(self) -> None:
         log(f"case 1: per-operation, {self.n_perop} files x {self.reps} reps")
         raw: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
-        reqs: list[dict[str, dict[str, int]]] = []
+        reqs: dict[str, list[dict[str, dict[str, int]]]] = {k: [] for k in MEMFS_KINDS}
         churn = []
         for rep in range(self.reps):
             mark = vmstat()
             for kind in rotated(rep):
                 times, counted = self.perop_once(kind, rep)
                 raw[kind].append(times)
-                if kind == "memfs":
-                    reqs.append(counted)
+                if kind in MEMFS_KINDS:
+                    reqs[kind].append(counted)
             churn.append(churn_since(mark))
             log(f"  rep {rep}: " + ", ".join(
                 f"{k} create={raw[k][-1]['create_write_close']:.0f}/s" for k in KINDS))
         table: dict[str, Any] = {}
         for op in raw["native"][0]:
             row: dict[str, Any] = {k: summary([r[op] for r in raw[k]]) for k in KINDS}
-            for k in ("memfs", "rclone"):
+            for k in KINDS[1:]:
                 if op.endswith("_ms"):  # time: ratio = native/x so > 1 is faster, like ops/s
                     ratios = [raw["native"][i][op] / raw[k][i][op] for i in range(self.reps)]
                 else:
@@ -226,12 +233,13 @@ class Bench:
                 row[f"{k}_vs_native"] = summary(ratios)
             # memfs FUSE requests per operation (the last repeat; they barely vary), by
             # handler, and the repeats' totals
-            row["memfs_requests_per_op"] = {
-                k: round(v / self.n_perop, 2) for k, v in reqs[-1].get(op, {}).items()
-                if k != "forget_inodes"}
-            row["memfs_forgets"] = reqs[-1].get(op, {}).get("forget_inodes", 0)
-            row["memfs_requests_total"] = summary(
-                [requests_total(r.get(op, {})) for r in reqs])
+            for k, runs in reqs.items():
+                row[f"{k}_requests_per_op"] = {
+                    h: round(v / self.n_perop, 2) for h, v in runs[-1].get(op, {}).items()
+                    if h != "forget_inodes"}
+                row[f"{k}_forgets"] = runs[-1].get(op, {}).get("forget_inodes", 0)
+                row[f"{k}_requests_total"] = summary(
+                    [requests_total(r.get(op, {})) for r in runs])
             table[op] = row
         self.results["perop"] = {"files": self.n_perop, "reps": self.reps, "ops": table,
                                  "churn_per_rep": churn}
@@ -244,8 +252,9 @@ class Bench:
         if kind == "native":
             root = self.fresh("native-agent")
             workloads.write_tree(root, items)
-        elif kind == "memfs":
-            m = self.memfs(f"agent{rep}", "memfs-agent").start()
+        elif kind in MEMFS_KINDS:
+            suffix, extra = MEMFS_KINDS[kind]
+            m = self.memfs(f"agent{suffix}{rep}", f"{kind}-agent", extra=extra).start()
             m.wait_content()
             root = m.mountpoint
         else:
@@ -272,7 +281,7 @@ class Bench:
             out["unmount_s"] = time.perf_counter() - t0
             out["unmount_rc"] = u.returncode
             m.stop()
-            out["store"] = self.store_hashes(self.stores[f"agent{rep}"])
+            out["store"] = self.store_hashes(self.stores[f"agent{MEMFS_KINDS[kind][0]}{rep}"])
         return out
 
     def case_agent(self) -> None:
@@ -299,12 +308,12 @@ class Bench:
             if k != "native":
                 res[k]["vs_native"] = summary([raw[k][i]["wall_s"] / raw["native"][i]["wall_s"]
                                                for i in range(self.agent_reps)])
-        res["memfs"]["store_matches_native_after_unmount"] = all(
-            r["store"] == ref_tree for r in raw["memfs"])
-        res["memfs"]["unmount_s"] = summary([r["unmount_s"] for r in raw["memfs"]])
-        res["memfs"]["requests"] = summary([requests_total(r["fuse_requests"])
-                                            for r in raw["memfs"]])
-        res["memfs"]["by_handler"] = raw["memfs"][-1]["fuse_requests"]
+        for k in MEMFS_KINDS:
+            res[k]["store_matches_native_after_unmount"] = all(
+                r["store"] == ref_tree for r in raw[k])
+            res[k]["unmount_s"] = summary([r["unmount_s"] for r in raw[k]])
+            res[k]["requests"] = summary([requests_total(r["fuse_requests"]) for r in raw[k]])
+            res[k]["by_handler"] = raw[k][-1]["fuse_requests"]
         res["memfs_vs_rclone"] = summary([raw["memfs"][i]["wall_s"] / raw["rclone"][i]["wall_s"]
                                           for i in range(self.agent_reps)])
         self.results["agent"] = res

@@ -18,7 +18,9 @@ from typing import Any
 from .common import summary
 
 Cell = dict[str, Any]  # a summary() cell: median, min, max, n, values
-ENGINES = (("memfs", "#1f77b4", "memfs / native"), ("rclone", "#ff7f0e", "rclone / native"),
+ENGINES = (("memfs", "#1f77b4", "memfs / native"),
+           ("memfs_zmo", "#9467bd", "memfs --zero-message-opens / native"),
+           ("rclone", "#ff7f0e", "rclone / native"),
            ("memfs_ro", "#2ca02c", "memfs --read-only / native"))
 
 
@@ -38,13 +40,14 @@ def bars(r: dict[str, Any]) -> list[tuple[str, dict[str, Cell | None]]]:
         cells = {e: row.get(f"{e}_vs_native") for e, _, _ in ENGINES}
         if op == "read_warm" and ro:
             cells["memfs_ro"] = ro["repeated_read"]["python"]["memfs_ro_vs_native"]
+            cells.setdefault("memfs_zmo", None)
         out.append((label, cells))
     for name, label in (("grep_all", "grep -r, 1,000 files"), ("ls_R", "ls -R")):
         row = ro.get("rows", {}).get(name)
         if row:
             out.append((f"{label}\n(native time / time)",
-                        {"memfs": _inverted(row["memfs_vs_native"]),
-                         "memfs_ro": _inverted(row["memfs_ro_vs_native"])}))
+                        {e: _inverted(row.get(f"{e}_vs_native")) for e, _, _ in ENGINES
+                         if e != "rclone"}))
     ag = r.get("agent")
     if ag:
         out.append(("agent workload\n(native time / time)",
@@ -66,8 +69,8 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
     except ImportError:
         return "matplotlib is not installed (.venv/bin/pip install -e '.[bench]')"
 
-    fig, ax = plt.subplots(figsize=(11, 5.2), dpi=110)
-    width = 0.27
+    fig, ax = plt.subplots(figsize=(12, 5.4), dpi=110)
+    width = 0.2
     values: list[float] = []
     for i, (engine, colour, legend) in enumerate(ENGINES):
         xs: list[float] = []
@@ -78,7 +81,7 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
             c = cells.get(engine)
             if not c or c.get("median") is None:
                 continue
-            xs.append(x + (i - 1) * width)
+            xs.append(x + (i - 1.5) * width)
             meds.append(c["median"])
             lo.append(c["median"] - c["min"])
             hi.append(c["max"] - c["median"])
@@ -106,7 +109,8 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
     ax.set_xlim(-0.6, len(data) - 0.4)
     ax.set_ylabel("speed relative to native (log scale)")
     mc = r.get("machine", {})
-    ax.set_title("memfs, memfs --read-only and rclone relative to the native disk "
+    ax.set_title("memfs (default, --zero-message-opens, --read-only) and rclone relative "
+                 "to the native disk "
                  f"({r.get('mode', '?')} run, {mc.get('date', '')}); "
                  "bar = median, whisker = min–max", fontsize=10)
     ax.legend(loc="upper center", ncols=4, fontsize=8)

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 # The commands of case 2b that only read.
 READ_COMMANDS = ("cat", "head_wc", "stat", "stat_missing", "ls_la", "ls_R", "grep_dir",
                  "grep_all", "find")
-KINDS = ("native", "memfs", "memfs_ro")
+KINDS = ("native", "memfs", "memfs_zmo", "memfs_ro")
+MOUNTED = KINDS[1:]
 READ_PASSES = 3  # repeated reads: 1 warming pass, then these
 
 
@@ -61,29 +62,32 @@ def _read_all(files: list[Path], read: Callable[[Path], None]) -> float:
 
 
 def _vs_native(values: dict[str, list[float]]) -> dict[str, Any]:
-    """memfs/native and read-only/native, repeat by repeat."""
+    """Each memfs mount / native, repeat by repeat."""
     return {f"{k}_vs_native": summary([a / b for a, b in zip(values[k], values["native"],
                                                               strict=True)])
-            for k in ("memfs", "memfs_ro")}
+            for k in MOUNTED}
 
 
 def run(bench: Bench) -> None:
-    log(f"case 2c: {len(READ_COMMANDS)} read commands on native, memfs and memfs "
-        "--read-only")
+    log(f"case 2c: {len(READ_COMMANDS)} read commands on native, memfs, memfs "
+        "--zero-message-opens and memfs --read-only")
     native = bench.fresh("native-readonly")
     workloads.write_tree(native, bench.items["agent"])
     rw = bench.memfs("readonly", "memfs-readonly-rw").start()
+    zmo = bench.memfs("readonly", "memfs-readonly-zmo",
+                      extra=("--zero-message-opens",)).start()
     ro = bench.memfs("readonly", "memfs-readonly-ro", extra=("--read-only",)).start()
     try:
-        rw.wait_content()
-        ro.wait_content()
-        roots = {"native": native, "memfs": rw.mountpoint, "memfs_ro": ro.mountpoint}
-        counters = {"memfs": rw.fuse_requests, "memfs_ro": ro.fuse_requests}
+        mounts = {"memfs": rw, "memfs_zmo": zmo, "memfs_ro": ro}
+        for m in mounts.values():
+            m.wait_content()
+        roots = {"native": native, **{k: m.mountpoint for k, m in mounts.items()}}
+        counters = {k: m.fuse_requests for k, m in mounts.items()}
         commands = dict(workloads.COMMANDS)
         rows: dict[str, Any] = {}
         for name in READ_COMMANDS:
             times: dict[str, list[float]] = {k: [] for k in KINDS}
-            reqs: dict[str, list[int]] = {"memfs": [], "memfs_ro": []}
+            reqs: dict[str, list[int]] = {k: [] for k in MOUNTED}
             last: dict[str, int] = {}
             for n in range(workloads.COMMAND_RUNS):
                 for kind in KINDS:
@@ -97,15 +101,14 @@ def run(bench: Bench) -> None:
                     if count:
                         spent = counts_since(before, count())
                         reqs[kind].append(requests_total(spent))
-                        if kind == "memfs_ro":
+                        if kind == "memfs_zmo":
                             last = spent
             rows[name] = {
                 "command": commands[name],
                 **{f"{k}_ms": summary(times[k]) for k in KINDS},
                 **_vs_native(times),
-                **{f"{k}_requests": summary([float(x) for x in reqs[k]])
-                   for k in ("memfs", "memfs_ro")},
-                "ro_by_handler": last,
+                **{f"{k}_requests": summary([float(x) for x in reqs[k]]) for k in MOUNTED},
+                "zmo_by_handler": last,
             }
         repeated: dict[str, Any] = {"files": len(bench.items["agent"])}
         files = {k: sorted(roots[k].rglob("*.md")) for k in KINDS}  # listed once, untimed
@@ -114,7 +117,7 @@ def run(bench: Bench) -> None:
             for k in KINDS:
                 _read_all(files[k], read)  # warm
             for _ in range(READ_PASSES):
-                for k in KINDS:  # interleaved, so drift hits all three alike
+                for k in KINDS:  # interleaved, so drift hits all alike
                     reads[k].append(_read_all(files[k], read))
             repeated[how] = {**{f"{k}_ops": summary(reads[k]) for k in KINDS},
                              **_vs_native(reads)}
@@ -122,60 +125,68 @@ def run(bench: Bench) -> None:
             "runs": workloads.COMMAND_RUNS - 1, "rows": rows,
             "zero_message_opens": ro.mount_status()["pyfuse3"].get(
                 "zero_message_opens_used"),
+            "zero_message_writes": zmo.mount_status()["pyfuse3"].get(
+                "zero_message_opens_used"),
             "repeated_read": repeated,
         }
     finally:
         ro.stop()
+        zmo.stop()
         rw.stop()
 
 
+MOUNT_LABELS = {"memfs_zmo": "--zero-message-opens", "memfs_ro": "Read-only mount"}
+
+
 def targets(rd: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """(target, measured, met) for the read-only mount."""
+    """(target, measured, met) for the zero-message mounts."""
     out = []
-    for how, label in (("python", "Python open()"), ("os", "os.open")):
-        rr = med(rd["repeated_read"][how]["memfs_ro_vs_native"])
-        out.append((f"Read-only mount: repeated read ({label}) >= 0.5x native ops/s",
-                    f"{rr:.2f}x", rr >= 0.5))
-    for name, label in (("grep_all", "`grep -r` over 1,000 files"),
-                        ("ls_R", "`ls -R` of 1,000 files warm")):
-        row = rd["rows"].get(name)
-        if row:
-            v = med(row["memfs_ro_vs_native"])
-            out.append((f"Read-only mount: {label} <= 1.5x native",
-                        f"{v:.2f}x ({med(row['memfs_ro_requests']):.0f} FUSE requests)",
-                        v <= 1.5))
+    for kind, mount in MOUNT_LABELS.items():
+        for how, label in (("python", "Python open()"), ("os", "os.open")):
+            rr = med(rd["repeated_read"][how][f"{kind}_vs_native"])
+            out.append((f"{mount}: repeated read ({label}) >= 0.5x native ops/s",
+                        f"{rr:.2f}x", rr >= 0.5))
+        for name, label in (("grep_all", "`grep -r` over 1,000 files"),
+                            ("ls_R", "`ls -R` of 1,000 files warm")):
+            row = rd["rows"].get(name)
+            if row:
+                v = med(row[f"{kind}_vs_native"])
+                out.append((f"{mount}: {label} <= 1.5x native",
+                            f"{v:.2f}x ({med(row[f'{kind}_requests']):.0f} FUSE requests)",
+                            v <= 1.5))
     return out
 
 
 def part(rd: dict[str, Any], fmt: Any) -> list[str]:
     """The report's section 2c."""
     rr = rd["repeated_read"]
-    L = ["## 2c. Read-only mounts (zero-message opens)", "",
-         "The read commands of 2b on a `--read-only` mount of the agent tree, next to a "
-         "writable mount of the same store and native; each command run "
-         f"{rd['runs'] + 1} times, the first warming the caches. On a read-only mount "
-         "memfs answers OPEN and OPENDIR with ENOSYS once (patched pyfuse3), so the "
-         "kernel sends no OPEN, RELEASE, FLUSH, OPENDIR or RELEASEDIR again "
-         f"(used in this run: {rd['zero_message_opens']}).", "",
-         "| command | native ms | memfs ms | memfs --read-only ms | memfs / native | "
-         "read-only / native | memfs requests | read-only requests | read-only by handler |",
-         "|---|---|---|---|---|---|---|---|---|"]
+    L = ["## 2c. Zero-message opens: `--zero-message-opens` and read-only mounts", "",
+         "The read commands of 2b on three mounts of the agent tree (writable, writable "
+         "with `--zero-message-opens`, `--read-only`) and native; each command run "
+         f"{rd['runs'] + 1} times, the first warming the caches. With zero-message opens "
+         "memfs answers OPEN and OPENDIR (and, writable, FLUSH) with ENOSYS once (patched "
+         "pyfuse3), so the kernel sends no OPEN, RELEASE, FLUSH, OPENDIR or RELEASEDIR "
+         f"again (used in this run: read-only {rd['zero_message_opens']}, "
+         f"--zero-message-opens {rd.get('zero_message_writes')}).", "",
+         "| command | native ms | memfs ms | zmo ms | read-only ms | memfs / native | "
+         "zmo / native | read-only / native | memfs requests | zmo requests | "
+         "read-only requests | zmo by handler |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in rd["rows"].items():
-        by = by_handler(row["ro_by_handler"])
         shown = shown_command(row["command"])
         L.append(f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
-                 f"{fmt(row['memfs_ms'], '.1f')} | {fmt(row['memfs_ro_ms'], '.1f')} | "
-                 f"{fmt(row['memfs_vs_native'])} | {fmt(row['memfs_ro_vs_native'])} | "
-                 f"{fmt(row['memfs_requests'], '.0f')} | "
-                 f"{fmt(row['memfs_ro_requests'], '.0f')} | {by} |")
+                 + " | ".join(fmt(row[f"{k}_ms"], ".1f") for k in MOUNTED) + " | "
+                 + " | ".join(fmt(row[f"{k}_vs_native"]) for k in MOUNTED) + " | "
+                 + " | ".join(fmt(row[f"{k}_requests"], ".0f") for k in MOUNTED)
+                 + f" | {by_handler(row.get('zmo_by_handler', {}))} |")
     L += ["", f"Repeated reads: open+read+close of each of the {rr['files']:,} files, warm, "
           f"{READ_PASSES} passes interleaved, ops/s. Python's `open()` asks `isatty`: one "
           "FUSE_IOCTL a file that libfuse answers ENOTTY and no option removes.", "",
-          "| reading with | native | memfs | memfs --read-only | memfs / native | "
-          "read-only / native |", "|---|---|---|---|---|---|"]
+          "| reading with | native | memfs | zmo | read-only | memfs / native | "
+          "zmo / native | read-only / native |", "|---|---|---|---|---|---|---|---|"]
     for how, label in (("python", "Python `open()`"), ("os", "`os.open`, `os.read`")):
         x = rr[how]
-        L.append(f"| {label} | {fmt(x['native_ops'], ',.0f')} | {fmt(x['memfs_ops'], ',.0f')} "
-                 f"| {fmt(x['memfs_ro_ops'], ',.0f')} | {fmt(x['memfs_vs_native'])} | "
-                 f"{fmt(x['memfs_ro_vs_native'])} |")
+        L.append(f"| {label} | {fmt(x['native_ops'], ',.0f')} | "
+                 + " | ".join(fmt(x[f"{k}_ops"], ",.0f") for k in MOUNTED) + " | "
+                 + " | ".join(fmt(x[f"{k}_vs_native"]) for k in MOUNTED) + " |")
     return [*L, ""]

@@ -33,6 +33,15 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
             f"{ag['memfs']['store_matches_native_after_unmount']}",
             ag["memfs"]["tree_matches_native"]
             and ag["memfs"]["store_matches_native_after_unmount"])
+        z = ag.get("memfs_zmo")
+        if z:
+            vz = med(z["vs_native"])
+            add("Agent workload, --zero-message-opens <= 1.2x native", f"{vz:.2f}x native",
+                vz <= 1.2)
+            add("Agent workload, --zero-message-opens: tree and store equal native's",
+                f"tree {z['tree_matches_native']}, store "
+                f"{z['store_matches_native_after_unmount']}",
+                z["tree_matches_native"] and z["store_matches_native_after_unmount"])
     po = r.get("perop")
     if po:
         ops = po["ops"]
@@ -48,6 +57,14 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
             f"({med(ops['save_tmp_rename']['memfs_vs_native']):.2f}x native)", sv >= 1500)
         ld = med(ops["listdir_warm_ms"]["memfs"])
         add(f"listdir of {po['files']:,} warm < 20 ms", f"{ld:.1f} ms", ld < 20)
+        if "memfs_zmo_vs_native" in ops["read_warm"]:
+            for op, label, goal in (("read_warm", "repeated read", 0.5),
+                                    ("save_tmp_rename", "editor save", 0.7),
+                                    ("append", "append", 0.2),
+                                    ("create_write_close", "create+write+close", 0.9)):
+                v = med(ops[op]["memfs_zmo_vs_native"])
+                add(f"--zero-message-opens: {label} >= {goal}x native ops/s", f"{v:.2f}x",
+                    v >= goal)
     cm = r.get("commands")
     if cm:
         for name, label in (("grep_all", "`grep -r` over 1,000 files"),
@@ -157,14 +174,18 @@ def _perop(po: dict[str, Any]) -> Lines:
          f"{po['reps']} repeats)", "",
          "ops/s (higher is better) except listdir (ms, lower is better). The ratio columns "
          "are per-repeat x/native (for listdir native/x), so > 1 means faster than native.", "",
-         "| Operation | native | memfs | rclone | memfs / native | rclone / native | "
-         "memfs FUSE requests per op |",
-         "|---|---|---|---|---|---|---|"]
+         "`zmo` is memfs with `--zero-message-opens` (docs/reliability.md §3).", "",
+         "| Operation | native | memfs | zmo | rclone | memfs / native | zmo / native | "
+         "rclone / native | memfs FUSE requests per op | zmo FUSE requests per op |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
     for op, row in po["ops"].items():
         spec = ".1f" if op.endswith("_ms") else ",.0f"
         L.append(f"| {op} | {fmt(row['native'], spec)} | {fmt(row['memfs'], spec)} | "
+                 f"{fmt(row.get('memfs_zmo'), spec)} | "
                  f"{fmt(row['rclone'], spec)} | {fmt(row['memfs_vs_native'])} | "
-                 f"{fmt(row['rclone_vs_native'])} | {_per_op(row, po['files'], op)} |")
+                 f"{fmt(row.get('memfs_zmo_vs_native'))} | "
+                 f"{fmt(row['rclone_vs_native'])} | {_per_op(row, po['files'], op)} | "
+                 f"{_per_op(row, po['files'], op, 'memfs_zmo')} |")
     churn = po.get("churn_per_rep")
     if churn:
         L += ["", f"Kernel cache drops during each repeat (/proc/vmstat): {_churn_list(churn)}."]
@@ -189,16 +210,24 @@ def _agent(ag: dict[str, Any]) -> Lines:
          "`bash` process with the tree as its working directory.", "",
          "| Tree | wall time (s) | vs native | failed commands | final tree = native's |",
          "|---|---|---|---|---|"]
-    for k in ("native", "memfs", "rclone"):
-        x = ag[k]
-        L.append(f"| {k} | {fmt(x['wall_s'])} | {fmt(x.get('vs_native'))} | "
+    for k in ("native", "memfs", "memfs_zmo", "rclone"):
+        x = ag.get(k)
+        if x is None:
+            continue
+        shown = "memfs --zero-message-opens" if k == "memfs_zmo" else k
+        L.append(f"| {shown} | {fmt(x['wall_s'])} | {fmt(x.get('vs_native'))} | "
                  f"{x['failed_commands']} | {x['tree_matches_native']} |")
-    return [*L, "",
-            f"memfs / rclone wall time: {fmt(ag['memfs_vs_rclone'])}. After the workload "
-            f"`memfs unmount` took {fmt(ag['memfs']['unmount_s'])} s and the store then held "
-            f"exactly the native tree: {ag['memfs']['store_matches_native_after_unmount']}. "
-            "memfs mounts waited for the background download to finish before the clock "
-            "started." + _agent_requests(ag["memfs"]), ""]
+    L += ["", f"memfs / rclone wall time: {fmt(ag['memfs_vs_rclone'])}. After the workload "
+          f"`memfs unmount` took {fmt(ag['memfs']['unmount_s'])} s and the store then held "
+          f"exactly the native tree: {ag['memfs']['store_matches_native_after_unmount']}. "
+          "memfs mounts waited for the background download to finish before the clock "
+          "started." + _agent_requests(ag["memfs"])]
+    z = ag.get("memfs_zmo")
+    if z:
+        L += ["", f"With `--zero-message-opens`: `memfs unmount` took {fmt(z['unmount_s'])} s, "
+              f"store = native tree: {z['store_matches_native_after_unmount']}."
+              + _agent_requests(z)]
+    return [*L, ""]
 
 
 def _agent_requests(x: dict[str, Any]) -> str:
@@ -210,8 +239,8 @@ def _agent_requests(x: dict[str, Any]) -> str:
             f"{fmt(x['requests'], ',.0f')} ({by}; the last repeat).")
 
 
-def _per_op(row: dict[str, Any], files: int, op: str) -> str:
-    per = row.get("memfs_requests_per_op")
+def _per_op(row: dict[str, Any], files: int, op: str, kind: str = "memfs") -> str:
+    per = row.get(f"{kind}_requests_per_op")
     if per is None:
         return "-"
     if op == "listdir_warm_ms":

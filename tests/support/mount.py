@@ -183,6 +183,8 @@ def mount_store(tmp_path: Path, url: str, store_id: str, *extra: str,
     mountpoint = tmp_path / name
     cache_dir = tmp_path / (cache or f"{name}-cache")
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
+    if os.environ.get("MEMFS_TEST_ZERO_MESSAGE_OPENS") == "1":
+        args.append("--zero-message-opens")  # the whole suite in that mode (docs/testing)
     return MountProcess(args, mountpoint, url=url,
                         log_path=tmp_path / f"{name}.log").start()
 

@@ -633,6 +633,32 @@ async def test_close_releases_the_upload_at_the_next_pass(
         await h.aclose()
 
 
+async def test_without_tracked_writers_a_push_waits_for_a_quiet_spell(
+        tmp_path: Path) -> None:
+    """--zero-message-opens: no close to wait for, so a timer pass leaves a file written in
+    the last WRITE_QUIET_NS; a pass someone asked for (`memfs sync`) and the final one
+    push it."""
+    h = Harness(tmp_path, interval=15.0)
+    h.state.tree.writers_tracked = False
+    try:
+        async with running(h):
+            h.write("/quiet.md", "written a while ago")
+            h.node("/quiet.md").mtime_ns -= memfs.plan.WRITE_QUIET_NS
+            h.write("/busy.md", "being written")
+            await h.sync_once()  # a timer's pass
+            assert h.fake.by_path() == {"/quiet.md": "written a while ago"}
+            await h.sync.sync_now()  # asked for
+            assert h.fake.by_path() == {"/quiet.md": "written a while ago",
+                                        "/busy.md": "being written"}
+            h.write("/last.md", "just now")
+            await h.sync_once()
+            assert "/last.md" not in h.fake.by_path()
+            await h.sync.final_sync()
+            assert h.fake.by_path()["/last.md"] == "just now"
+    finally:
+        await h.aclose()
+
+
 async def test_final_pass_does_not_wait_for_open_files(h: Harness) -> None:
     await h.start()
     h.write("/open.md", "at unmount", keep_open=True)
