@@ -438,8 +438,17 @@ revalidating a directory that the workload changed; not yet traced). Per operati
 (table 1, 200 files): a warm read \
 is 3 requests instead of 4, a warm `listdir` 2.2 instead of 6. What is left per `cat` is OPEN \
 and RELEASE, and `ls -la` is dominated by GETXATTR (two per entry, asked by `ls` itself); \
-removing OPEN needs the no-open mode, not taken (docs/reliability.md §3, "Kernel caches and \
-round trips").
+removing OPEN needs the no-open mode: `--zero-message-opens`, opt-in on writable mounts \
+(docs/reliability.md §3, "Kernel caches and round trips"; the `zmo` columns above).
+
+With `--zero-message-opens` a warm read costs no request, except one: after every READ the \
+kernel marks the file's atime stale on a writable mount (`fuse_invalidate_atime`, skipped \
+only on a read-only superblock), so the next `stat` or `fstat` of that file sends one \
+GETATTR. That is why a `grep -r` right after the files were first read sends one GETATTR a \
+file (949 over the tree), and the run after it none: 2c's `grep_all` zmo cell is the \
+median of those two runs. The same GETATTR is table 1's `read_warm` request. What is left in \
+the agent workload is GETXATTR (`ls -la`'s security.selinux, and security.capability \
+before each write), the first READ of each file, and the writes themselves.
 
 ## Trade-offs that buy speed, and the tests that keep them safe
 
@@ -456,6 +465,12 @@ ENOSYS once, so the kernel sends no open-related request again; only where the V
 every write (mount option `ro`, kernel-checked modes), so nothing an open did is lost \
 (docs/reliability.md §3; `tests/mount/test_zero_message_opens.py`, the read-only table of \
 `tests/mount/test_security.py`).
+- Zero-message opens on writable mounts, opt-in (`--zero-message-opens`, patched pyfuse3): \
+EILSEQ moves from close to fsync and the push, the push waits for 2 s without a write instead \
+of the writer's close, open-time refusals move to the write, O_TRUNC arrives as SETATTR, \
+O_APPEND lands at the kernel's size, and the audit trail names one writer per burst \
+(docs/reliability.md §3; `tests/mount/test_zero_message_writes.py`, and the whole mount \
+suite with `MEMFS_TEST_ZERO_MESSAGE_OPENS=1`).
 - Cached directory listings (patched pyfuse3): memfs invalidates a directory whose names a pull \
 changed (`Tree.listing_changed`); tested by \
 `tests/mount/test_round_trips.py::test_cached_listings_follow_remote_and_local_changes`.
