@@ -23,6 +23,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 import pyfuse3
 import trio
+from cachetools import LRUCache
 
 from memfs import metrics
 from memfs.audit import Trail, command_name
@@ -185,7 +186,8 @@ class MemFs(pyfuse3.Operations):
         self.write_context = self.pass_inode_without_fh  # `write` names its writer
         # Zero-message writes: the last writer the trail named per inode, and when it
         # last wrote (one "write" line per burst of one process, as per open before).
-        self._writers: dict[int, tuple[int, float]] = {}
+        # Bounded: an inode dropped from it only costs one more "write" line.
+        self._writers: LRUCache[int, tuple[int, float]] = LRUCache(maxsize=4096)
         self.files_by_inode = False  # OPEN answers ENOSYS; fh is the inode
         self.dirs_by_inode = False  # OPENDIR answers ENOSYS; fh is the inode
         # Zero-message readdir: the names of a listing, taken when it starts at offset 0,
