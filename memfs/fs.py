@@ -615,13 +615,8 @@ class MemFs(pyfuse3.Operations):
         node = handle.node
         if not handle.writable:
             raise FsError(errno.EBADF)
-        store = self._mutable(node)
-        if node.data is None:
-            await self._content(node)  # a write into content still downloading waits
-            store = self._mutable(node)  # re-check after the await
-        if handle.append:
-            off = node.size
-        written = store.write(node, off, buf)
+        store, written = await self._store_write(node, node.size if handle.append else off,
+                                                 buf)
         if not handle.wrote:  # one line per open, before the first write is answered
             handle.wrote = True
             self.trail.change(store.store_id, "write", node.store_path(), handle.pid,
@@ -632,15 +627,10 @@ class MemFs(pyfuse3.Operations):
                               ctx: pyfuse3.RequestContext | None) -> int:
         """A write with no open behind it: what `open` refused is refused here, O_APPEND
         came with the kernel's size as `off`, and the trail names the WRITE's sender."""
-        if node.is_dir:
-            raise FsError(errno.EISDIR)
-        store = self._mutable(node)
         if node.kind is Kind.MARKER:
+            self._mutable(node)  # EROFS first, as `open` answered
             raise FsError(errno.EPERM, "the marker file is read-only")
-        if node.data is None:
-            await self._content(node)
-            store = self._mutable(node)
-        written = store.write(node, off, buf)
+        store, written = await self._store_write(node, off, buf)
         if ctx is not None:
             now = time.monotonic()
             last = self._writers.get(node.ino)
@@ -649,6 +639,13 @@ class MemFs(pyfuse3.Operations):
                                   ctx.uid, command_name(ctx.pid))
             self._writers[node.ino] = (ctx.pid, now)
         return written
+
+    async def _store_write(self, node: Node, off: int, buf: bytes) -> tuple[StoreState, int]:
+        store = self._mutable(node)
+        if node.data is None:
+            await self._content(node)  # a write into content still downloading waits
+            store = self._mutable(node)  # re-check after the await
+        return store, store.write(node, off, buf)
 
     @_guard
     async def flush(self, fh: int) -> None:
@@ -664,17 +661,13 @@ class MemFs(pyfuse3.Operations):
     async def fsync(self, fh: int, datasync: bool) -> None:
         if self.files_by_inode:
             node = self.tree.get(fh)
-            store = node.store
-            if self.read_only_vfs or store is None or not node.dirty:
-                return  # nothing of its own to bring to disk
+            ours = not self.read_only_vfs and node.dirty  # nothing of its own otherwise
+        else:
+            handle = self._file(fh)
+            node, ours = handle.node, handle.writable
+        store = node.store
+        if ours and store is not None:
             store.check_utf8(node)
-            store.checkpoint()
-            self.trail.sync_to_disk(store.store_id)
-            return
-        handle = self._file(fh)
-        store = handle.node.store
-        if handle.writable and store is not None:
-            store.check_utf8(handle.node)
             store.checkpoint()
             self.trail.sync_to_disk(store.store_id)
 

@@ -93,7 +93,6 @@ class Planner:
                  excluded: Callable[[Node], bool]) -> None:
         self.state = state
         self.store_id = state.store_id
-        self._asked = False  # the pass being planned was asked for (see `plan`)
         self.excluded = excluded
         self.trail = trail  # the audit trail: what became of each local change
 
@@ -105,13 +104,15 @@ class Planner:
         the same change on both sides, a vim save continuing its memory). `asked`: a
         pass someone waits for (`memfs sync`), which pushes what was just written.
         """
-        self._asked = asked
         state = self.state
         plan = Plan()
         self.pair_saves()
         by_path = {m.path: m for m in remote.values()}
         known: set[str] = set(state.by_memory) | set(state.tombstones)
         now = time.monotonic()
+
+        def ready(node: Node) -> bool:
+            return self.ready_to_push(node, now, final or asked, interval, final)
 
         for node in list(state.walk_files()):
             if node.memory_id is None:
@@ -138,7 +139,7 @@ class Planner:
                 continue
             remote_changed = r.content_sha256 != node.base_sha or r.path != node.base_path
             if not remote_changed:
-                if (node.dirty or renamed) and self.ready_to_push(node, now, final, interval):
+                if (node.dirty or renamed) and ready(node):
                     plan.updates.append(node)
                 continue
             if not node.dirty and not renamed:
@@ -153,7 +154,7 @@ class Planner:
             if not remote_content and not renamed:
                 # Renamed remotely, edited locally: follow the rename, push the edit.
                 plan.pulls.append(Pull(r, node, node.version, merge="move"))
-                if self.ready_to_push(node, now, final, interval):
+                if ready(node):
                     plan.updates.append(node)
             elif not local_content and r.path == node.base_path:
                 # Edited remotely, renamed locally: take the content, push the rename.
@@ -189,12 +190,12 @@ class Planner:
                     # Our own create whose answer was lost, edited since: it is ours,
                     # and the newer bytes are pushed as an update, not lost to a copy.
                     state.adopt_own_create(node, r)
-                    if self.ready_to_push(node, now, final, interval) and not state.read_only:
+                    if ready(node) and not state.read_only:
                         plan.updates.append(node)
                 else:
                     plan.pulls.append(Pull(r, node, node.version, conflict=True))
                 continue
-            if state.read_only or not self.ready_to_push(node, now, final, interval):
+            if state.read_only or not ready(node):
                 continue
             plan.creates.append(node)
 
@@ -203,7 +204,9 @@ class Planner:
                 plan.pulls.append(Pull(r, None, 0))
         return plan
 
-    def ready_to_push(self, node: Node, now: float, final: bool, interval: float) -> bool:
+    def ready_to_push(self, node: Node, now: float, asked: bool, interval: float,
+                      final: bool) -> bool:
+        """`asked`: a pass someone waits for (or the final one); `final`: the last."""
         if node.refused_sha is not None and node.refused_sha == node.current_sha():
             return False
         if final:
@@ -211,7 +214,7 @@ class Planner:
         if self.state.tree.writers_tracked:
             if node.open_writers == 0:
                 return True
-        elif self._asked or time.time_ns() - node.mtime_ns >= WRITE_QUIET_NS:
+        elif asked or time.time_ns() - node.mtime_ns >= WRITE_QUIET_NS:
             return True  # no close to wait for: no write for a while stands in for it
         # Open for write: wait for the close, but never longer than one more interval.
         return node.dirty_since is not None and now - node.dirty_since >= interval

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import Api
+from tests.support.files import store_contents
 from tests.support.mount import MountProcess, mount_store
 from tests.support.server import ServerProcess
 
@@ -60,11 +61,6 @@ def sh(script: str, cwd: Path) -> None:
     subprocess.run(["sh", "-c", script], cwd=cwd, check=True, timeout=30)
 
 
-def stored(api: Api, store: dict[str, Any]) -> dict[str, str]:
-    return {m["path"]: api.get_memory(str(store["id"]), m["id"])["content"]
-            for m in api.list_memories(str(store["id"]))}
-
-
 def test_warm_reads_cost_no_open_requests(zw: MountProcess) -> None:
     root = zw.mountpoint
     assert (root / "a.md").read_text() == "alpha\n"
@@ -103,7 +99,7 @@ def test_shell_writes_land_locally_and_in_the_store(zw: MountProcess, shared_api
     for path, text in local.items():
         assert (root / path.lstrip("/")).read_text() == text, path
     zw.sync()
-    remote = stored(shared_api, store)
+    remote = store_contents(shared_api, str(store["id"]))
     for path, text in local.items():
         assert remote[path] == text, path
     assert remote["/many/n02.md"] == "note 2\n"
@@ -123,7 +119,7 @@ def test_an_append_after_a_pulled_change_lands_after_it(
     expected = "alpha, much longer after a remote edit\nlocal\n"
     assert (root / "a.md").read_text() == expected
     zw.sync()
-    assert stored(shared_api, store)["/a.md"] == expected
+    assert store_contents(shared_api, str(store["id"]))["/a.md"] == expected
 
 
 def test_non_utf8_is_kept_and_refused_at_fsync_and_at_the_push(
@@ -145,10 +141,10 @@ def test_non_utf8_is_kept_and_refused_at_fsync_and_at_the_push(
     status = zw.mount_status()["stores"][0]
     assert status["refused_files"] == [{"path": "/bin.md",
                                         "why": "content is not valid UTF-8"}], status
-    assert "/bin.md" not in stored(shared_api, store)
+    assert "/bin.md" not in store_contents(shared_api, str(store["id"]))
     f.write_text("ok now\n")
     zw.sync()
-    assert stored(shared_api, store)["/bin.md"] == "ok now\n"
+    assert store_contents(shared_api, str(store["id"]))["/bin.md"] == "ok now\n"
 
 
 def test_the_trail_names_each_writer(zw: MountProcess) -> None:
