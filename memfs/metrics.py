@@ -26,7 +26,7 @@ log = logging.getLogger("memfs.metrics")
 
 
 class StoreGauges(Protocol):
-    """What the store gauges read: `StoreSync.statistics()` (memfs/sync.py) has these.
+    """What the store gauges read: `StoreSync.statistics()` (memfs/sync/engine.py) has these.
 
     A protocol, so this bottom layer needs no import of the sync engine.
     """

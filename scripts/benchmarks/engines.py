@@ -70,7 +70,7 @@ class MemfsMount(MountProcess):
     def fuse_requests(self) -> dict[str, int]:
         """The daemon's FUSE requests by handler, over its control socket (no CLI
         process, and nothing that touches the mount)."""
-        from memfs import control
+        from memfs.control import channel as control
 
         sock = control.runtime_dir() / f"{control.mount_key(self._real)}.sock"
         answer = control.request({"socket": str(sock)}, "status", timeout=30)

@@ -477,7 +477,7 @@ changed (`Tree.listing_changed`); tested by \
 - Kernel caching: memfs answers lookups and attributes with a 300 s entry/attribute timeout \
 and opens files with `keep_cache`. This is safe because every local change passes through the \
 daemon, and a sync pass that changes a file or a name invalidates the kernel's copy before the \
-pass reports done (`memfs/notify.py`, `Lander.flush_invalidations`). Tested by \
+pass reports done (`memfs/sync/notify.py`, `Lander.flush_invalidations`). Tested by \
 `tests/mount/test_sync_mount.py` (caches warmed with `ls`/`cat`/`stat` before remote creates, \
 edits, renames and deletes; stale answers fail) and the differential model test \
 `tests/mount/test_model.py`.

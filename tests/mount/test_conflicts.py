@@ -69,7 +69,7 @@ def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
     assert back["content"].encode() == LOSING and back["id"] == winner["id"]
     (after,) = listed(quiet)
     assert after["restored_at"] is not None
-    assert xattrs(f)["user.memfs.state"] == "clean"  # the pushed edit resolved it
+    assert xattrs(f)["user.memfs.state.store_state"] == "clean"  # the pushed edit resolved it
 
     cli_ok(quiet, "conflicts", "drop", kept["id"])
     assert listed(quiet) == []

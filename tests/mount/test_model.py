@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from memfs import control
+from memfs.control import channel as control
 from tests.support.api import Api
 from tests.support.mount import MountProcess
 

@@ -77,7 +77,7 @@ def test_kill_9_recovery(tmp_path: Path, shared_server: ServerProcess, shared_ap
 
         proc = mount_store(tmp_path, shared_server.url, store_id)  # same --cache-dir
         assert tree_of(root) == expected
-        assert xattrs(root / "bin.md")["user.memfs.state"] == "refused"
+        assert xattrs(root / "bin.md")["user.memfs.state.store_state"] == "refused"
         proc.sync()
         assert store_contents(shared_api, store_id) == {
             "/keep.md": "keep\n", "/edit.md": "new\n", "/sub/moved.md": "move\n",

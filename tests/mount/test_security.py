@@ -193,8 +193,8 @@ def read_only_table(root: Path, outside: Path) -> list[tuple[str, str, dict[str,
         ("truncate", "truncate", {"path": a, "size": 0}),
         ("truncate_grow", "truncate", {"path": a, "size": 10}),
         ("setxattr", "setxattr", {"path": a, "name": "user.x"}),
-        ("setxattr_memfs", "setxattr", {"path": a, "name": "user.memfs.state"}),
-        ("removexattr", "removexattr", {"path": a, "name": "user.memfs.state"}),
+        ("setxattr_memfs", "setxattr", {"path": a, "name": "user.memfs.state.store_state"}),
+        ("removexattr", "removexattr", {"path": a, "name": "user.memfs.state.store_state"}),
         ("link", "link", {"src": a, "dst": str(root / "hard.md")}),
         ("symlink", "symlink", {"src": "a.md", "dst": str(root / "sym")}),
         ("mknod", "mknod", {"path": str(root / "node.md")}),
@@ -831,7 +831,7 @@ def test_server_that_hangs_or_answers_garbage_after_mount(open_dir: Path) -> Non
                     ("rename", "rename", {"src": str(root / f"{mode}-dir"),
                                           "dst": str(root / f"{mode}-dir2")}),
                     ("xattr", "getxattr", {"path": str(root / "a.md"),
-                                           "name": "user.memfs.state"}),
+                                           "name": "user.memfs.state.store_state"}),
                 ], user="root")
                 assert time.monotonic() - t0 < 5, mode
                 assert got["read"] == "ok:cached\n" and got["create"] == "ok", got

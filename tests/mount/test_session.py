@@ -570,13 +570,14 @@ def _must_not_mount(config: Any, *, daemonize: bool) -> int:
 def expect_refusals_in_process(monkeypatch: pytest.MonkeyPatch,
                                capsys: pytest.CaptureFixture[str]
                                ) -> Callable[[list[Case]], None]:
-    """The same checks through `memfs.commands.session` in this process: the parser, the
+    """The same checks through `memfs.cli.commands.session` in this process: the parser, the
     command and every check are the real ones, only the interpreter start-up (about a
     second each on a busy host) is saved. Mounting is made impossible."""
-    from memfs import cli as memfs_cli
-    from memfs import commands, launch
+    from memfs.cli import commands
+    from memfs.cli import main as memfs_cli
+    from memfs.mount import launch
 
-    # `commands` imports `launch` from memfs.launch when it runs.
+    # `commands` imports `launch` from memfs.mount.launch when it runs.
     monkeypatch.setattr(launch, "launch", _must_not_mount)
 
     def run(cases: list[Case]) -> None:
@@ -759,7 +760,7 @@ def run_cli_as_nobody(argv: list[str], env: dict[str, str]) -> subprocess.Comple
     import pkgutil
 
     import memfs
-    import memfs.cli
+    import memfs.cli.main
     for module in pkgutil.walk_packages(memfs.__path__, "memfs."):
         importlib.import_module(module.name)  # loaded now: the child cannot read the checkout
 
@@ -776,7 +777,7 @@ def run_cli_as_nobody(argv: list[str], env: dict[str, str]) -> subprocess.Comple
             os.environ.update(env)
             buf = io.StringIO()
             with contextlib.redirect_stderr(buf):
-                code = memfs.cli.main(argv)
+                code = memfs.cli.main.main(argv)
             err = buf.getvalue()
         except BaseException as e:
             err = f"child failed: {e!r}"

@@ -172,5 +172,5 @@ def test_fio_verify_crc32c_small_files(request: pytest.FixtureRequest, mount: Mo
     # binary content is held back from the store, visibly
     mount.sync()
     assert [m["path"] for m in shared_api.list_memories(str(store["id"]))] == []
-    assert {xattrs(f)["user.memfs.state"] for f in files} == {"refused"}
+    assert {xattrs(f)["user.memfs.state.store_state"] for f in files} == {"refused"}
     assert "not valid UTF-8" in mount.log()

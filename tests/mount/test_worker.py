@@ -1,4 +1,4 @@
-"""The SDK's own `EnvironmentWorker` with memfs as its memory engine (memfs/worker.py).
+"""The SDK's own `EnvironmentWorker` with memfs as its memory engine (memfs/worker/engine.py).
 
 Real parts only: the installed `anthropic` SDK's worker, session tool runner and agent
 toolset (`beta_agent_toolset_20260401`, given the engine's roots by the SDK itself), a
@@ -22,7 +22,7 @@ import pytest
 from anthropic import AsyncAnthropic
 from anthropic.lib.tools._memories import SessionMemoryError
 
-from memfs.worker import MemfsSessionStores, environment_worker
+from memfs.worker.engine import MemfsSessionStores, environment_worker
 from tests.support.api import Api
 from tests.support.controlplane import (
     ENV_ID,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from memfs import __version__, logs
-from memfs.cli import build_parser
+from memfs.cli.main import build_parser
 from memfs.config import ExitCode
 from tests.support.api import Api
 from tests.support.hung import HungServer

@@ -12,8 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from memfs.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient
-from memfs.connection import ClientConfig, make_http_client
 from memfs.errors import (
     Conflict,
     NotFound,
@@ -24,6 +22,8 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, sha256_hex
+from memfs.store.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient
+from memfs.store.connection import ClientConfig, make_http_client
 from tests.support.server import ServerProcess, start_server
 
 _names = itertools.count()

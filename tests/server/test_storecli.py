@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from memfs import storecli
-from memfs.client import StoreClient
-from memfs.connection import ClientConfig, make_http_client
+from memfs.cli import store_commands as storecli
 from memfs.paths import MAX_CONTENT_BYTES, sha256_hex
+from memfs.store.client import StoreClient
+from memfs.store.connection import ClientConfig, make_http_client
 from tests.support.api import Api
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
 

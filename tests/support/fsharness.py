@@ -14,12 +14,12 @@ import pyfuse3
 import pytest
 import trio
 
-from memfs.cache import CacheDir
-from memfs.fs import MemFs
-from memfs.node import Kind, Node
+from memfs.mount.fs import MemFs
 from memfs.paths import sha256_hex
-from memfs.state import StoreState
-from memfs.tree import Tree
+from memfs.state.cache import CacheDir
+from memfs.state.node import Kind, Node
+from memfs.state.store_state import StoreState
+from memfs.state.tree import Tree
 
 STORE_ID = "memstore_unit"
 CTX: Any = SimpleNamespace(uid=0, gid=0, pid=1, umask=0o022)

@@ -15,16 +15,16 @@ from typing import Any
 import httpx
 import trio
 
-from memfs.cache import CacheDir
-from memfs.client import RetryPolicy, StoreClient
-from memfs.connection import ClientConfig, make_http_client
-from memfs.node import Node
-from memfs.notify import NullNotifier
 from memfs.paths import sha256_hex
-from memfs.plan import PassResult
-from memfs.state import StoreState
-from memfs.sync import StoreSync
-from memfs.tree import Tree
+from memfs.state.cache import CacheDir
+from memfs.state.node import Node
+from memfs.state.store_state import StoreState
+from memfs.state.tree import Tree
+from memfs.store.client import RetryPolicy, StoreClient
+from memfs.store.connection import ClientConfig, make_http_client
+from memfs.sync.engine import StoreSync
+from memfs.sync.notify import NullNotifier
+from memfs.sync.plan import PassResult
 from tests.support.fakestore import STORE, FakeStore
 
 

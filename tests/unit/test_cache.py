@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memfs.cache import CacheDir, Journal, ObjectStore
 from memfs.errors import ConfigError
 from memfs.paths import sha256_hex
+from memfs.state.cache import CacheDir, Journal, ObjectStore
 
 
 def test_objects_are_content_addressed_and_shared(tmp_path: Path) -> None:

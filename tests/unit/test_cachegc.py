@@ -1,4 +1,4 @@
-"""The object-cache collector (memfs/cachegc.py) over a real CacheDir and StoreState."""
+"""The object-cache collector (memfs/state/cachegc.py) over a real CacheDir and StoreState."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from memfs import cachegc
 from memfs.paths import sha256_hex
+from memfs.state import cachegc
 from tests.support.fsharness import CTX, O_RD, Harness
 
 

@@ -12,8 +12,6 @@ import httpx
 import pytest
 import trio
 
-from memfs.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient, StoreInfo
-from memfs.connection import ClientConfig, decode_work_secret, make_http_client
 from memfs.errors import (
     ConfigError,
     Conflict,
@@ -27,6 +25,8 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.paths import RemoteMemory, sha256_hex
+from memfs.store.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient, StoreInfo
+from memfs.store.connection import ClientConfig, decode_work_secret, make_http_client
 
 Handler = Callable[[httpx.Request], httpx.Response]
 STORE = "memstore_test"

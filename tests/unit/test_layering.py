@@ -1,7 +1,10 @@
 """The layers of docs/architecture.md, kept by reading memfs's own source.
 
-State (node/tree/state/records/cache) is written only by its own methods; the FUSE adapter
-never talks to the network; lower layers never import upper ones.
+Every module belongs to a package (or is a leaf), and each package imports only the
+packages below it (`ALLOWED`), in every import form: `import memfs.x.y`, `from memfs.x
+import y`, `from memfs import x`, lazy imports inside functions and imports for type
+hints alike. State is written only by its own methods; the FUSE adapter never talks to
+the network.
 """
 
 from __future__ import annotations
@@ -12,55 +15,100 @@ from pathlib import Path
 import pytest
 
 SOURCE = Path(__file__).resolve().parents[2] / "memfs"
-STATE = {"cache", "node", "tree", "state", "records", "cachegc"}  # (cachegc: its collector)
+LEAVES = {"errors", "config", "paths", "logs", "metrics", "audit"}
+PACKAGES = {"cli", "worker", "mount", "control", "sync", "state", "store", "server"}
 
-# module -> memfs modules it must never import (directly)
-FORBIDDEN = {
-    "paths": {"client", "sync", "fs", "daemon", "node", "tree", "state", "cache", "fetcher",
-              "session"},
-    "errors": {"client", "sync", "fs", "daemon", "node", "tree", "state", "cache"},
-    "cache": {"client", "sync", "fs", "daemon", "node", "tree", "state", "fetcher"},
-    "records": {"client", "sync", "fs", "daemon", "fetcher"},
-    "node": {"client", "sync", "fs", "daemon", "fetcher", "cache", "records", "tree"},
-    "tree": {"client", "sync", "fs", "daemon", "fetcher", "cache", "records"},
-    "state": {"client", "sync", "fs", "daemon", "fetcher"},
-    "fs": {"client", "sync", "daemon", "fetcher", "session", "commands"},
-    "fetcher": {"sync", "fs", "daemon"},
-    "plan": {"client", "fs", "daemon", "sync", "landing", "pusher", "fetcher", "notify"},
-    "landing": {"client", "fs", "daemon", "sync", "pusher", "fetcher"},
-    "pusher": {"fs", "daemon", "sync", "session"},
-    "sync": {"fs", "daemon", "session", "commands"},
-    "client": {"sync", "fs", "daemon", "node", "tree", "state", "cache"},
-    # configuration and the httpx client: below the calls, above nothing of the engine
-    "connection": {"client", "wire", "sync", "fs", "daemon", "node", "tree", "state", "cache",
-                   "metrics"},
+# package -> the memfs packages (or leaves) it may import, besides itself and the leaves
+ALLOWED: dict[str, set[str]] = {
+    "cli": {"worker", "mount", "control", "sync", "state", "store", "server"},
+    "worker": {"control"},
+    "mount": {"control", "sync", "state", "store"},
+    "control": set(),
+    "sync": {"state", "store"},
+    "state": set(),
+    "store": set(),
+    "server": set(),
+}
+# modules that may import nothing of an otherwise allowed package
+FORBIDDEN_MODULES: dict[str, set[str]] = {
+    "cli": {"memfs.mount.fs", "memfs.mount.daemon"},  # the CLI reaches a daemon by launch()
+}
+THIRD_PARTY_FORBIDDEN: dict[str, set[str]] = {
+    "sync": {"pyfuse3"},
+    "state": {"pyfuse3", "httpx", "trio"},
+    "store": {"pyfuse3"},
+    "control": {"pyfuse3"},
+    "server": {"pyfuse3"},
 }
 
 
-def _tree(name: str) -> ast.Module:
-    return ast.parse((SOURCE / f"{name}.py").read_text())
+def _modules() -> list[Path]:
+    return sorted(p for p in SOURCE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _imports(module: ast.Module) -> set[str]:
+def _unit(path: Path) -> str:
+    """The package a module belongs to, or the leaf's own name."""
+    rel = path.relative_to(SOURCE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module named by an import in `path`, fully dotted."""
     found: set[str] = set()
-    for node in ast.walk(module):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("memfs."):
-            found.add(node.module.split(".")[1])
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            raise AssertionError(f"{path}: relative import")
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names
-                         if a.name.startswith("memfs."))
+            found.update(a.name for a in node.names)
     return found
 
 
-@pytest.mark.parametrize("name", sorted(FORBIDDEN))
-def test_lower_layers_do_not_import_upper_ones(name: str) -> None:
-    assert _imports(_tree(name)) & FORBIDDEN[name] == set()
+def _memfs_units(names: set[str]) -> set[str]:
+    units = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] == "memfs" and len(parts) > 1 and parts[1] in PACKAGES | LEAVES:
+            units.add(parts[1])
+    return units
+
+
+def test_every_module_is_in_a_package_or_a_leaf() -> None:
+    stray = [str(p.relative_to(SOURCE)) for p in _modules()
+             if _unit(p) not in PACKAGES | LEAVES | {"__init__"}]
+    assert stray == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SOURCE)))
+def test_imports_only_point_down(path: Path) -> None:
+    unit = _unit(path)
+    names = _imported(path)
+    used = _memfs_units(names) - {unit}
+    if unit in LEAVES or unit == "__init__":
+        allowed = LEAVES
+    else:
+        allowed = ALLOWED[unit] | LEAVES
+    assert used - allowed == set(), f"{unit} may import only {sorted(allowed)}"
+    assert names & FORBIDDEN_MODULES.get(unit, set()) == set()
+    third = {n.split(".")[0] for n in names}
+    assert third & THIRD_PARTY_FORBIDDEN.get(unit, set()) == set()
+
+
+def test_the_rule_sees_every_import_form(tmp_path: Path) -> None:
+    """A check of the checker: each form names the package it imports."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("import memfs.sync.engine\nfrom memfs import mount\n"
+                      "def f():\n    from memfs.store.client import StoreClient\n"
+                      "if True:\n    from memfs.cli import main\n")
+    assert _memfs_units(_imported(sample)) == {"sync", "mount", "store", "cli"}
 
 
 def test_only_the_state_layer_touches_the_journal() -> None:
     offenders = []
     for path in sorted(SOURCE.rglob("*.py")):
-        if path.parent == SOURCE and path.stem in STATE:
+        if path.parent.name == "state":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr == "journal":
@@ -85,12 +133,12 @@ def _own(target: ast.Attribute | ast.Subscript) -> bool:
     return isinstance(base, ast.Name) and base.id == "self"
 
 
-@pytest.mark.parametrize("name", ["sync", "fetcher", "plan", "landing", "pusher"])
+@pytest.mark.parametrize("name", ["engine", "fetcher", "plan", "landing", "pusher"])
 def test_the_sync_engine_writes_no_node_fields(name: str) -> None:
     """Nodes change only through StoreState's methods: the engine assigns attributes of
     itself and of its own results (`PassResult`), never of a node or the state."""
     offenders = []
-    for node in ast.walk(_tree(name)):
+    for node in ast.walk(ast.parse((SOURCE / "sync" / f"{name}.py").read_text())):
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from memfs.cli import build_parser
-from memfs.manpage import commands, options
+from memfs.cli.main import build_parser
+from memfs.cli.manpage import commands, options
 from tests.support.units import BIN, REPO, STANDARD_PATH, example
 
 SHARE = BIN.parent / "share"
@@ -91,7 +91,7 @@ def test_man_renders_every_command_and_option() -> None:
             for name in action.option_strings:
                 assert name in page, (words, name)
     helper = rendered["man mount.fuse.memfs"]
-    from memfs.mounthelper import OPTIONS
+    from memfs.cli.mounthelper import OPTIONS
 
     for option in OPTIONS:
         assert re.search(rf"^\s+{option.name}\b", helper, re.M), option.name

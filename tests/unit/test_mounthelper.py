@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.mounthelper import UsageError, load_env_file, parse
+from memfs.cli.mounthelper import UsageError, load_env_file, parse
 
 STORE = "memstore_0123456789abcdefghijklmn"
 
@@ -93,7 +93,7 @@ def test_the_cli_hands_the_fuse3_form_to_the_helper() -> None:
 
 def test_operations_lists_every_option() -> None:
     """docs/operations.md §4's option table names each `-o` option the helper takes."""
-    from memfs.mounthelper import OPTIONS
+    from memfs.cli.mounthelper import OPTIONS
     from tests.support.units import OPERATIONS
 
     text = OPERATIONS.read_text()

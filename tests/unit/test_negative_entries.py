@@ -12,9 +12,9 @@ from pathlib import Path
 import pyfuse3
 import pytest
 
-import memfs.tree
-from memfs.fs import NEGATIVE_TIMEOUT, MemFs
-from memfs.tree import NegativeEntries
+import memfs.state.tree
+from memfs.mount.fs import NEGATIVE_TIMEOUT, MemFs
+from memfs.state.tree import NegativeEntries
 from tests.support.fsharness import CTX, O_WR, Harness, fails
 
 ROOT = pyfuse3.ROOT_INODE
@@ -66,7 +66,7 @@ async def test_a_failed_create_keeps_the_name_remembered(h: Harness) -> None:
 def test_a_full_table_answers_plain_enoent_until_entries_expire(
         monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr(memfs.tree.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(memfs.state.tree.time, "monotonic", lambda: now[0])
     neg = NegativeEntries(limit=2)
     assert neg.answer(1, "a", 10.0) and neg.answer(1, "b", 10.0)
     assert not neg.answer(1, "c", 10.0)  # full: the kernel must not cache "c"

@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 import trio
 
-import memfs.landing
-import memfs.node
-import memfs.plan
-import memfs.pusher
-import memfs.state
-import memfs.sync
-import memfs.tree
-from memfs.client import RetryPolicy
+import memfs.state.node
+import memfs.state.store_state
+import memfs.state.tree
+import memfs.sync.engine
+import memfs.sync.landing
+import memfs.sync.plan
+import memfs.sync.pusher
 from memfs.config import DEFAULT_EXCLUDES
-from memfs.pusher import delete_cap
-from memfs.sync import RefusedFile
+from memfs.store.client import RetryPolicy
+from memfs.sync.engine import RefusedFile
+from memfs.sync.pusher import delete_cap
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
 
@@ -45,7 +45,7 @@ def trio_clock_time(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
                                     if not k.startswith("__")})
     fake.monotonic = trio.current_time
-    for module in (memfs.sync, memfs.plan, memfs.tree, memfs.state):
+    for module in (memfs.sync.engine, memfs.sync.plan, memfs.state.tree, memfs.state.store_state):
         monkeypatch.setattr(module, "time", fake)
 
 
@@ -643,7 +643,7 @@ async def test_without_tracked_writers_a_push_waits_for_a_quiet_spell(
     try:
         async with running(h):
             h.write("/quiet.md", "written a while ago")
-            h.node("/quiet.md").mtime_ns -= memfs.plan.WRITE_QUIET_NS
+            h.node("/quiet.md").mtime_ns -= memfs.sync.plan.WRITE_QUIET_NS
             h.write("/busy.md", "being written")
             await h.sync_once()  # a timer's pass
             assert h.fake.by_path() == {"/quiet.md": "written a while ago"}
@@ -804,7 +804,8 @@ async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
             return wrapper
         monkeypatch.setattr(h.state, "content", counting("content", h.state.content))
         monkeypatch.setattr(h.state.objects, "get", counting("get", h.state.objects.get))
-        for module in (memfs.plan, memfs.landing, memfs.pusher, memfs.node, memfs.state):
+        for module in (memfs.sync.plan, memfs.sync.landing, memfs.sync.pusher,
+                       memfs.state.node, memfs.state.store_state):
             if hasattr(module, "sha256_hex"):
                 monkeypatch.setattr(module, "sha256_hex",
                                     counting("hash", module.sha256_hex))
@@ -829,7 +830,7 @@ async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
 
 async def test_idle_shortcut_never_hides_a_change(h: Harness) -> None:
     """A remote change, a local change, or enough lean passes bring the listing back."""
-    from memfs.sync import FULL_LISTING_EVERY
+    from memfs.sync.engine import FULL_LISTING_EVERY
 
     ids = await synced(h, {"/a.md": "A", "/b.md": "B"})
     await h.sync_once()
@@ -981,7 +982,7 @@ async def test_read_only_pull_invalidates_the_kernel_cache(h: Harness) -> None:
 
 def test_a_bug_beside_a_network_error_is_not_a_failed_pass() -> None:
     from memfs.errors import StoreUnavailable
-    from memfs.sync import _expected_failure
+    from memfs.sync.engine import _expected_failure
 
     net = StoreUnavailable("down")
     assert _expected_failure(ExceptionGroup("pass", [net, OSError("disk")])) is net

@@ -1,4 +1,4 @@
-"""The two `StoreSync` verbs the SDK worker adapter (memfs/worker.py) adds.
+"""The two `StoreSync` verbs the SDK worker adapter (memfs/worker/engine.py) adds.
 
 `flush_writes` is the worker's push-only flush: edits go out, deletes wait.
 `restore_missing` runs after a stopped tool call: what it left missing comes back from

@@ -1,4 +1,4 @@
-"""The one patch point memfs.worker relies on, checked against the installed SDK.
+"""The one patch point memfs.worker.engine relies on, checked against the installed SDK.
 
 When a new `anthropic` release changes what the patch assumes (the module name
 `WorkItemRun` builds its engine from, the engine's surface, its constructor), these
@@ -16,8 +16,8 @@ from anthropic import AsyncAnthropic
 from anthropic.lib.environments import EnvironmentWorker, _worker
 from anthropic.lib.tools._memories import SessionMemoryStores
 
-from memfs import worker as memfs_worker
-from memfs.worker import (
+from memfs.worker import engine as memfs_worker
+from memfs.worker.engine import (
     ENGINE_SURFACE,
     SDK_RANGE,
     MemfsSessionStores,

@@ -1,0 +1,7 @@
+"""`python -m memfs.cli`: the `memfs` command."""
+
+import sys
+
+from memfs.cli.main import main
+
+sys.exit(main())

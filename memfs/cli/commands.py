@@ -1,0 +1,402 @@
+"""What `memfs mount | sync | status | unmount` do, behind the argument parser."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memfs.config import ExitCode
+from memfs.control import channel
+
+if TYPE_CHECKING:
+    from memfs.config import MountConfig, StoreSpec
+
+
+
+def _fail(message: str, code: int = ExitCode.FAILED) -> int:
+    print(f"memfs: {message}", file=sys.stderr)
+    return code
+
+
+_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
+
+
+def parse_size(text: str) -> int:
+    """'200M' -> 209715200: bytes, or K/M/G/T (binary; an optional trailing B or iB)."""
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = value[-1:] if value[-1:] in _UNITS else ""
+    number = value[:-1] if unit else value
+    try:
+        size = float(number) * _UNITS[unit]
+    except ValueError:
+        raise ValueError(f"--cache-max-size: not a size: {text!r} (e.g. 500M)") from None
+    if size < 0:
+        raise ValueError("--cache-max-size must not be negative")
+    return int(size)
+
+
+def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
+            ) -> MountConfig:
+    from memfs.config import DEFAULT_EXCLUDES, MountConfig, check_interval
+
+    interval = check_interval(float(args.sync_interval))
+    if args.flush_timeout <= 0:
+        raise ValueError("--flush-timeout must be positive")
+    metrics_addr = getattr(args, "metrics_addr", None)
+    if metrics_addr is not None:
+        from memfs.metrics import parse_addr
+
+        parse_addr(metrics_addr)
+    return MountConfig(
+        mountpoint=mountpoint,
+        stores=stores,
+        single=single,
+        cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else None,
+        interval=interval,
+        deletions=args.deletions,
+        excludes=tuple(DEFAULT_EXCLUDES) + tuple(args.exclude or ()),
+        flush_timeout=args.flush_timeout,
+        cache_max_bytes=parse_size(args.cache_max_size) if args.cache_max_size else None,
+        api_url=args.api_url,
+        allow_other=args.allow_other,
+        log_file=getattr(args, "log_file", None),
+        metrics_addr=metrics_addr,
+    )
+
+
+def mount(args: Any) -> int:
+    # Imported here: `status`, `sync` and `unmount` stay quick without FUSE and HTTP.
+    from memfs.config import StoreSpec
+    from memfs.mount.launch import launch
+
+    try:
+        config = _config(args, args.mountpoint,
+                         [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
+        config.zero_message_opens = args.zero_message_opens
+    except ValueError as e:
+        return _fail(str(e), ExitCode.USAGE)
+    config.restart = _restart(args, config)
+    return launch(config, daemonize=args.daemon)
+
+
+def _restart(args: Any, config: MountConfig) -> str:
+    """The command that starts this mount again, named by `status` if it dies."""
+    from memfs.config import default_cache_root
+    from memfs.control.recovery import restart_command
+
+    root = config.cache_dir or default_cache_root()
+    dirs = {s.store_id: os.path.abspath(root if (config.single and config.cache_dir)
+                                        else root / s.store_id) for s in config.stores}
+    api_url = args.api_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+    return restart_command(args, os.path.realpath(config.mountpoint), dirs, api_url)
+
+
+def session(args: Any) -> int:
+    from memfs.config import check_interval
+    from memfs.errors import StartError
+    from memfs.mount.launch import launch
+    from memfs.mount.session import prepare
+
+    try:
+        check_interval(float(args.sync_interval))
+        if args.spec is not None and args.session_id is not None:
+            raise ValueError("give either SPEC.json or --session-id, not both")
+        session_id = args.session_id
+        if args.spec is None and session_id is None:
+            session_id = os.environ.get("ANTHROPIC_SESSION_ID", "").strip() or None
+        args.session_id = session_id  # the restart hint names it
+        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ),
+                               session_id)
+        config = _config(args, root, stores, single=False)
+    except ValueError as e:
+        return _fail(str(e), ExitCode.USAGE)
+    except StartError as e:
+        return _fail(str(e), e.exit_code)
+    config.restart = _restart(args, config)
+    for spec in stores:
+        access = "read_only" if spec.read_only else "read_write"
+        print(f"memfs: {spec.store_id} ({spec.name}) -> {root}/{spec.dir_name} [{access}]",
+              file=sys.stderr)
+    return launch(config, daemonize=args.daemon)
+
+
+def _mount_for(path: str) -> dict[str, Any] | None:
+    info = channel.find_mount(path)
+    if info is None:
+        print(f"memfs: no live memfs mount at {path}", file=sys.stderr)
+    return info
+
+
+# What goes on in the daemon when its CLI peer stops waiting (timeout or Ctrl-C).
+_GOES_ON = {
+    "sync": "the sync pass goes on in the daemon",
+    "unmount": "the daemon goes on with the final sync, then unmounts",
+    "status": "the mount is not affected",
+}
+
+
+def _ask(path: str, op: str, timeout: float, **fields: Any
+         ) -> tuple[dict[str, Any], dict[str, Any]] | int:
+    """The mount at `path` and its daemon's answer to `op`, or the exit code of failing.
+
+    Giving up on the answer (timeout, Ctrl-C) never affects the daemon: the request goes
+    on there, and the message says so.
+    """
+    info = _mount_for(path)
+    if info is None:
+        return ExitCode.FAILED
+    after = f"{_GOES_ON.get(op, 'the mount is not affected')} (see `memfs status {path}`)"
+    try:
+        with _progress(info, op):
+            return info, channel.request(info, op, timeout=timeout, **fields)
+    except KeyboardInterrupt:
+        return _fail(f"interrupted; {after}", ExitCode.INTERRUPTED)
+    except TimeoutError:
+        return _fail(f"the daemon did not answer within {timeout:g}s; {after}")
+    except OSError as e:
+        return _fail(f"the daemon did not answer: {e}")
+
+
+def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
+    """On a terminal, what the daemon is doing while `op` waits (memfs/sync/progress.py)."""
+    from memfs.sync import progress
+
+    names = {"sync": {"pushing": "pushing"},
+             "unmount": {"pushing": "flushing"}}.get(op)
+    if names is None or not progress.on_terminal():
+        return nullcontext()
+
+    def ask() -> dict[str, Any] | None:
+        try:
+            answer = channel.request(info, "progress", timeout=5)
+        except OSError:
+            return None
+        return answer if answer.get("ok") else None
+
+    return progress.following(ask, names)
+
+
+def sync(args: Any) -> int:
+    asked = _ask(args.path, "sync", args.timeout)
+    if isinstance(asked, int):
+        return asked
+    _, answer = asked
+    if args.json:
+        print(json.dumps({"mounts": [answer]}, indent=2))  # `status --json`'s schema
+        return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
+    if answer.get("error"):
+        print(f"memfs: {answer['error']}", file=sys.stderr)
+    for store in answer.get("stores", []):
+        r = store.get("last_pass") or {}
+        line = (f"{store['memory_store_id']}: {r.get('outcome')} pulled={r.get('pulled')} "
+                f"pushed={r.get('pushed')} deleted={r.get('deleted')} "
+                f"conflicts={r.get('conflicts')} in {r.get('duration_s')}s")
+        if r.get("error"):
+            line += f" error={r['error']}"
+        print(line)
+        _listing("conflict", [f"{c['path']} -> {c['copy']}"
+                              for c in r.get("conflict_copies", [])])
+    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
+
+
+# A terminal listing names this many files of each kind; `--json` names them all.
+SHOWN_PATHS = 20
+
+
+def _listing(kind: str, items: list[str], indent: str = "  ") -> None:
+    """`conflict: /a.md -> copy`, one line a file, then `… and N more`."""
+    for item in items[:SHOWN_PATHS]:
+        print(f"{indent}{kind}: {item}")
+    if len(items) > SHOWN_PATHS:
+        print(f"{indent}… and {len(items) - SHOWN_PATHS} more {kind} files "
+              "(see --json)")
+
+
+def _epoch(at: Any) -> float | None:
+    """An RFC 3339 time from the daemon as epoch seconds; None if absent or unreadable."""
+    if not at:
+        return None
+    try:
+        return datetime.fromisoformat(str(at)).timestamp()
+    except ValueError:
+        return None
+
+
+def _clock(at: Any) -> str:
+    epoch = _epoch(at)
+    return time.strftime("%H:%M:%S", time.localtime(epoch)) if epoch is not None else "-"
+
+
+def _next_pass(at: Any) -> str:
+    epoch = _epoch(at)
+    if epoch is None:
+        return "-"
+    return f"{_clock(at)} (in {max(0.0, epoch - time.time()):.0f}s)"
+
+
+def _dead_at(path: str) -> dict[str, Any] | None:
+    """The `status` answer for a dead mount containing `path`, if there is one."""
+    from memfs.control.recovery import dead_mount_at, describe_dead
+
+    info = channel.find_dead_mount(path)
+    if info is not None:
+        return describe_dead(info, str(info["mountpoint"]))
+    mountpoint = dead_mount_at(path)
+    return describe_dead(None, mountpoint) if mountpoint is not None else None
+
+
+def status(args: Any) -> int:
+    from memfs.control.recovery import dead_summary, describe_dead
+
+    code: int = ExitCode.OK
+    answers = []
+    if args.path:
+        info = channel.find_mount(args.path)
+        if info is None:
+            dead = _dead_at(args.path)
+            if dead is None:
+                return _fail(f"no live memfs mount at {args.path}")
+            print(dead_summary(dead), file=sys.stderr)
+            answers.append(dead)
+            code = ExitCode.FAILED
+        mounts = [info] if info is not None else []
+    else:
+        registered = channel.registered_mounts()
+        mounts = [i for i in registered if i["alive"]]
+        answers += [describe_dead(i, str(i["mountpoint"]))
+                    for i in registered if not i["alive"]]
+    for info in mounts:
+        try:
+            answers.append(channel.request(info, "status", timeout=10))
+        except OSError as e:
+            answers.append({"ok": False, "mountpoint": info.get("mountpoint"),
+                            "error": f"daemon not answering: {e}"})
+    if args.json or not sys.stdout.isatty():
+        print(json.dumps({"mounts": answers}, indent=2))
+        return code
+    if not answers:
+        print("no live memfs mounts")
+    for answer in answers:
+        if answer.get("state") == "dead":
+            if not args.path:
+                print(f"{answer['mountpoint']} DEAD")
+                print("  " + dead_summary(answer).replace("\nmemfs: ", "\n  ")
+                      .removeprefix("memfs: "))
+            continue
+        print(f"{answer.get('mountpoint')} (pid {answer.get('pid')})")
+        if not answer.get("ok"):
+            print(f"  error: {answer.get('error')}")
+            continue
+        for s in answer["stores"]:
+            lp = s.get("last_pass") or {}
+            print(f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}"
+                  + (f"  ({s['name']})" if s.get("name") else ""))
+            print(f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
+                  f"conflicts={s['conflicts']} refused={s['refused']} "
+                  f"pending_deletes={s['pending_deletes']}")
+            last = (f"{_clock(lp.get('at'))} {lp.get('outcome', '-')} "
+                    f"{lp.get('duration_s', '-')}s" if lp else "-")
+            if lp.get("error"):
+                last += f" error={lp['error']}"
+            print(f"    last pass: {last}; next pass: {_next_pass(s.get('next_pass_at'))}")
+            if s.get("offline"):
+                print("    OFFLINE: the store does not answer; changes are kept in the "
+                      "journal and pushed once it does")
+            _listing("dirty", list(s.get("dirty_files", [])), "    ")
+            _listing("conflict", [f"{c['path']} -> {c['copy']}"
+                                  for c in s.get("conflict_copies", [])], "    ")
+            _listing("refused", [f"{r['path']} ({r['why']})"
+                                 for r in s.get("refused_files", [])], "    ")
+            _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
+    return code
+
+
+def unmount(args: Any) -> int:
+    info = _mount_for(args.path)
+    if info is None:
+        return ExitCode.FAILED
+    refused = _busy(info, lazy=args.lazy, force=args.force, timeout=args.timeout)
+    if refused is not None:
+        return refused
+    return _unmount(str(info["mountpoint"]), args.timeout)
+
+
+def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> int | None:
+    """Refuse (or, with --lazy, detach) a busy mount; None: go on with the unmount.
+
+    `fusermount3 -u` refuses a busy mount with EBUSY, but the daemon's own unmount is
+    lazy, so memfs asks /proc itself. A process that starts using the mount between
+    this check and the unmount is cut off as with --force.
+    """
+    from memfs.cli import holders
+
+    mountpoint = str(info["mountpoint"])
+    nested = holders.nested_mounts(mountpoint)
+    if nested:
+        live = {str(i["mountpoint"]): i for i in channel.live_mounts()}
+        names = ", ".join(f"{mp} ({'memfs, pid ' + str(live[mp]['pid']) if mp in live else kind})"
+                          for mp, kind in nested)
+        foreign = [mp for mp, _ in nested if mp not in live]
+        if not force or foreign:
+            # Only memfs mounts have a final sync memfs can run; others are yours to end.
+            hint = ("unmount them first" if foreign else
+                    "unmount them first, or use --force to unmount them first")
+            return _fail(f"{mountpoint} has mounts inside it: {names}; {hint}; "
+                         "nothing was unmounted")
+        for mp, _ in nested:  # deepest first, each with its own final sync
+            print(f"memfs: unmounting the nested mount {mp} first", file=sys.stderr)
+            code = _busy(live[mp], lazy=False, force=True, timeout=timeout)
+            if code is None:
+                code = _unmount(mp, timeout)
+            if code != ExitCode.OK:
+                return _fail(f"the nested mount {mp} did not unmount cleanly; "
+                             f"{mountpoint} stays mounted")
+    pid = int(info.get("pid", 0))
+    held = holders.holders(mountpoint, ignore=frozenset({pid}))
+    if not held:
+        return None
+    listing = "".join(f"\nmemfs:   {h}" for h in held[:20])
+    if len(held) > 20:
+        listing += f"\nmemfs:   … and {len(held) - 20} more"
+    if lazy:
+        result = subprocess.run(["fusermount3", "-u", "-z", mountpoint],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            return _fail(f"could not detach {mountpoint}: {result.stderr.strip()}")
+        print(f"memfs: detached {mountpoint}; it is still in use by:{listing}\nmemfs: the "
+              f"daemon (pid {pid}) serves them, then runs the final sync and exits when "
+              "the last one lets go", file=sys.stderr)
+        return ExitCode.OK
+    if force:
+        print(f"memfs: --force: after the final sync these lose {mountpoint} (their next "
+              f"access fails with ENOTCONN):{listing}", file=sys.stderr)
+        return None
+    return _fail(f"{mountpoint} is busy; nothing was unmounted. In use by:{listing}\n"
+                 "memfs: close those files or leave the directory, or use --lazy (detach "
+                 "now, final sync when they let go) or --force (final sync, then cut them "
+                 "off)")
+
+
+def _unmount(mountpoint: str, timeout: float) -> int:
+    asked = _ask(mountpoint, "unmount", timeout)
+    if isinstance(asked, int):
+        return asked
+    info, answer = asked
+    pid = int(info.get("pid", 0))
+    deadline = time.monotonic() + 15
+    while pid and channel.pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if answer.get("error"):
+        print(f"memfs: {answer['error']}", file=sys.stderr)
+    from memfs.sync.progress import unpushed_lines
+
+    for line in unpushed_lines(answer.get("unpushed") or {}):
+        print(line, file=sys.stderr)
+    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED

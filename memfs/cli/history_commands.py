@@ -1,0 +1,601 @@
+"""`memfs log | show | diff | restore | conflicts | audit`: a memory's past from the shell.
+
+PATH is a file in a live mount (the daemon answers: it knows the file's memory id and
+holds the credentials) or `STORE_ID:/path` (this process asks the store itself, with
+the credentials in the environment). A restore never rewrites history: through a mount
+it is a new local change, written as an atomic save and pushed by the next sync pass
+with a precondition; for `STORE_ID:/path` it is an update with a precondition.
+Nothing here is imported before one of these commands runs (cli.py stays quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import errno
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memfs.config import ExitCode
+from memfs.control import channel
+from memfs.errors import CommandFailed
+
+COMMANDS = ("log", "show", "diff", "restore", "conflicts", "audit")
+CONFLICT_ACTIONS = ("show", "restore", "drop")
+STORE_FORM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]*):(/.*)")
+# The temporary name of an atomic restore: excluded from sync (DEFAULT_EXCLUDES has
+# `.#*`), so no pass can push it before it is renamed over the file.
+TEMP_PREFIX = ".#memfs-restore-"
+ASK_TIMEOUT = 60.0
+
+
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The parsers; `command(name, help=...)` is cli.py's sub-command factory."""
+    where = ("a file in a live mount, or STORE_ID:/path (then the store is asked "
+             "directly, with the credentials in the environment)")
+    p = command("log", help="a memory's versions, newest first")
+    p.add_argument("path", metavar="PATH", help=where)
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p = command("show", help="print one version's content (PATH@VERSION; default head)")
+    p.add_argument("path", metavar="PATH[@VERSION]",
+                   help="VERSION: a memver_ id, head, or ~N (N versions before the newest)")
+    p = command("diff", help="unified diff between two versions, or a version and the "
+                "local file (default: the store's head against the local file)")
+    p.add_argument("path", metavar="PATH[@A]",
+                   help=f"{where}; A: a version (default head)")
+    p.add_argument("other", metavar="@B", nargs="?",
+                   help="the other side: @VERSION or @local (default @local in a mount)")
+    p = command("restore", help="write an old version back as a new change "
+                "(history is never rewritten)")
+    p.add_argument("path", metavar="PATH", help=where)
+    p.add_argument("--to", required=True, metavar="VERSION",
+                   help="a memver_ id, head, or ~N")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite local changes that were not pushed yet")
+    p = command("conflicts", help="the conflict copies kept for a mount: list, show, "
+                "restore (put the losing bytes back as a new change), drop",
+                usage="memfs conflicts [MOUNT] [--json]\n"
+                "       memfs conflicts show|restore|drop ID [--mount MOUNT] [--force]")
+    p.add_argument("words", nargs="*", metavar="ARG", help="[MOUNT], or ACTION ID")
+    p.add_argument("--mount", metavar="MOUNT", help="look for ID in this mount only "
+                   "(default: every live mount)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--force", action="store_true",
+                   help="restore: overwrite local changes that were not pushed yet")
+    p = command("audit", help="every change a mount accepted: when, which process, and "
+                "what sync did with it (read from the cache directory)")
+    p.add_argument("mount", metavar="MOUNT", nargs="?",
+                   help="a live or dead (killed) mount; or give --cache-dir")
+    p.add_argument("--since", metavar="WHEN", help="30m, 2h, 1d (ago), or an ISO time")
+    p.add_argument("--path", metavar="PATH", help="only changes to PATH or below it (a "
+                   "path in the mount, or a store path)")
+    p.add_argument("--cache-dir", metavar="DIR", help="read the trail in DIR (a store's "
+                   "cache directory, or a session's cache root) without a mount")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "log_level", "info") != "debug":
+        # As in `memfs store`: retry notices would only precede the one-line error.
+        logging.getLogger("memfs.client").setLevel(logging.ERROR)
+    try:
+        handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore,
+                   "conflicts": _conflicts, "audit": _audit}
+        return handler[args.command](args)
+    except CommandFailed as e:
+        print(f"memfs: {_printable(str(e))}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("memfs: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() or c in " \n" else repr(c)[1:-1] for c in text)
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    """What PATH names: a file in a mount (`info`, `rel`, `local`) or a store path."""
+
+    shown: str
+    spec: str | None
+    info: dict[str, Any] | None = None
+    rel: str = ""
+    local: str = ""
+    store_id: str = ""
+    path: str = ""
+    api_url: str | None = None
+
+
+def target(arg: str, api_url: str | None = None) -> Target:
+    from memfs.store.history import split_version
+
+    path, spec = split_version(arg)
+    form = STORE_FORM.fullmatch(path)
+    if form is not None and not os.path.exists(path):
+        return Target(path, spec, store_id=form[1], path=form[2], api_url=api_url)
+    info = channel.find_mount(path)
+    if info is None:
+        raise CommandFailed(f"no live memfs mount at {path} (for a store, name the memory as "
+                     "STORE_ID:/path)")
+    mountpoint = str(info["mountpoint"])
+    real = os.path.realpath(path)
+    rel = real[len(mountpoint):] or "/"
+    return Target(path, spec, info=info, rel=rel, local=os.path.abspath(path))
+
+
+def ask(t: Target, what: str, version: str | None = None) -> dict[str, Any]:
+    """The history answer for `t` (see memfs/store/history.py), or CommandFailed."""
+    if t.info is not None:
+        try:
+            answer = channel.request(t.info, "history", timeout=ASK_TIMEOUT, what=what,
+                                     path=t.rel, version=version)
+        except TimeoutError:
+            raise CommandFailed(f"the daemon did not answer within {ASK_TIMEOUT:g}s") from None
+        except OSError as e:
+            raise CommandFailed(f"the daemon did not answer: {e}") from None
+    else:
+        answer = _direct(t, what, version)
+    if not answer.get("ok"):
+        raise CommandFailed(f"{t.shown}: {answer.get('error')}",
+                     ExitCode.UNREACHABLE if answer.get("unreachable") else ExitCode.FAILED)
+    return answer
+
+
+def _direct(t: Target, what: str, version: str | None,
+            restore: bool = False) -> dict[str, Any]:
+    """The same answer as a daemon's, asked of the store by this process."""
+    import trio
+
+    from memfs.errors import ConfigError, StoreAuthError, StoreError, StoreUnavailable
+    from memfs.store.connection import ClientConfig
+
+    try:
+        config = ClientConfig.from_env(t.api_url)
+        result: dict[str, Any] = trio.run(_direct_async, config, t, what, version, restore)
+        return result
+    except ConfigError as e:
+        raise CommandFailed(str(e), ExitCode.USAGE) from None
+    except StoreUnavailable as e:
+        raise CommandFailed(f"{e} (is the server running? check --api-url or "
+                     "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
+    except StoreAuthError as e:
+        raise CommandFailed(str(e), ExitCode.USAGE) from None
+    except StoreError as e:
+        raise CommandFailed(f"{t.shown}: {e}") from None
+
+
+async def _direct_async(config: Any, t: Target, what: str, version: str | None,
+                        restore: bool) -> dict[str, Any]:
+    from memfs.cli.store_commands import CLI_RETRY
+    from memfs.errors import NotFound
+    from memfs.store import history
+    from memfs.store.client import StoreClient
+    from memfs.store.connection import INTERACTIVE_FIRST_BYTE, make_http_client
+
+    async with make_http_client(config) as http:
+        client = StoreClient(http, retry=CLI_RETRY, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
+        try:
+            store = await client.retrieve_store(t.store_id)
+        except NotFound:
+            return {"ok": False, "error": f"memory store {t.store_id} does not exist"}
+        memory_id = await history.find_memory(client, t.store_id, t.path)
+        if memory_id is None:
+            return {"ok": False, "error": "the store has no memory at this path, and "
+                    "none was deleted there recently"}
+        versions = await history.versions_of(client, t.store_id, memory_id)
+        answer: dict[str, Any] = {
+            "ok": True, "memory_store_id": t.store_id, "path": t.path,
+            "memory_id": memory_id,
+            "access": "read_only" if store.archived_at else "read_write",
+            "local": None, "versions": [history.version_json(v) for v in versions]}
+        if what == "show":
+            try:
+                chosen = history.pick(versions, version)
+                content = await history.content_of(client, t.store_id, chosen)
+            except history.HistoryError as e:
+                return {"ok": False, "error": str(e)}
+            answer["version"] = history.version_json(chosen)
+            answer["content"] = content
+            if restore:
+                answer["restored"] = await _restore_in_store(client, t, answer, versions)
+        return answer
+
+
+async def _restore_in_store(client: Any, t: Target, answer: dict[str, Any],
+                            versions: list[Any]) -> dict[str, Any]:
+    """An update with the current sha as precondition (or a create, if it was deleted)."""
+    from memfs.errors import PathConflict, PreconditionFailed
+    from memfs.paths import sha256_hex
+
+    if answer["access"] == "read_only":
+        return {"ok": False, "error": f"{t.store_id} is archived (read-only); restore "
+                "writes nothing to it"}
+    content: str = answer["content"]
+    sha = sha256_hex(content.encode("utf-8", "surrogatepass"))
+    newest = versions[0]
+    try:
+        if newest.operation == "deleted":
+            memory = await client.create_memory(t.store_id, t.path, content)
+        elif newest.content_sha256 == sha and newest.path == t.path:
+            return {"ok": True, "unchanged": True}
+        else:
+            memory = await client.update_memory(
+                t.store_id, answer["memory_id"], content=content,
+                path=None if newest.path == t.path else t.path,
+                precondition_sha256=newest.content_sha256)
+    except PreconditionFailed:
+        return {"ok": False, "error": "the memory changed while restoring; nothing was "
+                "written (run the restore again)"}
+    except PathConflict as e:
+        return {"ok": False, "error": f"another memory holds the path now ({e})"}
+    return {"ok": True, "memory_id": memory.id, "version": memory.memory_version_id}
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _log(args: argparse.Namespace) -> int:
+    t = target(args.path, args.api_url)
+    answer = ask(t, "log")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return ExitCode.OK
+    local = answer.get("local")
+    where = (f"{answer['path']}  memory {answer.get('memory_id') or '-'}  store "
+             f"{answer['memory_store_id']} ({answer['access']})")
+    if local is not None:
+        where += f"  local: {local['state']}"
+    print(where)
+    versions = answer["versions"]
+    if not versions:
+        print("  no versions in the store yet (the file was never pushed)")
+    head = next((v["id"] for v in versions if v["operation"] != "deleted"), None)
+    for n, v in enumerate(versions):
+        size = "-" if v["content_size_bytes"] is None else f"{v['content_size_bytes']} B"
+        sha = (v["content_sha256"] or "-")[:12]
+        line = (f"  ~{n:<3} {v['id']}  {v['created_at']}  {v['actor']:<24} "
+                f"{v['operation']:<9} {size:>9}  {sha}")
+        if v["path"] != answer["path"]:
+            line += f"  at {v['path']}"
+        if v["redacted_at"]:
+            line += "  (redacted)"
+        if v["id"] == head and versions[0]["operation"] != "deleted":
+            line += "  (head)"
+        print(_printable(line))
+    return ExitCode.OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    t = target(args.path, args.api_url)
+    answer = ask(t, "show", t.spec)
+    sys.stdout.buffer.write(_bytes(answer["content"]))
+    sys.stdout.flush()
+    return ExitCode.OK
+
+
+def _bytes(content: str) -> bytes:
+    return content.encode("utf-8", "surrogatepass")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    t = target(args.path, args.api_url)
+    other = args.other
+    if other is not None:
+        if not other.startswith("@"):
+            raise CommandFailed(f"{other}: the other side is @VERSION or @local", ExitCode.USAGE)
+        other = other[1:]
+    if t.info is None:
+        if other == "local":
+            raise CommandFailed("STORE_ID:/path has no local file; compare two versions",
+                         ExitCode.USAGE)
+        a_spec, b_spec = t.spec or "~1", other or "head"
+    else:
+        a_spec, b_spec = t.spec or "head", other or "local"
+    a_label, a = _side(t, a_spec)
+    b_label, b = _side(t, b_spec)
+    sys.stdout.buffer.write(unified(a, b, a_label, b_label))
+    sys.stdout.flush()
+    return ExitCode.OK
+
+
+def _side(t: Target, spec: str) -> tuple[str, bytes]:
+    if spec == "local":
+        try:
+            with open(t.local, "rb") as f:
+                return f"{t.shown} (local)", f.read()
+        except FileNotFoundError:
+            return f"{t.shown} (absent locally)", b""
+        except OSError as e:
+            raise CommandFailed(f"cannot read {t.local}: {e.strerror}") from None
+    answer = ask(t, "show", spec)
+    return f"{t.shown}@{answer['version']['id']}", _bytes(answer["content"])
+
+
+def unified(a: bytes, b: bytes, a_label: str, b_label: str) -> bytes:
+    """A unified diff of two contents, bytes exact (`\\ No newline at end of file`)."""
+    left = a.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    right = b.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    out: list[str] = []
+    for line in difflib.unified_diff(left, right, a_label, b_label):
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out).encode("utf-8", "surrogateescape")
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from memfs.paths import sha256_hex
+
+    t = target(args.path, args.api_url)
+    if t.spec is not None:
+        raise CommandFailed("name the version with --to, not PATH@VERSION", ExitCode.USAGE)
+    if t.info is None:
+        answer = _direct(t, "show", args.to, restore=True)
+        if not answer.get("ok"):
+            raise CommandFailed(f"{t.shown}: {answer.get('error')}")
+        done = answer["restored"]
+        if not done.get("ok"):
+            raise CommandFailed(f"{t.shown}: {done['error']}")
+        if done.get("unchanged"):
+            print(f"{t.shown} already has the content of {answer['version']['id']}; "
+                  "nothing written")
+        else:
+            print(f"{t.shown}: restored the content of {answer['version']['id']} as new "
+                  f"version {done['version']}")
+        return ExitCode.OK
+    answer = ask(t, "show", args.to)
+    version = answer["version"]["id"]
+    if answer["access"] == "read_only":
+        raise CommandFailed(f"{t.shown} is in a read-only store; restore writes nothing to it")
+    local = answer["local"]
+    data = _bytes(answer["content"])
+    if local["exists"] and local.get("sha") == sha256_hex(data):
+        print(f"{t.shown} already has the content of {version}; nothing written")
+        return ExitCode.OK
+    if local.get("dirty") and not args.force:
+        raise CommandFailed(f"{t.shown} has local changes that were not pushed yet; push them "
+                     f"first (memfs sync), or pass --force to overwrite them")
+    write_through_mount(t.local, data)
+    print(f"{t.shown}: restored the content of {version} as a local change; the next "
+          f"sync pass pushes it as a new version (memfs sync {t.shown} to push now)")
+    return ExitCode.OK
+
+
+def write_through_mount(path: str, data: bytes) -> None:
+    """An atomic save into a mount: a temporary file the sync never pushes, renamed over
+    `path` (the file keeps its memory id and history)."""
+    parent = os.path.dirname(path) or "."
+    temp = os.path.join(parent, f"{TEMP_PREFIX}{os.getpid()}")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except OSError as e:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        if e.errno == errno.EROFS:
+            raise CommandFailed(f"{path} is in a read-only store; nothing was written") from None
+        raise CommandFailed(f"cannot write {path}: {e.strerror}") from None
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+def _request(info: dict[str, Any], op: str, **fields: Any) -> dict[str, Any]:
+    try:
+        return channel.request(info, op, timeout=ASK_TIMEOUT, **fields)
+    except TimeoutError:
+        raise CommandFailed(f"the daemon of {info['mountpoint']} did not answer within "
+                     f"{ASK_TIMEOUT:g}s") from None
+    except OSError as e:
+        raise CommandFailed(f"the daemon of {info['mountpoint']} did not answer: {e}") from None
+
+
+def _mounts(path: str | None) -> list[dict[str, Any]]:
+    if path is None:
+        return channel.live_mounts()
+    info = channel.find_mount(path)
+    if info is None:
+        raise CommandFailed(f"no live memfs mount at {path}")
+    return [info]
+
+
+def _conflicts(args: argparse.Namespace) -> int:
+    words = list(args.words)
+    if words and words[0] in CONFLICT_ACTIONS:
+        if len(words) != 2:
+            raise CommandFailed(f"usage: memfs conflicts {words[0]} ID", ExitCode.USAGE)
+        return _conflict_action(words[0], words[1], args)
+    if len(words) > 1:
+        raise CommandFailed("usage: memfs conflicts [MOUNT] | show|restore|drop ID",
+                     ExitCode.USAGE)
+    mount = words[0] if words else args.mount
+    answers = []
+    for info in _mounts(mount):
+        try:
+            answer = _request(info, "conflicts", what="list")
+        except CommandFailed:
+            if mount is not None:
+                raise
+            continue  # gone while we asked
+        if not answer.get("ok"):
+            print(f"memfs: {info['mountpoint']}: {answer.get('error')}", file=sys.stderr)
+            continue
+        answers.append(answer)
+    if args.json:
+        print(json.dumps({"mounts": answers}, indent=2))
+        return ExitCode.OK
+    if not answers:
+        print("no live memfs mounts")
+    for answer in answers:
+        found = answer.get("conflicts", [])
+        print(f"{answer.get('mountpoint')}: {len(found)} conflict copies")
+        for c in found:
+            won = c["remote_version"] or "an unrecorded version"
+            state = f"  restored {c['restored_at']}" if c["restored_at"] else ""
+            print(_printable(f"  {c['id']}  {c['at']}  {c['path']}  {c['size']} B  lost "
+                             f"to {won}{state}"))
+            print(_printable(f"            copy: {c['copy']}"))
+    return ExitCode.OK
+
+
+def _find_conflict(conflict_id: str, mount: str | None, what: str
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    infos = _mounts(mount)
+    for info in infos:
+        try:
+            answer = _request(info, "conflicts", what=what, id=conflict_id)
+        except CommandFailed:
+            if mount is not None:
+                raise
+            continue  # a daemon going away while we ask every mount is not an error
+        if answer.get("ok"):
+            return info, answer
+        if mount is not None or not str(answer.get("error")).startswith("unknown op"):
+            if not answer.get("missing"):
+                raise CommandFailed(str(answer.get("error")))
+    raise CommandFailed(f"no conflict copy {conflict_id!r} in "
+                 f"{mount or 'any live mount'} (see `memfs conflicts`)")
+
+
+def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) -> int:
+    import base64
+
+    from memfs.paths import sha256_hex
+
+    if action == "drop":
+        _, answer = _find_conflict(conflict_id, args.mount, "drop")
+        gone = answer["dropped"]
+        print(f"dropped conflict copy {gone['id']} of {gone['path']} ({gone['copy']})")
+        return ExitCode.OK
+    info, answer = _find_conflict(conflict_id, args.mount, "get")
+    data = base64.b64decode(answer["content_b64"])
+    kept = answer["conflict"]
+    if action == "show":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return ExitCode.OK
+    local_path = kept["local_path"]
+    if answer["access"] == "read_only":
+        raise CommandFailed(f"{local_path} is in a read-only store; restore writes nothing to it")
+    local = answer["local"]
+    if local["exists"] and local.get("sha") == sha256_hex(data):
+        print(f"{local_path} already holds the bytes of conflict copy {kept['id']}; "
+              "nothing written")
+        return ExitCode.OK
+    if local.get("dirty") and not args.force:
+        raise CommandFailed(f"{local_path} has local changes that were not pushed yet; push them "
+                     "first (memfs sync), or pass --force to overwrite them")
+    write_through_mount(local_path, data)
+    _request(info, "conflicts", what="restored", id=kept["id"])
+    print(f"{local_path}: the bytes of conflict copy {kept['id']} are back as a local "
+          "change; the next sync pass pushes them with a precondition (if the memory "
+          "changed again they lose again, and are kept again)")
+    return ExitCode.OK
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def _trail_dirs(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    """The cache directories to read, and the mount's exclude patterns."""
+    from memfs.audit import TRAIL_NAME
+
+    if args.cache_dir:
+        root = Path(args.cache_dir).expanduser()
+        if (root / TRAIL_NAME).exists() or not root.is_dir():
+            return [root], []
+        return sorted(p.parent for p in root.glob(f"*/{TRAIL_NAME}")), []
+    if args.mount is None:
+        raise CommandFailed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
+    info = channel.find_mount(args.mount) or channel.find_dead_mount(args.mount)
+    if info is None:
+        raise CommandFailed(f"no memfs mount at {args.mount} (after an unmount, read the trail "
+                     "with --cache-dir)")
+    caches = info.get("caches") or {}
+    return [Path(str(d)) for d in caches.values()], [str(e) for e in
+                                                     info.get("excludes") or []]
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from memfs import audit
+
+    dirs, excludes = _trail_dirs(args)
+    for d in dirs:
+        trail_file = d / audit.TRAIL_NAME
+        if trail_file.exists() and not os.access(trail_file, os.R_OK):
+            raise CommandFailed(f"cannot read the audit trail {trail_file}: permission denied "
+                         "(run as the user the mount runs as)")
+    try:
+        since = audit.parse_since(args.since) if args.since else None
+    except ValueError as e:
+        raise CommandFailed(str(e), ExitCode.USAGE) from None
+    records = audit.outcomes(audit.read_trail(dirs), excludes)
+    audit.place(records)
+    # --path is a path in the mount (relative to here, or absolute) or a store path.
+    wanted = (args.path, os.path.abspath(args.path)) if args.path else ()
+    shown = list(audit.select(records, since=since, paths=wanted))
+    if wanted:
+        shown = [r for r in shown if r.get("kind") == "change"]
+    else:
+        shown = [r for r in shown if r.get("kind") in ("change", "mount")]
+    if args.json:
+        print(json.dumps({"records": shown}, indent=2))
+        return ExitCode.OK
+    for r in shown:
+        print(_printable(audit_line(r)))
+    return ExitCode.OK
+
+
+def audit_line(r: dict[str, Any]) -> str:
+    at = str(r.get("at", ""))[:23] + "Z"
+    if r.get("kind") == "mount":
+        return f"{at}  memfs[{r.get('pid')}]  {r.get('op')}  {r.get('mount_path') or ''}"
+    who = f"{r.get('comm')}[{r.get('pid')}]"
+    where = str(r.get("local_path") or r.get("path"))
+    if r.get("op") == "rename":
+        where += f" -> {r.get('local_to') or r.get('to')}"
+    if r.get("op") == "truncate":
+        where += f" (to {r.get('size')} B)"
+    return f"{at}  {who:<20} {r.get('op'):<8} {where}  => {describe(r.get('outcome'))}"
+
+
+def describe(outcome: dict[str, Any] | None) -> str:
+    """What became of a change, in words."""
+    if not outcome:
+        return "not pushed yet"
+    op = outcome.get("op")
+    if op == "pushed":
+        return f"pushed as {outcome.get('version') or 'a new version'}"
+    if op == "conflict":
+        return (f"lost a conflict to {outcome.get('version') or 'the remote version'}; "
+                f"the local bytes are kept ({outcome.get('copy')})")
+    if op == "refused":
+        return f"refused by the store: {outcome.get('why')}"
+    if op == "deleted":
+        return "deleted in the store"
+    if op == "undeleted":
+        return f"not deleted: {outcome.get('why')}"
+    if op == "kept":
+        return f"not deleted ({outcome.get('why')})"
+    if op == "local":
+        return f"local only ({outcome.get('why')})"
+    if op == "removed":
+        return str(outcome.get("why"))
+    return str(op)

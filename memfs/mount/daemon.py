@@ -1,0 +1,564 @@
+"""The composition root: builds a mount, owns its one nursery, starts and stops it.
+
+Start-up: check the mount point and FUSE, reach each store, open its cache directory
+(locked), load its journal and merge the store's listing (pushing what a previous run
+left, with preconditions), then mount. Content streams in behind the live mount.
+
+Teardown (SIGINT, SIGTERM, `memfs unmount`, or an external `fusermount3 -u`): writes
+start failing with EROFS, the sync loops stop, every store runs one final pass within
+one bound, then the mount goes away. A bug in any task ends the nursery; the mount is
+then left dead (ENOTCONN) rather than unmounted, so nothing can write into the bare
+directory underneath, and the journal keeps every dirty byte for the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pyfuse3
+import trio
+
+from memfs import metrics
+from memfs.audit import Trail
+from memfs.config import ExitCode, MountConfig, default_cache_root
+from memfs.control.channel import ControlServer, runtime_dir
+from memfs.errors import (
+    ConfigError,
+    MemfsError,
+    StartError,
+    StoreAuthError,
+    StoreUnavailable,
+)
+from memfs.mount import answers
+from memfs.mount.fs import MemFs
+from memfs.mount.notifier import KernelNotifier
+from memfs.mount.preflight import (
+    START_RETRY,
+    check_fuse,
+    check_outside,
+    lookup_store,
+    prepare_mountpoint,
+)
+from memfs.state.cache import CacheDir
+from memfs.state.node import Node
+from memfs.state.store_state import StoreState
+from memfs.state.tree import Tree
+from memfs.store.client import StoreClient, StoreInfo
+from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
+from memfs.sync import progress
+from memfs.sync.engine import StoreSync
+from memfs.sync.notify import Notifier
+from memfs.sync.plan import PassResult
+
+log = logging.getLogger("memfs.daemon")
+
+
+JOURNAL_NAME = "journal.sqlite"
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Daemon:
+    """One FUSE mount serving one or several stores."""
+
+    def __init__(self, config: MountConfig, *, notifier: Notifier | None = None) -> None:
+        self.config = config
+        self.notifier = notifier or KernelNotifier()
+        self.tree = Tree(uid=os.getuid(), gid=os.getgid())
+        self.syncs: list[StoreSync] = []
+        self.infos: dict[str, StoreInfo] = {}
+        self.caches: list[CacheDir] = []
+        self.trail = Trail()  # the audit trail of each store (memfs/audit.py)
+        self.ops: MemFs | None = None
+        self._stop = trio.Event()
+        self._flushed = trio.Event()
+        self._flush_report: dict[str, Any] = {}
+        self._flush_scope = trio.CancelScope()  # the third Ctrl-C cancels the final flush
+        self._flushing = False
+        self._flush_signals = 0  # signals heard during the final flush
+        self._display: progress.Display | None = None
+        self.http: httpx.AsyncClient | None = None
+        self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
+
+    # -- waiting for content (the handlers' only await on remote work) ---------------
+    async def wait_for(self, store: StoreState, node: Node) -> None:
+        for sync in self.syncs:
+            if sync.state is store:
+                await sync.wait_content(node)
+                return
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # -- start ----------------------------------------------------------------------
+    async def _open_stores(self, client: StoreClient) -> None:
+        cfg = self.config
+        cache_root = cfg.cache_dir or default_cache_root()
+        offline: set[str] = set()
+        for spec in cfg.stores:
+            cache_dir = (cache_root if (cfg.single and cfg.cache_dir) else
+                         cache_root / spec.store_id)
+            try:
+                info: StoreInfo | None = await lookup_store(self._start_client(),
+                                                            spec.store_id)
+            except StartError as e:
+                if e.exit_code != ExitCode.UNREACHABLE:
+                    raise
+                if not (cache_dir / JOURNAL_NAME).exists():
+                    raise StartError(f"{e}; there is no local copy of {spec.store_id} in "
+                                     f"{cache_dir} to start offline from", e.exit_code
+                                     ) from None
+                info, reason = None, str(e)
+            read_only = spec.read_only
+            if info is not None:
+                self.infos[spec.store_id] = info
+                if info.archived_at is not None and not read_only:
+                    log.warning("memory store is archived; mounting it read-only "
+                                "memory_store_id=%s", spec.store_id)
+                    read_only = spec.read_only = True
+            try:
+                cache = CacheDir(cache_dir, spec.store_id)
+            except ConfigError as e:
+                raise StartError(str(e), 2) from None
+            self.caches.append(cache)
+            self.trail.open(spec.store_id, cache.root)
+            if info is None:
+                if cache.never_synced():
+                    raise StartError(f"{reason}; the local copy in {cache_dir} was never "
+                                     "synced, so there is nothing to start offline from",
+                                     ExitCode.UNREACHABLE)
+                # A warm cache: serve the journal's tree now, push when the store answers.
+                log.warning("memory store unreachable; starting offline from the local "
+                            "copy; changes are journaled and pushed once it answers "
+                            "memory_store_id=%s cache=%s error=%s",
+                            spec.store_id, cache_dir, reason)
+                offline.add(spec.store_id)
+            state = StoreState(self.tree, spec.store_id, spec.dir_name or "", cache,
+                               read_only=read_only,
+                               parent=None if cfg.single else self.tree.root)
+            sync = StoreSync(state, client, self.notifier, interval=cfg.interval,
+                             deletions=cfg.deletions, excludes=cfg.excludes,
+                             flush_timeout=cfg.flush_timeout,
+                             cache_max_bytes=cfg.cache_max_bytes, trail=self.trail)
+            self.syncs.append(sync)
+            if self._display is not None:
+                self._display.watch(self._label(sync), sync.progress)
+        if not cfg.single:
+            self.tree.root.mode = 0o555
+
+        async def start_one(sync: StoreSync) -> None:
+            try:
+                await sync.start(offline=sync.store_id in offline)
+                if sync.store_id not in offline:
+                    sync.state.cache.mark_listed(_now_iso())
+            except MemfsError as e:
+                # Unreachable or failing (5xx after retries): 3; refused credentials: 2.
+                code = (ExitCode.UNREACHABLE if isinstance(e, StoreUnavailable)
+                        else ExitCode.USAGE if isinstance(e, StoreAuthError)
+                        else ExitCode.FAILED)
+                raise StartError(f"failed to download memory store memory_store_id="
+                                 f"{sync.store_id}: {e}", code) from None
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for sync in self.syncs:
+                    nursery.start_soon(start_one, sync)
+        except BaseExceptionGroup as group:
+            first = _first(group, StartError)
+            if first is not None:
+                raise first from None
+            raise
+
+    def _label(self, sync: StoreSync) -> str:
+        """How a progress line names a store: by its directory, in a session."""
+        return "" if self.config.single else sync.state.root.name
+
+    def _serve_metrics(self, addr: str) -> None:
+        try:
+            sock = metrics.listen(addr)
+        except (OSError, ValueError) as e:
+            raise StartError(str(e), ExitCode.USAGE) from None
+        metrics.start(sock)
+        metrics.watch_stores(lambda: [(s.store_id, s.statistics()) for s in self.syncs])
+
+    def _start_client(self) -> StoreClient:
+        assert self.http is not None
+        return StoreClient(self.http, retry=START_RETRY,
+                           first_byte_timeout=INTERACTIVE_FIRST_BYTE)
+
+    def _mount_options(self) -> set[str]:
+        options = set(pyfuse3.default_options)
+        # The mount table's source is the store id of a single-store mount, as in an
+        # fstab line, so `mount -a` sees that line is mounted already.
+        source = self.config.stores[0].store_id if self.config.single else "memfs"
+        options |= {f"fsname={source}", "subtype=memfs"}
+        if all(s.state.read_only for s in self.syncs) and self.config.single:
+            options.add("ro")  # read-only at the VFS layer, before we are even asked
+        if self.config.allow_other:
+            options.add("allow_other")
+        if self._own_permissions:
+            options.discard("default_permissions")  # memfs checks, after EROFS
+        return options
+
+    @property
+    def _own_permissions(self) -> bool:
+        """Session mounts mix read-only and writable stores under one superblock: with
+        the kernel checking modes, a non-root writer into a read-only store would get
+        EACCES before memfs could answer EROFS (docs/reliability.md)."""
+        return not self.config.single
+
+    async def run(self, ready: Callable[[str], None] | None = None) -> int:
+        """Mount, serve until stopped, tear down; returns the process exit code."""
+        # Open for the whole run: a signal before the mount is live aborts the start
+        # (nothing mounted, nothing left running); after it, it starts the teardown.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            return await self._run(ready, signals)
+
+    async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
+        cfg = self.config
+        check_fuse()
+        mountpoint = self.mountpoint = prepare_mountpoint(
+            cfg.mountpoint, allow_nonempty=not cfg.single)
+        check_outside(mountpoint, "cache directory", cfg.cache_dir or default_cache_root())
+        check_outside(mountpoint, "runtime directory", runtime_dir())
+        if cfg.metrics_addr is not None:
+            self._serve_metrics(cfg.metrics_addr)
+        client_config = ClientConfig.from_env(cfg.api_url, cfg.environ)
+        # 16 connections: 8 uploads and a few downloads in flight. More only adds pool
+        # bookkeeping: a 2,000-file flush took 17.5 s with 32 uploads, 9.0 s with 8.
+        self.http = make_http_client(client_config, max_connections=16)
+        mounted = False
+        crashed = False
+        try:
+            client = StoreClient(self.http)
+            # On a terminal: the listing as it streams, and what the last run left.
+            self._display = progress.Display.for_terminal(
+                {"listing": "listing", "pushing": "pushing"})
+            try:
+                await self._start_stores(client, signals)
+            finally:
+                if self._display is not None:
+                    self._display.close()
+                    self._display = None
+            options = self._mount_options()
+            self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout,
+                             own_permissions=self._own_permissions,
+                             read_only_vfs="ro" in options,
+                             zero_message_writes=cfg.zero_message_opens)
+            self.ops.trail = self.trail
+            try:
+                pyfuse3.init(self.ops, mountpoint, options)
+            except RuntimeError as e:
+                raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
+            mounted = True
+            self.trail.mount("mounted", self._places())
+            total = sum(s.state.statistics().memories for s in self.syncs)
+            log.info("mounted memory stores=%s mountpoint=%s memories=%d",
+                     ",".join(s.store_id for s in self.syncs), mountpoint, total)
+            if not self.ops.noflush:
+                log.info("pyfuse3 has no FileInfo.noflush (a stock build); every close of "
+                         "a read-only file costs a FLUSH request mountpoint=%s pyfuse3=%s",
+                         mountpoint, self.ops.statistics().pyfuse3.version)
+            try:
+                return await self._serve(mountpoint, ready, signals)
+            except BaseException:
+                crashed = True
+                raise
+        finally:
+            if mounted:
+                # A crash leaves the mount dead (ENOTCONN), never a bare directory.
+                pyfuse3.close(unmount=not crashed)
+            if mounted:
+                self.trail.mount("crashed" if crashed else "unmounted", self._places())
+            self.trail.close()
+            for cache in self.caches:
+                cache.close()
+            with trio.CancelScope(shield=True):
+                await self.http.aclose()
+
+    async def _start_stores(self, client: StoreClient, signals: Any) -> None:
+        """`_open_stores`, abandoned cleanly if SIGINT/SIGTERM arrives first."""
+        heard: list[str] = []
+
+        async def watch(scope: trio.CancelScope) -> None:
+            async for signum in signals:
+                heard.append(signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                await self._open_stores(client)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            first = _first(group, StartError)
+            if first is not None:
+                raise first from None
+            raise
+        if heard:
+            log.debug("start abandoned on signal=%s mountpoint=%s", heard[0], self.mountpoint)
+            raise StartError(f"interrupted ({heard[0]}) before the mount was live; "
+                             "nothing was mounted", ExitCode.INTERRUPTED)
+
+    async def _serve(self, mountpoint: str, ready: Callable[[str], None] | None,
+                     signals: Any) -> int:
+        assert self.ops is not None
+        control = ControlServer(mountpoint, self._describe(), self._control)
+        fuse_gone = trio.Event()
+
+        async def fuse_main() -> None:
+            try:
+                await pyfuse3.main()
+                if not self._stop.is_set():
+                    log.info("the mount was unmounted from outside (fusermount3 -u); "
+                             "running the final sync mountpoint=%s", mountpoint)
+            finally:
+                fuse_gone.set()
+                self._stop.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fuse_main)
+            sync_scope = trio.CancelScope()
+
+            async def run_syncs() -> None:
+                with sync_scope:
+                    async with trio.open_nursery() as inner:
+                        for sync in self.syncs:
+                            await inner.start(sync.run)
+                        await trio.sleep_forever()
+
+            nursery.start_soon(run_syncs)
+            await nursery.start(control.serve)
+            await nursery.start(self._watch_signals, signals)
+            if ready is not None:
+                ready(mountpoint)
+            await self._stop.wait()
+            # Teardown: refuse writes, stop the loops, one last bounded pass each.
+            self.ops.closing = True
+            sync_scope.cancel()
+            with trio.CancelScope(shield=True):
+                code = await self._final_flush()
+                self._flushed.set()
+                with trio.move_on_after(2):  # let an `unmount` request send its answer
+                    await control.wait_idle()
+            if not fuse_gone.is_set():
+                pyfuse3.terminate()
+                with trio.move_on_after(5):
+                    await fuse_gone.wait()
+            nursery.cancel_scope.cancel()
+        log.info("unmounted mountpoint=%s", mountpoint)
+        return code
+
+    async def _watch_signals(self, signals: Any, *,
+                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                             ) -> None:
+        task_status.started()
+        async for signum in signals:  # open since start-up: no signal is missed
+            name = signal.Signals(signum).name
+            if not self._flushing:
+                log.info("stopping on signal=%s", name)
+                self._stop.set()
+                continue
+            self._flush_signals += 1
+            if self._flush_signals == 1:
+                # One more chance: a second Ctrl-C is often impatience, not intent.
+                left = self._unpushed_count()
+                log.warning("the final sync is still pushing; one more signal stops it "
+                            "signal=%s files=%d mountpoint=%s", name, left, self.mountpoint)
+                _say(f"the final sync is still pushing {_files(left)}; press Ctrl-C once "
+                     "more to stop it and keep them in the journal for the next start")
+            elif not self._flush_scope.cancel_called:
+                log.warning("final sync stopped by a signal; what is not pushed stays in "
+                            "the journal signal=%s mountpoint=%s", name, self.mountpoint)
+                self._flush_scope.cancel()
+
+    def _unpushed_count(self) -> int:
+        return sum(len(paths) for paths in self._left_behind().values())
+
+    def _left_behind(self) -> dict[str, list[str]]:
+        """Per writable store: the changed paths not in the store yet."""
+        left: dict[str, list[str]] = {}
+        for sync in self.syncs:
+            if sync.state.read_only:
+                continue
+            stats = sync.statistics()
+            paths = list(stats.dirty_files) + [p for p in stats.pending_delete_paths
+                                               if p and sync.deletions == "enabled"]
+            if paths:
+                left[sync.store_id] = paths
+        return left
+
+    async def _final_flush(self) -> int:
+        t0 = time.monotonic()
+        results: dict[str, PassResult] = {}
+
+        async def one(sync: StoreSync) -> None:
+            if sync.state.read_only:
+                return
+            results[sync.store_id] = await sync.final_sync()
+
+        pending = self._unpushed_count()
+        if pending:
+            log.info("final sync started files=%d mountpoint=%s", pending, self.mountpoint)
+        display = progress.Display.for_terminal({"pushing": "flushing"})
+        self._flushing = True
+        try:
+            with self._flush_scope:
+                if display is not None:
+                    for sync in self.syncs:
+                        display.watch(self._label(sync), sync.progress)
+                async with trio.open_nursery() as nursery:
+                    for sync in self.syncs:
+                        nursery.start_soon(one, sync)
+        finally:
+            self._flushing = False
+            if display is not None:
+                display.close()
+        left = self._left_behind()
+        stopped = self._flush_scope.cancelled_caught
+        self._flush_report = {
+            "ok": not left, "seconds": round(time.monotonic() - t0, 3),
+            "unpushed": left, "stopped": stopped,
+            "outcomes": {k: v.outcome for k, v in results.items()},
+        }
+        for store_id, paths in left.items():
+            log.warning("memory flush left changed files un-pushed; they stay in the "
+                        "journal for the next start memory_store_id=%s files=%d paths=%s",
+                        store_id, len(paths), ",".join(paths[:20]))
+        if stopped:
+            _say(f"final sync stopped; {_files(self._unpushed_count())} not pushed, kept "
+                 "in the journal: the next start pushes them")
+            return ExitCode.INTERRUPTED
+        return 0 if not left else 1
+
+    def _places(self) -> dict[str, str]:
+        """Where each store shows in the mount."""
+        return {s.store_id: self.mountpoint if self.config.single else
+                os.path.join(self.mountpoint, s.state.root.name) for s in self.syncs}
+
+    # -- control ---------------------------------------------------------------------
+    def _describe(self) -> dict[str, Any]:
+        # The cache directories and the restart command outlive a killed daemon here:
+        # `memfs status` reads them to explain a dead mount (memfs/control/recovery.py).
+        return {"mode": "single" if self.config.single else "session",
+                "stores": [s.store_id for s in self.syncs],
+                "caches": {s.store_id: str(c.root.resolve())
+                           for s, c in zip(self.syncs, self.caches, strict=True)},
+                "excludes": list(self.config.excludes),
+                "restart": self.config.restart}
+
+    def status(self) -> dict[str, Any]:
+        stores = []
+        for sync in self.syncs:
+            info = self.infos.get(sync.store_id)
+            root = self.mountpoint if self.config.single else os.path.join(
+                self.mountpoint, sync.state.root.name)
+            stores.append({
+                "memory_store_id": sync.store_id,
+                "name": info.name if info else "",
+                "mount_path": root,
+                "access": "read_only" if sync.state.read_only else "read_write",
+                "interval_s": sync.interval,
+                "deletions": sync.deletions,
+                **sync.statistics().as_json(),
+            })
+        return {"ok": True, "mountpoint": self.mountpoint,
+                "pid": os.getpid(), "stores": stores,
+                **(self.ops.statistics().as_json() if self.ops is not None else {})}
+
+    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "status":
+            return self.status()
+        if op == "sync":
+            # The answer is `status`'s, each store's `last_pass` being the pass run here:
+            # one schema for `status --json` and `sync --json`.
+            results: dict[str, PassResult] = {}
+
+            async def one(sync: StoreSync) -> None:
+                results[sync.store_id] = await sync.sync_now()
+
+            async with trio.open_nursery() as nursery:
+                for sync in self.syncs:
+                    nursery.start_soon(one, sync)
+            answer = self.status()
+            for store in answer["stores"]:
+                store["last_pass"] = results[store["memory_store_id"]].to_json()
+            answer["ok"] = all(r.outcome == "ok" for r in results.values())
+            return answer
+        if op == "flush":
+            flushed: dict[str, Any] = {}
+
+            async def flush_one(sync: StoreSync) -> None:
+                if sync.state.read_only:
+                    return
+                r = await sync.flush_writes()
+                flushed[sync.store_id] = {"outcome": r.outcome, "error": r.error,
+                                          "pushed": r.pushed}
+
+            async with trio.open_nursery() as nursery:
+                for sync in self.syncs:
+                    nursery.start_soon(flush_one, sync)
+            return {"ok": all(r["outcome"] == "ok" for r in flushed.values()),
+                    "stores": flushed}
+        if op == "restore":
+            restored: dict[str, int] = {}
+            for sync in self.syncs:
+                if not sync.state.read_only:
+                    restored[sync.store_id] = await sync.restore_missing()
+            if request.get("sync", True) and any(restored.values()):
+                async with trio.open_nursery() as nursery:
+                    for sync in self.syncs:
+                        if restored.get(sync.store_id):
+                            nursery.start_soon(sync.sync_now)
+            return {"ok": True, "restored": restored}
+        if op == "history":  # memfs log/show/diff/restore (memfs/store/history.py)
+            return await answers.history_answer(request, [s.state for s in self.syncs],
+                                        self.config.single, self._start_client())
+        if op == "conflicts":  # memfs conflicts (memfs/mount/answers.py)
+            return answers.conflicts_answer(request, self.syncs, self.mountpoint,
+                                            self.config.single)
+        if op == "progress":
+            return {"ok": True, "closing": self._stop.is_set(),
+                    "stores": [{"memory_store_id": s.store_id, "label": self._label(s),
+                                **s.progress.snapshot()} for s in self.syncs]}
+        if op == "unmount":
+            self._stop.set()
+            await self._flushed.wait()
+            return self._flush_report
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _say(message: str) -> None:
+    """A line for the person at the terminal (a foreground mount's stderr)."""
+    try:
+        print(f"memfs: {message}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr is gone (a --daemon child writes to /dev/null, never fails)
+
+
+def _files(n: int) -> str:
+    return f"{n} changed file" + ("" if n == 1 else "s")
+
+
+def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, kind):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first(exc, kind)
+            if found is not None:
+                return found
+    return None
+
+

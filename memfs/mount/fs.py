@@ -1,0 +1,867 @@
+"""The pyfuse3 adapter: decode names, build attributes, apply policy, map errors.
+
+Every handler runs through `_guard`, the one place where domain errors become errno:
+`FsError` keeps its errno, anything unexpected is logged with its traceback and becomes
+`EIO`, so a bug answers one system call badly instead of killing the mount.
+
+Handlers never start network I/O (invariant 2 in docs/concurrency.md). A read of a file
+whose content is still on its way waits, bounded, for the sync task to bring it.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
+
+import pyfuse3
+import trio
+from cachetools import LRUCache
+
+from memfs import metrics
+from memfs.audit import Trail, command_name
+from memfs.errors import FsError
+from memfs.mount.permissions import EXEC, READ, WRITE, Permissions
+from memfs.paths import (
+    MAX_CONTENT_BYTES,
+    MAX_MEMORIES_PER_STORE,
+    NAME_MAX,
+    local_name,
+    may_be_alias,
+)
+from memfs.state.node import Kind, Node, check_length, check_name, stat_mode
+from memfs.state.store_state import StoreState
+from memfs.state.tree import NegativeStatistics, Tree
+
+log = logging.getLogger("memfs.fs")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+# The kernel may cache names and attributes this long. Safe because every local change
+# passes through this process, and the sync task invalidates what a pull changes.
+CACHE_TIMEOUT = 300.0
+# ... and a name as missing this long (`Tree.negatives` says which to invalidate).
+NEGATIVE_TIMEOUT = CACHE_TIMEOUT
+
+# FOPEN_NOFLUSH: a close of a read-only handle sends no FLUSH (one round trip of three
+# for a warm `cat`). Only the patched pyfuse3 (scripts/pyfuse3-levers.patch) has it;
+# on a stock one every close flushes, as before.
+NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
+# FOPEN_CACHE_DIR + keep_cache on opendir: the kernel keeps a directory's listing, so a
+# second `ls` sends no READDIR. Safe because the kernel drops it on a local change and
+# the sync task invalidates a directory whose names a pull changed
+# (`Tree.listing_changed`). Also only on the patched pyfuse3.
+CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
+# Zero-message opens: `open` and `opendir` answer ENOSYS, the kernel stops sending
+# OPEN/RELEASE and OPENDIR/RELEASEDIR, keeps pages and listings (KEEP_CACHE,
+# CACHE_DIR), and the patched pyfuse3 hands the handlers the inode in place of a file
+# handle. Taken on a mount the VFS holds read-only with the kernel checking modes,
+# where open-time work (refusals, writer bookkeeping, the audit trail's opener, EILSEQ
+# at close) has nothing to do; FLUSH then answers ENOSYS too (reliability.md). On a
+# writable single-store mount only when asked (--zero-message-opens): that work moves
+# to WRITE and SETATTR, and some of it is given up (reliability.md lists what).
+ZERO_MESSAGE_OPENS = hasattr(pyfuse3.Operations, "pass_inode_without_fh")
+# Zero-message writes: writes of one process to one file this close together are one
+# "write" line in the audit trail (what one open's writes were).
+WRITER_BURST_S = 1.0
+# Untyped on purpose: the stock pyfuse3's stub knows neither keyword, the patched one's
+# both, and mypy must pass on either build.
+_FileInfo: Any = pyfuse3.FileInfo
+
+
+@dataclass(eq=False)
+class FileHandle:
+    node: Node
+    writable: bool
+    append: bool
+    # Who opened it for writing: pyfuse3 gives `write` no request context, so the
+    # audit trail names the opener (memfs/audit.py); `wrote` coalesces writes per open.
+    pid: int = 0
+    uid: int = 0
+    comm: str = ""
+    wrote: bool = False
+
+
+@dataclass(eq=False)
+class DirHandle:
+    node: Node
+    names: list[str] = field(default_factory=list)
+
+
+class ContentWaiter(Protocol):
+    """How a handler waits (bounded by the caller) for content being brought in."""
+
+    async def wait_for(self, store: StoreState, node: Node) -> None: ...
+
+
+def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        # Requests by handler: what a gain in round trips shows, on a noisy box too.
+        cast("MemFs", args[0]).requests[name] += 1
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as e:
+            error = _fuse_error(name, e)
+            metrics.fuse_op(name, error.errno)
+            raise error from None
+        metrics.fuse_op(name, 0)
+        return result
+
+    return wrapper
+
+
+def _fuse_error(handler: str, e: Exception) -> pyfuse3.FUSEError:
+    if isinstance(e, FsError):
+        return pyfuse3.FUSEError(e.errno)
+    if isinstance(e, pyfuse3.FUSEError):
+        return e
+    if isinstance(e, OSError) and e.errno in _CACHE_DISK_ERRNOS:
+        # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
+        log.warning("cache disk error handler=%s errno=%s error=%s", handler,
+                    errno.errorcode.get(e.errno, e.errno), e.strerror or e)
+        return pyfuse3.FUSEError(e.errno)
+    return _unexpected(handler)
+
+
+_CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
+def _pyfuse3_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyfuse3")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _unexpected(handler: str) -> pyfuse3.FUSEError:
+    """Log the exception being handled (a bug) with its traceback; EIO for the caller."""
+    log.exception("unexpected error in handler; answering EIO handler=%s", handler)
+    return pyfuse3.FUSEError(errno.EIO)
+
+
+
+
+class MemFs(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0,
+                 own_permissions: bool = False,
+                 negative_timeout: float = NEGATIVE_TIMEOUT,
+                 read_only_vfs: bool = False,
+                 zero_message_writes: bool = False) -> None:
+        super().__init__()
+        self.tree = tree
+        self.negative_timeout = negative_timeout
+        self.noflush = NOFLUSH
+        self.cache_readdir = CACHE_READDIR
+        # FUSE_POSIX_ACL (read by pyfuse3 at INIT): the kernel keeps each inode's
+        # (absent) ACLs, so `ls -l` asks GETXATTR system.posix_acl_* once per inode
+        # instead of at every listing (`ls -la` of 20 files: 49 requests -> 27; the
+        # rest is security.selinux, which no cache holds). memfs stores no ACLs:
+        # setting one stays ENOTSUP. It turns on the kernel's mode checks, so only
+        # where they are on anyway (not with memfs's own checks, session mounts).
+        self.enable_acl = not own_permissions
+        # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
+        # Read-only mounts always; writable ones when asked (--zero-message-opens),
+        # trading what OPEN carried (docs/reliability.md, "Zero-message opens").
+        self.read_only_vfs = read_only_vfs
+        self.zero_message_writes = zero_message_writes
+        self.pass_inode_without_fh = ((read_only_vfs or zero_message_writes)
+                                      and ZERO_MESSAGE_OPENS and not own_permissions)
+        self.write_context = self.pass_inode_without_fh  # `write` names its writer
+        # Zero-message writes: the last writer the trail named per inode, and when it
+        # last wrote (one "write" line per burst of one process, as per open before).
+        # Bounded: an inode dropped from it only costs one more "write" line.
+        self._writers: LRUCache[int, tuple[int, float]] = LRUCache(maxsize=4096)
+        self.files_by_inode = False  # OPEN answers ENOSYS; fh is the inode
+        self.dirs_by_inode = False  # OPENDIR answers ENOSYS; fh is the inode
+        # Zero-message readdir: the names of a listing, taken when it starts at offset 0,
+        # so offsets stay stable across its READDIRs (what a DirHandle keeps otherwise).
+        self._listings: dict[int, list[str]] = {}
+        # None: the kernel checks modes (`default_permissions`); else memfs does, after
+        # EROFS (session mounts, see memfs/mount/permissions.py).
+        self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
+                      else None)
+        self.waiter = waiter
+        self.content_timeout = content_timeout
+        self.closing = False  # set at unmount: writes fail with EROFS while we flush
+        self.trail = Trail()  # the daemon's audit trails (none: nothing is recorded)
+        self._handles: dict[int, FileHandle | DirHandle] = {}
+        self._next_fh = 1
+        # FUSE requests answered, by handler (`forget_inodes`: inodes the kernel dropped).
+        # Requests libfuse answers itself (INIT, ENOSYS for ioctl, ...) are not here.
+        self.requests: Counter[str] = Counter()
+
+    def init(self) -> None:
+        """At the kernel's INIT (pyfuse3 has read what the kernel can do by now)."""
+        self.files_by_inode = self.pass_inode_without_fh and bool(
+            getattr(pyfuse3, "no_open_support", False))
+        self.dirs_by_inode = self.pass_inode_without_fh and bool(
+            getattr(pyfuse3, "no_opendir_support", False))
+        if self.files_by_inode and not self.read_only_vfs:
+            self.tree.writers_tracked = False  # no OPEN or RELEASE will say who writes
+        elif self.zero_message_writes and not self.read_only_vfs:
+            why = ("session mounts check permissions at open" if self.perms is not None
+                   else "the kernel cannot skip OPEN" if ZERO_MESSAGE_OPENS
+                   else "pyfuse3 is a stock build")
+            log.warning("--zero-message-opens is not available; opens cost requests as "
+                        "without it memory_store_id=%s reason=%s",
+                        ",".join(s.store_id for s in self.stores()), why)
+
+    # -- helpers --------------------------------------------------------------------
+    def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.generation = 0
+        a.entry_timeout = CACHE_TIMEOUT
+        a.attr_timeout = CACHE_TIMEOUT
+        a.st_mode = self.mode(node)
+        # Directories report 1 link, as btrfs does ("not counted"; find and ls cope):
+        # counting subdirectories made every getattr of a large directory O(children).
+        a.st_nlink = 1 if node.is_dir else (1 if node.linked else 0)
+        a.st_uid = self.tree.uid
+        a.st_gid = self.tree.gid
+        a.st_rdev = 0
+        a.st_size = 4096 if node.is_dir else node.size
+        a.st_blksize = 4096
+        a.st_blocks = (a.st_size + 511) // 512
+        a.st_atime_ns = node.atime_ns
+        a.st_mtime_ns = node.mtime_ns
+        a.st_ctime_ns = node.ctime_ns
+        return a
+
+    @staticmethod
+    def mode(node: Node) -> int:
+        mode = stat_mode(node)
+        if node.store is not None and node.store.read_only:
+            mode &= ~0o222  # 0444/0555 whatever the journal remembers from a writable mount
+        return mode
+
+    def _may(self, node: Node, ctx: pyfuse3.RequestContext, mask: int = 0) -> None:
+        """EACCES unless `ctx` may search to `node` and `mask` it (own checks only)."""
+        if self.perms is not None:
+            self.perms.require(node, ctx, mask)
+
+    def _store(self, node: Node) -> StoreState:
+        if node.store is None:
+            raise FsError(errno.EROFS, "the session root is read-only")
+        return node.store
+
+    def _mutable(self, node: Node) -> StoreState:
+        """The store a mutation under `node` goes to, or the errno that refuses it."""
+        store = self._store(node)
+        store.writable()
+        if self.closing:
+            raise FsError(errno.EROFS, "the mount is being unmounted")
+        return store
+
+    def _dir(self, ino: int) -> Node:
+        node = self.tree.get(ino)
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR)
+        return node
+
+    def _child(self, parent: Node, name: str) -> Node:
+        node = self._find(parent, name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        return node
+
+    @staticmethod
+    def _find(parent: Node, name: str) -> Node | None:
+        """The child shown as `name`: a store segment longer than NAME_MAX is shown
+        under its `local_name` alias (docs/reliability.md, "Long names")."""
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None and may_be_alias(name):
+            for real, child in parent.children.items():
+                if len(real.encode("utf-8", "surrogateescape")) > NAME_MAX \
+                        and local_name(real) == name:
+                    return child
+        return node
+
+    @staticmethod
+    def _name(raw: bytes) -> str:
+        """A name the kernel hands us for an existing entry; NAME_MAX like any local fs."""
+        check_length(raw)
+        return raw.decode("utf-8", "surrogateescape")
+
+    def _fh(self, handle: FileHandle | DirHandle) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self._handles[fh] = handle
+        return fh
+
+    def _file(self, fh: int) -> FileHandle:
+        handle = self._handles.get(fh)
+        if not isinstance(handle, FileHandle):
+            raise FsError(errno.EBADF)
+        return handle
+
+    async def _content(self, node: Node) -> bytes:
+        store = self._store(node)
+        data = store.content(node)
+        if data is None:
+            with trio.move_on_after(self.content_timeout):
+                await self.waiter.wait_for(store, node)
+            data = store.content(node)
+            if data is None:
+                log.error("content did not arrive in time memory_store_id=%s path=%s "
+                          "timeout_s=%s", store.store_id, node.store_path(),
+                          self.content_timeout)
+                raise FsError(errno.EIO, "content not available")
+        return data
+
+    def _lookup_ref(self, node: Node) -> pyfuse3.EntryAttributes:
+        node.lookups += 1
+        return self.attrs(node)
+
+    # -- namespace ------------------------------------------------------------------
+    @_guard
+    async def lookup(self, parent_inode: int, name: bytes,
+                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        self._may(parent, ctx, EXEC)
+        if name == b".":
+            return self._lookup_ref(parent)
+        if name == b"..":
+            return self._lookup_ref(parent.parent or parent)
+        check_length(name)
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:  # can never exist here: cached as missing too
+            return self._missing(parent, name.decode("utf-8", "surrogateescape"))
+        node = self._find(parent, text)
+        if node is None:
+            return self._missing(parent, text)
+        return self._lookup_ref(node)
+
+    def _missing(self, parent: Node, shown: str) -> pyfuse3.EntryAttributes:
+        """A negative entry the kernel may keep, or ENOENT when it must not."""
+        if self.negative_timeout <= 0 or not self.tree.negatives.answer(
+                parent.ino, shown, self.negative_timeout):
+            raise FsError(errno.ENOENT)
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = 0  # "no such name", cached for entry_timeout
+        a.entry_timeout = self.negative_timeout
+        return a
+
+    @_guard
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        self.requests["forget_inodes"] += len(inode_list)
+        for ino, count in inode_list:
+            self.tree.forget(ino, count)
+
+    @_guard
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self.attrs(self.tree.get(inode))
+
+    @_guard
+    async def access(self, inode: int, mode: int, ctx: pyfuse3.RequestContext) -> bool:
+        """access(2) and chdir(2); asked only on mounts without default_permissions."""
+        node = self.tree.get(inode)
+        if mode & os.W_OK:
+            self._mutable(node)  # EROFS for everybody, as on a read-only filesystem
+        mask = ((READ if mode & os.R_OK else 0) | (WRITE if mode & os.W_OK else 0)
+                | (EXEC if mode & os.X_OK else 0))
+        self._may(node, ctx, mask)
+        return True
+
+    @_guard
+    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes,
+                      fields: pyfuse3.SetattrFields, fh: int | None,
+                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        node = self.tree.get(inode)
+        store = self._mutable(node)
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file is read-only")
+        if self.perms is not None:
+            self._may_setattr(node, attr, fields, fh, ctx)
+        if fields.update_uid and attr.st_uid != self.tree.uid:
+            raise FsError(errno.EPERM, "owners are fixed to the mounting user")
+        if fields.update_gid and attr.st_gid != self.tree.gid:
+            raise FsError(errno.EPERM, "groups are fixed to the mounting user's")
+        if fields.update_size:
+            if node.is_dir:
+                raise FsError(errno.EISDIR)
+            if node.data is None and attr.st_size > 0:
+                await self._content(node)  # like a write: wait for content on its way
+                store = self._mutable(node)  # re-check after the await
+            store.truncate(node, attr.st_size)
+            self.trail.change(store.store_id, "truncate", node.store_path(), ctx.pid,
+                              ctx.uid, size=attr.st_size)
+        if fields.update_mode:
+            store.set_mode(node, attr.st_mode)
+        if fields.update_atime or fields.update_mtime:
+            store.set_times(node, attr.st_atime_ns if fields.update_atime else None,
+                            attr.st_mtime_ns if fields.update_mtime else None)
+        return self.attrs(node)
+
+    def _may_setattr(self, node: Node, attr: pyfuse3.EntryAttributes,
+                     fields: pyfuse3.SetattrFields, fh: int | None,
+                     ctx: pyfuse3.RequestContext) -> None:
+        """The kernel's setattr_prepare rules, which it skips without default_permissions."""
+        assert self.perms is not None
+        self._may(node, ctx)
+        if fields.update_size and fh is None:  # truncate(2); ftruncate(2) had an fd for write
+            self._may(node, ctx, WRITE)
+        if fields.update_uid or fields.update_gid:
+            self.perms.require_owner(ctx, "change a file's owner or group")
+        if fields.update_mode:
+            self.perms.require_owner(ctx, "change a file's mode")
+        if fields.update_atime or fields.update_mtime:
+            # pyfuse3 turns UTIME_NOW into the current time; a writer may set "now",
+            # only the owner any other time.
+            wall = time.time_ns()
+            times = [attr.st_atime_ns if fields.update_atime else None,
+                     attr.st_mtime_ns if fields.update_mtime else None]
+            is_now = all(t is None or abs(t - wall) < 2_000_000_000 for t in times)
+            if not self.perms.owns(ctx):
+                if not is_now:
+                    raise FsError(errno.EPERM, "only the owner may set explicit times")
+                self._may(node, ctx, WRITE)
+
+    @_guard
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        raise pyfuse3.FUSEError(errno.EINVAL)
+
+    @_guard
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        self._name(name)  # ENAMETOOLONG first, as the kernel's own lookup would answer
+        store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
+        if not stat.S_ISREG(mode):
+            raise FsError(errno.EPERM, "only regular files can live in a memory store")
+        node = self._new_file(store, parent, name, mode)
+        return self._lookup_ref(node)
+
+    def _new_file(self, store: StoreState, parent: Node, raw: bytes, mode: int) -> Node:
+        name = check_name(raw)
+        if self._find(parent, name) is not None:
+            raise FsError(errno.EEXIST)
+        node = store.create_file(parent, name, mode)
+        self.tree.negatives.created_here(parent.ino, name)
+        return node
+
+    @_guard
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
+        text = check_name(name)
+        if self._find(parent, text) is not None:
+            raise FsError(errno.EEXIST)
+        node = store.mkdir(parent, text, mode)
+        self.trail.change(store.store_id, "mkdir", node.store_path(), ctx.pid, ctx.uid)
+        self.tree.negatives.created_here(parent.ino, text)
+        return self._lookup_ref(node)
+
+    @_guard
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        parent = self._dir(parent_inode)
+        text = self._name(name)
+        store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
+        node = self._child(parent, text)
+        path = node.store_path()
+        store.unlink(parent, node.name)
+        self.trail.change(store.store_id, "unlink", path, ctx.pid, ctx.uid)
+
+    @_guard
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        parent = self._dir(parent_inode)
+        node = self._child(parent, self._name(name))
+        if node.store is not None and node is node.store.root:
+            raise FsError(errno.EROFS, "a store's directory cannot be removed")
+        store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
+        path = node.store_path()
+        store.rmdir(parent, node.name)
+        self.trail.change(store.store_id, "rmdir", path, ctx.pid, ctx.uid)
+
+    @_guard
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes,
+                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._refuse_link(parent_inode, name, ctx)
+
+    @_guard
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
+                   ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._refuse_link(new_parent_inode, new_name, ctx)
+
+    def _refuse_link(self, parent_inode: int, name: bytes,
+                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        self._name(name)  # ENAMETOOLONG, then EROFS, then EPERM: Linux's order
+        self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
+        raise FsError(errno.EPERM, "links cannot live in a memory store")
+
+    @_guard
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int,
+                     name_new: bytes, flags: int, ctx: pyfuse3.RequestContext) -> None:
+        old_parent = self._dir(parent_inode_old)
+        new_parent = self._dir(parent_inode_new)
+        old_name = self._name(name_old)
+        check_length(name_new)
+        store = self._mutable(old_parent)
+        new_store = self._mutable(new_parent)
+        if self.perms is not None:
+            self._may(old_parent, ctx, WRITE | EXEC)
+            self._may(new_parent, ctx, WRITE | EXEC)
+            moving = self._find(old_parent, old_name)
+            if moving is not None and moving.is_dir and old_parent is not new_parent:
+                self._may(moving, ctx, WRITE)  # its ".." changes
+        if store is not new_store:
+            raise FsError(errno.EXDEV, "cannot move between memory stores")
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
+        node = self._child(old_parent, old_name)
+        if node is store.root:
+            raise FsError(errno.EROFS)
+        new_name = check_name(name_new)
+        target = self._find(new_parent, new_name)
+        if target is not None:
+            new_name = target.name  # replacing a file shown under its alias
+        old_path = node.store_path()
+        store.rename(old_parent, node.name, new_parent, new_name,
+                     noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
+        self.trail.change(store.store_id, "rename", old_path, ctx.pid, ctx.uid,
+                          to=node.store_path())
+        self.tree.negatives.created_here(new_parent.ino, new_name)
+
+    # -- files ----------------------------------------------------------------------
+    @_guard
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        if self.files_by_inode:
+            raise FsError(errno.ENOSYS, "zero-message opens")  # the kernel stops asking
+        node = self.tree.get(inode)
+        if node.is_dir:
+            raise FsError(errno.EISDIR)
+        writing = (flags & os.O_ACCMODE) != os.O_RDONLY or bool(flags & os.O_TRUNC)
+        if writing:
+            store = self._mutable(node)
+        if self.perms is not None:
+            reading = (flags & os.O_ACCMODE) in (os.O_RDONLY, os.O_RDWR)
+            self._may(node, ctx, (READ if reading else 0) | (WRITE if writing else 0))
+        if writing:
+            if node.kind is Kind.MARKER:
+                raise FsError(errno.EPERM, "the marker file is read-only")
+        handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
+        if writing:
+            handle.pid, handle.uid, handle.comm = ctx.pid, ctx.uid, command_name(ctx.pid)
+            if flags & os.O_TRUNC:
+                store.truncate(node, 0)
+                self.trail.change(store.store_id, "truncate", node.store_path(), ctx.pid,
+                                  ctx.uid, handle.comm, size=0)
+        assert node.store is not None
+        node.store.opened(node, writing=writing)
+        if not writing and self.noflush:
+            # flush() does nothing for a reader: nothing is given up by skipping it.
+            info: pyfuse3.FileInfo = _FileInfo(fh=self._fh(handle), keep_cache=True,
+                                               noflush=True)
+            return info
+        return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
+
+    @_guard
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
+                     ctx: pyfuse3.RequestContext
+                     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        parent = self._dir(parent_inode)
+        store = self._mutable(parent)
+        self._may(parent, ctx, WRITE | EXEC)
+        node = self._new_file(store, parent, name, mode)
+        comm = command_name(ctx.pid)
+        self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid,
+                          comm)
+        if self.files_by_inode:
+            # fh 0, like every other open here: the kernel sends no RELEASE without
+            # OPEN, so a handle would never be closed. Writes then carry the inode.
+            return pyfuse3.FileInfo(fh=0, keep_cache=True), self._lookup_ref(node)
+        store.opened(node, writing=True)
+        handle = FileHandle(node, True, bool(flags & os.O_APPEND), ctx.pid, ctx.uid, comm)
+        return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True), self._lookup_ref(node)
+
+    @_guard
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        node = self.tree.get(fh) if self.files_by_inode else self._file(fh).node
+        data = await self._content(node)
+        return data[off:off + size]
+
+    @_guard
+    async def write(self, fh: int, off: int, buf: bytes,
+                    ctx: pyfuse3.RequestContext | None = None) -> int:
+        if self.files_by_inode:
+            return await self._write_by_inode(self.tree.get(fh), off, buf, ctx)
+        handle = self._file(fh)
+        node = handle.node
+        if not handle.writable:
+            raise FsError(errno.EBADF)
+        store, written = await self._store_write(node, node.size if handle.append else off,
+                                                 buf)
+        if not handle.wrote:  # one line per open, before the first write is answered
+            handle.wrote = True
+            self.trail.change(store.store_id, "write", node.store_path(), handle.pid,
+                              handle.uid, handle.comm)
+        return written
+
+    async def _write_by_inode(self, node: Node, off: int, buf: bytes,
+                              ctx: pyfuse3.RequestContext | None) -> int:
+        """A write with no open behind it: what `open` refused is refused here, O_APPEND
+        came with the kernel's size as `off`, and the trail names the WRITE's sender."""
+        if node.kind is Kind.MARKER:
+            self._mutable(node)  # EROFS first, as `open` answered
+            raise FsError(errno.EPERM, "the marker file is read-only")
+        store, written = await self._store_write(node, off, buf)
+        if ctx is not None:
+            now = time.monotonic()
+            last = self._writers.get(node.ino)
+            if last is None or last[0] != ctx.pid or now - last[1] >= WRITER_BURST_S:
+                self.trail.change(store.store_id, "write", node.store_path(), ctx.pid,
+                                  ctx.uid, command_name(ctx.pid))
+            self._writers[node.ino] = (ctx.pid, now)
+        return written
+
+    async def _store_write(self, node: Node, off: int, buf: bytes) -> tuple[StoreState, int]:
+        store = self._mutable(node)
+        if node.data is None:
+            await self._content(node)  # a write into content still downloading waits
+            store = self._mutable(node)  # re-check after the await
+        return store, store.write(node, off, buf)
+
+    @_guard
+    async def flush(self, fh: int) -> None:
+        if self.files_by_inode:
+            # Once ENOSYS, the kernel sends no FLUSH again: a close costs nothing, and
+            # EILSEQ moves from close to fsync and the push (docs/reliability.md).
+            raise FsError(errno.ENOSYS, "zero-message opens: no flush")
+        handle = self._file(fh)
+        if handle.writable and handle.node.store is not None:
+            handle.node.store.check_utf8(handle.node)
+
+    @_guard
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        if self.files_by_inode:
+            node = self.tree.get(fh)
+            ours = not self.read_only_vfs and node.dirty  # nothing of its own otherwise
+        else:
+            handle = self._file(fh)
+            node, ours = handle.node, handle.writable
+        store = node.store
+        if ours and store is not None:
+            store.check_utf8(node)
+            store.checkpoint()
+            self.trail.sync_to_disk(store.store_id)
+
+    @_guard
+    async def release(self, fh: int) -> None:
+        handle = self._handles.pop(fh, None)
+        if not isinstance(handle, FileHandle):
+            return
+        node = handle.node
+        if node.store is not None:
+            node.store.closed(node, writing=handle.writable)
+        self.tree.maybe_drop(node)
+
+    # -- directories ----------------------------------------------------------------
+    @_guard
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> Any:
+        """A handle, or (patched pyfuse3) a FileInfo that lets the kernel keep the
+        listing; `Any` because the stock stub says int."""
+        if self.dirs_by_inode:
+            raise FsError(errno.ENOSYS, "zero-message opens")  # the kernel stops asking
+        node = self._dir(inode)
+        self._may(node, ctx, READ)
+        # A snapshot of the names makes offsets stable for the life of the handle.
+        fh = self._fh(DirHandle(node, self._names(node)))
+        if self.cache_readdir:
+            return _FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
+        return fh
+
+    @_guard
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        if self.dirs_by_inode:
+            node = self._dir(fh)
+            if start_id == 0 or fh not in self._listings:
+                self._listings[fh] = self._names(node)
+            names = self._listings[fh]
+        else:
+            handle = self._handles.get(fh)
+            if not isinstance(handle, DirHandle):
+                raise FsError(errno.EBADF)
+            node = handle.node
+            names = handle.names
+        for index in range(start_id, len(names)):
+            name = names[index]
+            dots = name in (".", "..")
+            if dots:
+                child = node if name == "." else (node.parent or node)
+            else:
+                # What the name means now: an entry removed since opendir is skipped
+                # (never handed to the kernel as a live dentry); a replaced one shows
+                # its replacement. Either way no other entry moves.
+                current = (node.children or {}).get(name)
+                if current is None:
+                    continue
+                child = current
+            shown = name if dots else local_name(name)
+            if not pyfuse3.readdir_reply(token, shown.encode("utf-8", "surrogateescape"),
+                                         self.attrs(child), index + 1):
+                return
+            if not dots:  # the kernel takes no reference for . and ..
+                child.lookups += 1
+        if self.dirs_by_inode:
+            self._listings.pop(fh, None)  # the listing is complete
+
+    @staticmethod
+    def _names(node: Node) -> list[str]:
+        assert node.children is not None
+        return [".", "..", *sorted(node.children,
+                                   key=lambda n: n.encode("utf-8", "surrogateescape"))]
+
+    @_guard
+    async def releasedir(self, fh: int) -> None:
+        self._handles.pop(fh, None)
+
+    @_guard
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        if self.dirs_by_inode:
+            store = self.tree.get(fh).store
+        else:
+            handle = self._handles.get(fh)
+            store = handle.node.store if isinstance(handle, DirHandle) else None
+        if store is not None and not self.read_only_vfs:
+            store.checkpoint()
+
+    @_guard
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        s = pyfuse3.StatvfsData()
+        stores = self.stores()
+        used_files = used_bytes = 0
+        for store in stores:  # one walk for both counts
+            for node in store.walk_files():
+                used_files += 1
+                used_bytes += node.size
+        capacity = MAX_MEMORIES_PER_STORE * max(1, len(stores))
+        s.f_bsize = s.f_frsize = 4096
+        s.f_blocks = capacity * MAX_CONTENT_BYTES // 4096
+        used = used_bytes // 4096
+        s.f_bfree = s.f_bavail = max(0, s.f_blocks - used)
+        s.f_files = capacity
+        s.f_ffree = s.f_favail = max(0, capacity - used_files)
+        s.f_namemax = 255
+        return s
+
+    def statistics(self) -> FuseStatistics:
+        """What `memfs status` shows of the FUSE side (mount-wide)."""
+        return FuseStatistics(
+            fuse_requests=dict(sorted(self.requests.items())),
+            pyfuse3=Pyfuse3Statistics(version=_pyfuse3_version(), noflush=NOFLUSH,
+                                      cache_readdir=CACHE_READDIR,
+                                      zero_message_opens=ZERO_MESSAGE_OPENS,
+                                      noflush_used=self.noflush,
+                                      cache_readdir_used=self.cache_readdir,
+                                      zero_message_opens_used=self.files_by_inode),
+            negative_entries=self.tree.negatives.statistics())
+
+    def stores(self) -> list[StoreState]:
+        if self.tree.root.store is not None:
+            return [self.tree.root.store]
+        assert self.tree.root.children is not None
+        return [c.store for c in self.tree.root.children.values() if c.store is not None]
+
+    # -- xattrs ---------------------------------------------------------------------
+    @_guard
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        node = self.tree.get(inode)
+        self._may(node, ctx, READ if name.startswith(b"user.") else 0)
+        value = self._xattrs(node).get(name)
+        if value is None:
+            raise FsError(pyfuse3.ENOATTR)
+        return value
+
+    @_guard
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
+        node = self.tree.get(inode)
+        self._may(node, ctx)
+        return list(self._xattrs(node))
+
+    def _xattrs(self, node: Node) -> dict[bytes, bytes]:
+        if node.store is None:
+            return {}
+        values = {b"user.memfs.store_id": node.store.store_id.encode()}
+        path = node.store_path()
+        if any(len(s.encode("utf-8", "surrogateescape")) > NAME_MAX for s in path.split("/")):
+            values[b"user.memfs.path"] = path.encode("utf-8", "surrogateescape")
+        if node.kind is Kind.FILE:
+            if node.memory_id:
+                values[b"user.memfs.memory_id"] = node.memory_id.encode()
+            sha = node.current_sha()
+            if sha:
+                values[b"user.memfs.sha256"] = sha.encode()
+            values[b"user.memfs.state.store_state"] = node.state_name().encode()
+            if node.refused_why and node.state_name() == "refused":
+                values[b"user.memfs.refused"] = node.refused_why.encode()
+            if node.conflict:
+                values[b"user.memfs.conflict_copy"] = node.conflict.encode()
+        return values
+
+    @_guard
+    async def setxattr(self, inode: int, name: bytes, value: bytes,
+                       ctx: pyfuse3.RequestContext) -> None:
+        node = self.tree.get(inode)
+        self._mutable(node)
+        self._may(node, ctx, WRITE if name.startswith(b"user.") else 0)
+        raise FsError(errno.ENOTSUP, "extended attributes are not stored")
+
+    @_guard
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        node = self.tree.get(inode)
+        self._mutable(node)
+        self._may(node, ctx, WRITE if name.startswith(b"user.") else 0)
+        if name in self._xattrs(node):
+            raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
+        raise FsError(pyfuse3.ENOATTR)
+
+
+@dataclass(frozen=True)
+class Pyfuse3Statistics:
+    """The pyfuse3 build, what it lets memfs ask of the kernel, and what this mount uses."""
+
+    version: str
+    noflush: bool  # the build has FileInfo.noflush (`NOFLUSH`)
+    cache_readdir: bool  # the build has FileInfo.cache_readdir
+    zero_message_opens: bool  # the build has Operations.pass_inode_without_fh
+    noflush_used: bool
+    cache_readdir_used: bool
+    zero_message_opens_used: bool  # open/opendir answer ENOSYS (read-only mounts)
+
+
+@dataclass(frozen=True)
+class FuseStatistics:
+    """The FUSE side of `memfs status` (`MemFs.statistics`); its JSON is `as_json()`."""
+
+    fuse_requests: dict[str, int]  # handler name -> requests, sorted by name
+    pyfuse3: Pyfuse3Statistics
+    negative_entries: NegativeStatistics
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)

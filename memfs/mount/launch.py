@@ -1,0 +1,143 @@
+"""Running a mount: in the foreground, or forked into the background (`--daemon`).
+
+The `--daemon` child reports through a pipe: `ok <mountpoint>` once the mount is live,
+or `<exit code> <reason>`; the parent returns only then. Ctrl-C in the parent before
+readiness stops the child (`_abort_start`): nothing is left running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import sys
+import time
+
+import trio
+
+from memfs import logs
+from memfs.config import ExitCode, MountConfig, default_cache_root
+from memfs.errors import ConfigError, StartError
+from memfs.mount import systemd
+from memfs.mount.daemon import Daemon
+from memfs.mount.preflight import clear_dead_mount
+from memfs.sync import progress
+
+log = logging.getLogger("memfs.daemon")
+
+
+def _abort_start(pid: int, read_fd: int, config: MountConfig) -> int:
+    """Ctrl-C on `mount --daemon` before readiness: stop the child, wait, say one line.
+
+    SIGTERM makes the child abandon its start (nothing mounted) or, if it went live in
+    the meantime, run its normal teardown; either way nothing is left running.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    bound = time.monotonic() + config.flush_timeout + 15
+    message = b""
+    while time.monotonic() < bound:
+        ready, _, _ = select.select([read_fd], [], [], 0.2)
+        if ready:
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                break
+            message += chunk
+    os.close(read_fd)
+    while time.monotonic() < bound:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        clear_dead_mount(config.mountpoint)
+    if message.startswith(b"ok "):
+        print("memfs: interrupted; the mount had just gone live and was stopped again "
+              "(final sync done)", file=sys.stderr)
+    else:
+        print("memfs: interrupted before the mount was live; nothing was mounted",
+              file=sys.stderr)
+    return ExitCode.INTERRUPTED
+
+
+def launch(config: MountConfig, *, daemonize: bool) -> int:
+    """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
+    os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
+    if not daemonize:
+        def say_ready(mountpoint: str) -> None:
+            print(f"memfs: mounted at {mountpoint}; stop with Ctrl-C or "
+                  f"`memfs unmount {mountpoint}`", file=sys.stderr, flush=True)
+            systemd.notify(f"READY=1\nSTATUS=mounted at {mountpoint}")  # Type=notify
+
+        daemon = Daemon(config)
+        try:
+            code = trio.run(daemon.run, say_ready)
+        except StartError as e:
+            print(f"memfs: {e}", file=sys.stderr)
+            return e.exit_code
+        except ConfigError as e:
+            print(f"memfs: {e}", file=sys.stderr)
+            return 2
+        for line in progress.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
+            print(line, file=sys.stderr)
+        return code
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid > 0:
+        os.close(write_fd)
+        chunks: list[bytes] = []
+        try:
+            while chunk := os.read(read_fd, 4096):
+                chunks.append(chunk)
+        except KeyboardInterrupt:
+            return _abort_start(pid, read_fd, config)
+        os.close(read_fd)
+        message = b"".join(chunks).decode(errors="replace")
+        if message.startswith("ok "):
+            where = config.log_file or (config.cache_dir or default_cache_root()) / "memfs.log"
+            print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}",
+                  file=sys.stderr)
+            return 0
+        exit_word, _, text = message.partition(" ")
+        print(f"memfs: {text or 'the daemon exited before the mount was live'}",
+              file=sys.stderr)
+        return int(exit_word) if exit_word.isdigit() else 1
+
+    # The daemon child: its own session, no terminal, reports readiness through the pipe.
+    os.close(read_fd)
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    if config.log_file is None:  # stderr is gone: keep the logs where a user finds them
+        log_path = (config.cache_dir or default_cache_root()) / "memfs.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        logs.configure(logging.getLevelName(logging.getLogger().level).lower(),
+                       str(log_path))
+
+    def signal_ready(mountpoint: str) -> None:
+        os.write(write_fd, f"ok {mountpoint}".encode())
+        os.close(write_fd)
+
+    code = 1
+    try:
+        code = trio.run(Daemon(config).run, signal_ready)
+    except StartError as e:
+        os.write(write_fd, f"{e.exit_code} {e}".encode())
+        code = e.exit_code
+    except ConfigError as e:
+        os.write(write_fd, f"2 {e}".encode())
+        code = 2
+    except BaseException:
+        log.exception("the daemon crashed")
+        code = 1
+    finally:
+        logging.shutdown()
+        os._exit(code)

@@ -1,0 +1,455 @@
+"""The on-disk state of one store's mount: content objects and the journal.
+
+Layout of a cache directory (one per store):
+
+    objects/ab/abcdef…      clean contents, named by sha256; only the daemon holding
+                            `lock` reads, writes or collects them (memfs/state/cachegc.py)
+    journal.sqlite          one row per local file, directory or tombstone; the truth
+                            after a crash
+    conflicts/              losing local bytes from store-wins conflicts, each with a
+                            hidden `.<copy>.json` record (memfs/state/conflicts.py)
+    audit.jsonl[.N]         the audit trail of accepted changes (memfs/audit.py)
+    lock                    flock'd by the live daemon: one daemon per directory
+
+Synchronous on purpose: every call is a few local writes, and a journal update must be
+on disk before the system call that caused it returns (invariant: nothing acknowledged
+is lost to a `kill -9`). WAL with synchronous=NORMAL survives a killed process; an
+explicit `fsync()` from the agent asks for a full checkpoint.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict, Unpack
+
+from cachetools import LRUCache
+
+from memfs.errors import ConfigError
+from memfs.paths import is_sha256_hex, sha256_hex
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    entry_id    INTEGER PRIMARY KEY,
+    path        TEXT UNIQUE,          -- current local path; NULL for a tombstone
+    kind        TEXT NOT NULL,        -- 'file' | 'dir'
+    memory_id   TEXT,                 -- remote identity, NULL until created
+    base_sha    TEXT,                 -- remote sha at the last successful sync
+    base_path   TEXT,                 -- remote path at the last successful sync
+    sha         TEXT,                 -- current content sha when clean (object store)
+    data        BLOB,                 -- current content when dirty
+    dirty       INTEGER NOT NULL DEFAULT 0,
+    mode        INTEGER NOT NULL,
+    mtime_ns    INTEGER NOT NULL,
+    sent_sha    TEXT,                 -- sha of an upload whose answer may be lost
+    sent_path   TEXT,                 -- path of a create/rename whose answer may be lost
+    refused_sha TEXT,                 -- content the server refused (400/413) or non-UTF-8
+    refused_why TEXT,
+    conflict    TEXT                  -- path of the last conflict copy, if any
+);
+CREATE INDEX IF NOT EXISTS entries_memory ON entries(memory_id);
+-- Clean contents the collector evicted under --cache-max-size: fetched again on demand,
+-- never in the background; the size keeps st_size right while the bytes are away.
+CREATE TABLE IF NOT EXISTS evicted (sha TEXT PRIMARY KEY, size INTEGER NOT NULL);
+"""
+
+
+@dataclass(slots=True)
+class EntryRow:
+    """One journal row, as loaded at start-up."""
+
+    entry_id: int
+    path: str | None
+    kind: str
+    memory_id: str | None
+    base_sha: str | None
+    base_path: str | None
+    sha: str | None
+    data: bytes | None
+    dirty: bool
+    mode: int
+    mtime_ns: int
+    sent_sha: str | None
+    sent_path: str | None
+    refused_sha: str | None
+    refused_why: str | None
+    conflict: str | None
+
+
+_COLUMNS = (
+    "entry_id, path, kind, memory_id, base_sha, base_path, sha, data, dirty, mode, mtime_ns,"
+    " sent_sha, sent_path, refused_sha, refused_why, conflict"
+)
+
+
+class ObjectStore:
+    """Immutable contents addressed by sha256, with an in-memory LRU in front."""
+
+    def __init__(self, root: Path, *, memory_budget: int = 64 * 1024 * 1024) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self._lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_budget, getsizeof=len)
+        # sha -> size of clean contents evicted on purpose (CacheDir loads the table).
+        self.evicted: dict[str, int] = {}
+
+    def _path(self, sha: str) -> Path:
+        if not is_sha256_hex(sha):  # the name of a file we open, read and delete
+            raise ValueError(f"not a sha256: {sha[:80]!r}")
+        return self.root / sha[:2] / sha
+
+    def has(self, sha: str) -> bool:
+        return sha in self._lru or self._path(sha).exists()
+
+    def get(self, sha: str, *, touch: bool = True) -> bytes | None:
+        """The content, or None; `touch` marks it read (the collector evicts the least
+        recently read first), which loading the journal at start does not."""
+        data = self._lru.get(sha)
+        if data is not None:
+            return data
+        try:
+            data = self._path(sha).read_bytes()
+        except FileNotFoundError:
+            return None
+        if sha256_hex(data) != sha:  # a torn or tampered object is not content
+            self._path(sha).unlink(missing_ok=True)
+            return None
+        if touch:
+            try:
+                os.utime(self._path(sha))
+            except OSError:
+                pass
+        self._remember(sha, data)
+        return data
+
+    def scan(self) -> list[tuple[str, int, float]]:
+        """Every object file as (sha, size, mtime); for the collector's worker thread."""
+        found: list[tuple[str, int, float]] = []
+        try:
+            shards = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return found
+        for shard in shards:
+            if not shard.is_dir(follow_symlinks=False):
+                continue
+            with os.scandir(shard.path) as entries:
+                for entry in entries:
+                    if not is_sha256_hex(entry.name) or entry.name[:2] != shard.name:
+                        continue
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    found.append((entry.name, st.st_size, st.st_mtime))
+        return found
+
+    def remove_files(self, shas: list[str]) -> int:
+        """Delete object files; returns how many were there."""
+        removed = 0
+        for sha in shas:
+            try:
+                self._path(sha).unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def forget(self, sha: str) -> None:
+        """Drop an evicted content from memory too (the event loop's side)."""
+        self._lru.pop(sha, None)
+
+    def write_files(self, items: list[tuple[str, bytes]]) -> None:
+        """Create object files for `items` (sha, data); safe from a worker thread, since
+        it touches only the file system, never the in-memory cache."""
+        for sha, data in items:
+            path = self._path(sha)
+            if path.exists():
+                continue
+            try:
+                f = open(path, "wb")
+            except FileNotFoundError:
+                path.parent.mkdir(exist_ok=True)
+                f = open(path, "wb")
+            with f:
+                f.write(data)
+
+    def put(self, data: bytes, sha: str | None = None) -> str:
+        sha = sha or sha256_hex(data)
+        self.evicted.pop(sha, None)
+        if sha in self._lru:
+            return sha
+        # Written in place, no temp file and rename (a cold start writes thousands):
+        # a torn object fails the sha check in `get` and is fetched again.
+        self.write_files([(sha, data)])
+        self._remember(sha, data)
+        return sha
+
+    def _remember(self, sha: str, data: bytes) -> None:
+        if len(data) <= self._lru.maxsize // 16:
+            self._lru[sha] = data
+
+
+def _disk_error(e: sqlite3.OperationalError) -> OSError | sqlite3.OperationalError:
+    """SQLite's "database or disk is full" is the cache disk's ENOSPC; its I/O error EIO.
+
+    As OSError they reach the writer as that errno (fs._guard) and count as a failed
+    pass in the sync task, instead of an unexpected error that ends the mount.
+    """
+    code = getattr(e, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "disk is full" in str(e):
+        return OSError(errno.ENOSPC, f"cache disk full: {e}")
+    if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR:
+        return OSError(errno.EIO, f"cache disk I/O error: {e}")
+    return e
+
+
+class _Db:
+    """The journal's connection, with disk failures raised as OSError."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.OperationalError as e:
+            raise _disk_error(e) from e
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> sqlite3.Cursor:
+        try:
+            return self._conn.executemany(sql, rows)
+        except sqlite3.OperationalError as e:
+            raise _disk_error(e) from e
+
+    def executescript(self, script: str) -> None:
+        try:
+            self._conn.executescript(script)
+        except sqlite3.OperationalError as e:
+            raise _disk_error(e) from e
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class EntryFields(TypedDict, total=False):
+    """The columns of an `entries` row a caller may set (the schema above): mypy checks
+    every `Journal.insert`/`update` keyword against this, and `_check` at run time."""
+
+    path: str | None
+    memory_id: str | None
+    base_sha: str | None
+    base_path: str | None
+    sha: str | None
+    data: bytes | None
+    dirty: int
+    mode: int
+    mtime_ns: int
+    sent_sha: str | None
+    sent_path: str | None
+    refused_sha: str | None
+    refused_why: str | None
+    conflict: str | None
+
+
+# The columns a caller may set: those of EntryFields (`kind` is set once, at insert).
+_UPDATABLE = frozenset(EntryFields.__annotations__)
+
+
+class Journal:
+    """The SQLite journal of one store's local state."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = _Db(sqlite3.connect(path, isolation_level=None, check_same_thread=False))
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # meta -------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    # entries ----------------------------------------------------------------------
+    def rows(self) -> Iterator[EntryRow]:
+        for r in self._db.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY path"):
+            values = list(r)
+            values[8] = bool(values[8])
+            yield EntryRow(*values)
+
+    def is_empty(self) -> bool:
+        return self._db.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
+
+    def insert(self, *, kind: str, **fields: Unpack[EntryFields]) -> int:
+        """A new row; `path` (None: a tombstone), `mode` and `mtime_ns` are required."""
+        missing = {"path", "mode", "mtime_ns"} - set(fields)
+        if missing:
+            raise ValueError(f"a journal row needs {sorted(missing)}")
+        self._check(fields)
+        names = ["kind", *fields]
+        cur = self._db.execute(
+            f"INSERT INTO entries({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+            (kind, *fields.values()),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def update(self, entry_id: int, **fields: Unpack[EntryFields]) -> None:
+        self._check(fields)
+        sets = ", ".join(f"{k}=?" for k in fields)
+        self._db.execute(
+            f"UPDATE entries SET {sets} WHERE entry_id=?", (*fields.values(), entry_id)
+        )
+
+    def update_many(self, changes: list[tuple[int, EntryFields]]) -> None:
+        """Apply several row updates in one transaction (a directory rename)."""
+        with self.transaction():
+            for entry_id, fields in changes:
+                self.update(entry_id, **fields)
+
+    def delete(self, entry_id: int) -> None:
+        self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
+
+    def referenced_shas(self) -> set[str]:
+        """Every sha a row names: content (clean) and the baseline (last synced)."""
+        shas: set[str] = set()
+        for sha, base in self._db.execute("SELECT sha, base_sha FROM entries"):
+            shas.update(s for s in (sha, base) if s)
+        return shas
+
+    def evicted(self) -> dict[str, int]:
+        return {str(sha): int(size)
+                for sha, size in self._db.execute("SELECT sha, size FROM evicted")}
+
+    def set_evicted(self, added: dict[str, int], dropped: set[str]) -> None:
+        with self.transaction():
+            self._db.executemany("INSERT OR REPLACE INTO evicted(sha, size) VALUES (?, ?)",
+                                 list(added.items()))
+            self._db.executemany("DELETE FROM evicted WHERE sha=?", [(s,) for s in dropped])
+
+    def transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def checkpoint(self) -> None:
+        """Make everything so far durable against power loss too (the agent's fsync)."""
+        self._db.execute("PRAGMA wal_checkpoint(FULL)")
+
+    @staticmethod
+    def _check(fields: Mapping[str, object]) -> None:
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"unknown journal columns: {sorted(unknown)}")
+
+
+class _Transaction:
+    """BEGIN … COMMIT (ROLLBACK on an exception). Nested use joins the outer one, so a
+    caller may batch many journal writes (a big pull) around code that has its own."""
+
+    def __init__(self, db: _Db) -> None:
+        self._db = db
+        self._outer = False
+
+    def __enter__(self) -> None:
+        self._outer = not self._db.in_transaction
+        if self._outer:
+            self._db.execute("BEGIN")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if not self._outer:
+            return
+        if exc_type is not None:
+            self._db.execute("ROLLBACK")
+            return
+        try:
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a COMMIT that failed (disk full) stays open
+                self._db.execute("ROLLBACK")
+            raise
+
+
+LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
+
+
+class CacheDir:
+    """One store's cache directory, locked for the lifetime of one daemon."""
+
+    def __init__(self, root: Path, store_id: str) -> None:
+        self.root = root
+        try:
+            # Unpushed bytes and pulled contents live here: private to the mounting user,
+            # whatever the mount itself shows to others.
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(root, 0o700)
+            self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise ConfigError(f"cannot use cache directory {root}: {e.strerror}") from e
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise ConfigError(
+                f"cache directory {root} is in use by another memfs daemon; "
+                "give each mount its own --cache-dir"
+            ) from None
+        self.objects = ObjectStore(root / "objects")
+        self.conflicts = root / "conflicts"
+        self.journal = Journal(root / "journal.sqlite")
+        self.objects.evicted = self.journal.evicted()
+        known = self.journal.get_meta("memory_store_id")
+        if known is None:
+            self.journal.set_meta("memory_store_id", store_id)
+        elif known != store_id:
+            self.close()
+            raise ConfigError(
+                f"cache directory {root} belongs to store {known}, not {store_id}"
+            )
+
+    def never_synced(self) -> bool:
+        """No start ever merged the store's listing here, and nothing is journaled."""
+        return self.journal.get_meta(LISTED_META) is None and self.journal.is_empty()
+
+    def mark_listed(self, at: str) -> None:
+        """A start merged the store's listing: this cache can serve an offline start."""
+        self.journal.set_meta(LISTED_META, at)
+
+    def save_conflict(self, path: str, data: bytes) -> Path:
+        """Keep the losing bytes of a conflict; returns where they are."""
+        self.conflicts.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        flat = path.strip("/").replace("/", "__")
+        if len(flat.encode()) > 180:  # a memory path may be 1,024 bytes; a file name 255
+            tail = flat.encode()[-120:].decode("utf-8", "ignore")
+            flat = f"{sha256_hex(path.encode())[:16]}-{tail}"
+        target = self.conflicts / f"{stamp}-{flat}"
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.conflicts / f"{stamp}-{n}-{flat}"
+        tmp = target.with_name("." + target.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        return target
+
+    def close(self) -> None:
+        self.journal.close()
+        os.close(self._lock_fd)

@@ -1,0 +1,150 @@
+"""A node of the namespace: a file, a directory or the marker, and the rules for names.
+
+Plain data: `Node` carries what the kernel, the journal and the sync engine know of
+one entry. Only `StoreState` (memfs/state/store_state.py) and its sync half (memfs/state/records.py)
+write its fields; the inode table (`Tree`, memfs/state/tree.py) counts its lookups. The
+checks here turn a name from the kernel into one the API accepts, or an errno.
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+from enum import Enum
+from typing import TYPE_CHECKING, Literal
+
+from memfs.errors import FsError
+from memfs.paths import (
+    MAX_PATH_BYTES,
+    MAX_PATH_SEGMENTS,
+    NAME_MAX,
+    PathRejected,
+    check_segment,
+    sha256_hex,
+)
+
+if TYPE_CHECKING:
+    from memfs.state.store_state import StoreState
+
+# A file's sync state, as xattrs (`user.memfs.state.store_state`), status and history show it.
+FileState = Literal["clean", "dirty", "refused", "conflict", "pending-delete"]
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+
+class Kind(Enum):
+    DIR = "dir"
+    FILE = "file"
+    MARKER = "marker"
+
+
+class Node:
+    """A file, directory or the marker. File fields are unused on directories."""
+
+    __slots__ = (
+        "atime_ns", "base_path", "base_sha", "children", "conflict", "ctime_ns", "data",
+        "dirty", "dirty_since", "entry_id", "ino", "kind", "linked", "lookups", "memory_id",
+        "mode", "mtime_ns", "name", "open_handles", "open_writers", "parent",
+        "refused_sha", "refused_why", "sent_path", "sent_sha", "sha", "size", "store",
+        "version",
+    )
+
+    def __init__(self, ino: int, kind: Kind, name: str, parent: Node | None,
+                 store: StoreState | None, mode: int, mtime_ns: int) -> None:
+        self.ino = ino
+        self.kind = kind
+        self.name = name
+        self.parent = parent
+        self.store = store
+        self.children: dict[str, Node] | None = {} if kind is Kind.DIR else None
+        self.mode = mode
+        self.mtime_ns = self.ctime_ns = self.atime_ns = mtime_ns
+        self.entry_id: int | None = None
+        self.data: bytearray | None = None   # authoritative content when set
+        self.sha: str | None = None          # content sha when `data` is None
+        self.size = 0
+        self.dirty = False
+        self.dirty_since: float | None = None
+        self.memory_id: str | None = None
+        self.base_sha: str | None = None
+        self.base_path: str | None = None
+        self.sent_sha: str | None = None
+        self.sent_path: str | None = None
+        self.refused_sha: str | None = None
+        self.refused_why: str | None = None
+        self.conflict: str | None = None
+        self.version = 0
+        self.lookups = 0
+        self.open_handles = 0
+        self.open_writers = 0
+        self.linked = True
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind is Kind.DIR
+
+    def state_name(self) -> FileState:
+        """The sync state shown in xattrs and status."""
+        if self.kind is not Kind.FILE:
+            return "clean"
+        if not self.linked:
+            return "pending-delete"
+        if self.refused_sha is not None and self.refused_sha == self.current_sha():
+            return "refused"
+        if self.dirty or (self.base_path is not None and self.base_path != self.store_path()):
+            return "dirty"
+        if self.memory_id is None:
+            return "dirty"
+        if self.conflict:
+            return "conflict"
+        return "clean"
+
+    def current_sha(self) -> str | None:
+        if self.data is not None:
+            return sha256_hex(bytes(self.data))
+        return self.sha
+
+    def store_path(self) -> str:
+        """Path inside the node's store, as the API names it ('/a/b.md')."""
+        parts: list[str] = []
+        node: Node | None = self
+        while node is not None and node.store is not None and node is not node.store.root:
+            parts.append(node.name)
+            node = node.parent
+        return "/" + "/".join(reversed(parts))
+
+
+def check_length(raw: bytes) -> None:
+    """NAME_MAX, as on any local filesystem (the API itself allows 1,023 bytes)."""
+    if len(raw) > NAME_MAX:
+        raise FsError(errno.ENAMETOOLONG, f"file name is longer than {NAME_MAX} bytes")
+
+
+def check_name(raw: bytes) -> str:
+    """Decode a name from the kernel and apply the API's segment rules."""
+    check_length(raw)
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FsError(errno.EINVAL, "file name is not UTF-8") from None
+    try:
+        check_segment(name)
+    except PathRejected as e:
+        raise FsError(errno.ENAMETOOLONG if e.too_long else errno.EINVAL, e.reason) from None
+    return name
+
+
+def check_depth(path: str, *, is_dir: bool) -> None:
+    """Refuse a path the API could never store: too long, or too deep."""
+    segments = path.count("/")
+    if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+        raise FsError(errno.ENAMETOOLONG, "path is longer than 1024 bytes")
+    # A directory at the last allowed depth could hold nothing the API accepts.
+    if segments > MAX_PATH_SEGMENTS or (is_dir and segments >= MAX_PATH_SEGMENTS):
+        raise FsError(errno.ENAMETOOLONG, f"path is deeper than {MAX_PATH_SEGMENTS} segments")
+
+
+def stat_mode(node: Node) -> int:
+    if node.is_dir:
+        return stat.S_IFDIR | node.mode
+    return stat.S_IFREG | node.mode

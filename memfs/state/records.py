@@ -1,0 +1,321 @@
+"""The sync half of `StoreState`: every change a pass makes to nodes and the journal.
+
+`StoreState` (memfs/state/store_state.py) inherits these methods, so it stays the only writer of a
+store's nodes and of its journal: the FUSE side changes files through state.py's
+methods, the sync engine records what the store said through these. Each method changes
+the node and its journal row together and never awaits (invariant 1 of
+docs/concurrency.md): between two of them the tree and the journal agree.
+
+Decisions (what to pull, what won a conflict, what to log) stay in memfs/sync/engine.py; only
+the bookkeeping is here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from memfs.paths import RemoteMemory
+
+if TYPE_CHECKING:
+    from memfs.state.cache import CacheDir, EntryFields, Journal, ObjectStore
+    from memfs.state.node import Node
+    from memfs.state.tree import Tree
+
+# (parent inode, name) pairs whose kernel dentries a batch must invalidate.
+Entries = list[tuple[int, str]]
+
+
+class SyncRecords:
+    """Bookkeeping of sync results; mixed into `StoreState`, which owns the fields."""
+
+    tree: Tree
+    cache: CacheDir
+    journal: Journal
+    objects: ObjectStore
+    by_memory: dict[str, Node]
+    tombstones: dict[str, Node]
+    generation: int
+
+    if TYPE_CHECKING:
+        def adopt_identity(self, node: Node, memory_id: str, base_sha: str | None,
+                           base_path: str | None, sent_sha: str | None = None) -> None: ...
+
+        def bury(self, node: Node) -> None: ...
+
+        def new_file(self, parent: Node, name: str) -> Node: ...
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One journal transaction for many records (a cold start lands thousands)."""
+        with self.journal.transaction():
+            yield
+
+    def note_change(self) -> None:
+        """Something the next pass must look at changed: it lists the store again
+        instead of taking the idle shortcut (StoreSync._idle compares generations)."""
+        self.generation += 1
+
+    def checkpoint(self) -> None:
+        """Fold the journal's write-ahead log back (after a large write is closed)."""
+        self.journal.checkpoint()
+
+    # -- open files -----------------------------------------------------------------
+    def opened(self, node: Node, *, writing: bool) -> None:
+        """A handle on `node`: while one is open, its bytes stay in RAM (`make_clean`)."""
+        node.open_handles += 1
+        if writing:
+            node.open_writers += 1
+
+    def closed(self, node: Node, *, writing: bool) -> None:
+        node.open_handles -= 1
+        if writing:
+            node.open_writers -= 1
+        if (node.open_handles == 0 and not node.dirty and node.data is not None
+                and node.sha is not None):
+            node.data = None  # clean content lives in the object store, not in RAM
+
+    # -- identities and baselines ---------------------------------------------------
+    def settle_sent(self, node: Node, r: RemoteMemory | None) -> None:
+        """An upload whose answer was lost counts as ours if the store shows its sha."""
+        if r is None or (node.sent_sha is None and node.sent_path is None):
+            return
+        changed: EntryFields = {}
+        if node.sent_sha is not None and r.content_sha256 == node.sent_sha:
+            node.base_sha = r.content_sha256
+            changed["base_sha"] = r.content_sha256
+            if node.linked and node.current_sha() == r.content_sha256:
+                node.dirty = False
+                changed["dirty"] = 0
+        if node.sent_path is not None and r.path == node.sent_path:
+            node.base_path = r.path
+            changed["base_path"] = r.path
+        node.sent_sha = node.sent_path = None
+        changed["sent_sha"] = changed["sent_path"] = None
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, **changed)
+
+    def mark_synced(self, node: Node, r: RemoteMemory) -> None:
+        """The file equals memory `r`: it takes `r`'s identity and is clean."""
+        if node.memory_id != r.id:
+            self.adopt_identity(node, r.id, r.content_sha256, r.path)
+        node.base_sha, node.base_path = r.content_sha256, r.path
+        self.make_clean(node, r.content_sha256)
+
+    def adopt_own_create(self, node: Node, r: RemoteMemory) -> None:
+        """Our own create whose answer was lost, edited since: the memory is ours."""
+        self.adopt_identity(node, r.id, r.content_sha256, r.path)
+        node.sent_sha = node.sent_path = None
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, sent_sha=None, sent_path=None)
+
+    def make_clean(self, node: Node, sha: str) -> None:
+        """Content equal to the baseline moves from the journal to the object store."""
+        if node.data is not None:
+            self.objects.put(bytes(node.data), sha)
+            if node.open_handles == 0:
+                node.data = None
+        node.sha = sha
+        node.dirty = False
+        node.dirty_since = None
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, sha=sha, data=None, dirty=0,
+                                base_sha=node.base_sha, base_path=node.base_path,
+                                memory_id=node.memory_id, sent_sha=None, sent_path=None)
+
+    def forget_identity(self, node: Node) -> None:
+        """The file is no memory any more: the next pass creates it anew."""
+        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
+            del self.by_memory[node.memory_id]
+        node.memory_id = node.base_sha = node.base_path = None
+        node.sent_sha = node.sent_path = None
+        node.dirty = True
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, memory_id=None, base_sha=None,
+                                base_path=None, sent_sha=None, sent_path=None, dirty=1)
+
+    def set_base_path(self, node: Node, path: str) -> None:
+        """The store now has the memory at `path` (a merged move, a memory parked)."""
+        node.base_path = path
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, base_path=path)
+
+    # -- tombstones -----------------------------------------------------------------
+    def drop_tombstone(self, tomb: Node) -> None:
+        if tomb.memory_id is not None and self.tombstones.get(tomb.memory_id) is tomb:
+            del self.tombstones[tomb.memory_id]
+        if tomb.entry_id is not None:
+            self.journal.delete(tomb.entry_id)
+            tomb.entry_id = None
+
+    def continue_memory(self, tomb: Node, node: Node) -> None:
+        """A new file where a deleted memory was (vim's save) continues that memory."""
+        assert tomb.memory_id is not None
+        self.drop_tombstone(tomb)
+        self.adopt_identity(node, tomb.memory_id, tomb.base_sha, tomb.base_path,
+                            tomb.sent_sha)
+
+    def bury_unlinked_create(self, node: Node, memory_id: str) -> None:
+        """A file unlinked during its own upload: the memory exists now, delete it later."""
+        self.by_memory.pop(memory_id, None)
+        self.bury(node)
+
+    # -- conflicts ------------------------------------------------------------------
+    def keep_conflict(self, node: Node, path: str, local: bytes) -> str:
+        """Save the local bytes a pull replaces in the conflicts area; the copy's path."""
+        copy = str(self.cache.save_conflict(path, local))
+        node.conflict = copy
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, conflict=copy)
+        return copy
+
+    def clear_conflict(self, node: Node) -> None:
+        """The file no longer names a conflict copy (it was dropped)."""
+        node.conflict = None
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, conflict=None)
+
+    # -- the shape of the tree --------------------------------------------------------
+    def detach(self, node: Node, entries: Entries) -> None:
+        """Take a file out of its directory for a moment (it is re-placed before any await)."""
+        assert node.parent is not None and node.parent.children is not None
+        entries.append((node.parent.ino, node.name))
+        del node.parent.children[node.name]
+        if node.entry_id is not None:  # a unique placeholder: paths are UNIQUE
+            self.journal.update(node.entry_id, path=f"\0{node.entry_id}")
+
+    def reattach(self, node: Node) -> None:
+        """Put a detached file back where it was, or drop it (its content is safe)."""
+        parent = node.parent
+        assert parent is not None and parent.children is not None
+        if node.name not in parent.children:
+            parent.children[node.name] = node
+            self.tree.negatives.appeared(parent.ino, node.name)
+            self.tree.listing_changed(parent)
+            if node.entry_id is not None:
+                self.journal.update(node.entry_id, path=node.store_path())
+            return
+        # Its old name was taken meanwhile: the store has it elsewhere; the next pass
+        # brings it back as a new arrival. A dirty file's bytes were kept as a conflict.
+        node.linked = False
+        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
+            del self.by_memory[node.memory_id]
+        if node.entry_id is not None:
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
+        self.tree.maybe_drop(node)
+
+    def remove_empty_dir(self, node: Node, entries: Entries) -> None:
+        assert node.parent is not None and node.parent.children is not None
+        entries.append((node.parent.ino, node.name))
+        del node.parent.children[node.name]
+        node.linked = False
+        if node.entry_id is not None:
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
+        self.tree.maybe_drop(node)
+
+    def place(self, node: Node, parent: Node, name: str, entries: Entries) -> None:
+        """Link a linked (or detached) file as `parent/name`, journal included."""
+        old = node.parent
+        assert old is not None and old.children is not None and parent.children is not None
+        if old.children.get(node.name) is node:
+            if old is parent and node.name == name:
+                return
+            entries.append((old.ino, node.name))
+            del old.children[node.name]
+        node.parent = parent
+        node.name = name
+        parent.children[name] = node
+        self.tree.negatives.appeared(parent.ino, name)
+        self.tree.listing_changed(parent)
+        node.ctime_ns = time.time_ns()
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, path=node.store_path())
+
+    # -- content from the store -------------------------------------------------------
+    def take_content(self, node: Node, r: RemoteMemory, inodes: list[int]) -> None:
+        """Remote content into a file that keeps its local path (a merged pull)."""
+        node.base_sha = r.content_sha256
+        node.data = None
+        node.sha = r.content_sha256
+        node.size = r.content_size_bytes
+        node.mtime_ns = node.ctime_ns = time.time_ns()
+        node.dirty = False
+        node.dirty_since = None
+        node.version += 1
+        inodes.append(node.ino)
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, base_sha=r.content_sha256,
+                                sha=r.content_sha256, data=None, dirty=0)
+
+    def land(self, r: RemoteMemory, node: Node | None, parent: Node, name: str,
+             inodes: list[int]) -> Node:
+        """Make `parent/name` show remote memory `r` (content, identity); `node`, if
+        given, is already placed there. Returns the file."""
+        fresh = node is None
+        if node is None:
+            node = self.new_file(parent, name)
+        if node.memory_id is not None and node.memory_id != r.id:
+            self.by_memory.pop(node.memory_id, None)
+        node.memory_id = r.id
+        self.by_memory[r.id] = node
+        node.base_sha, node.base_path = r.content_sha256, r.path
+        if node.sha != r.content_sha256 or node.data is not None:
+            node.data = None
+            node.sha = r.content_sha256
+            node.size = r.content_size_bytes
+            node.mtime_ns = node.ctime_ns = time.time_ns()
+            if not fresh:  # the kernel cannot have cached a node it never saw
+                inodes.append(node.ino)
+        node.dirty = False
+        node.dirty_since = None
+        node.version += 1
+        node.sent_sha = node.sent_path = None
+        if fresh:  # one insert with every field (a cold start lands thousands)
+            node.entry_id = self.journal.insert(
+                path=r.path, kind="file", mode=node.mode, mtime_ns=node.mtime_ns,
+                memory_id=r.id, base_sha=r.content_sha256, base_path=r.path,
+                sha=r.content_sha256, dirty=0)
+        elif node.entry_id is not None:
+            self.journal.update(node.entry_id, memory_id=r.id, base_sha=r.content_sha256,
+                                base_path=r.path, sha=r.content_sha256, data=None, dirty=0,
+                                sent_sha=None, sent_path=None, mtime_ns=node.mtime_ns)
+        return node
+
+    # -- uploads ----------------------------------------------------------------------
+    def record_sent(self, node: Node, sha: str | None, path: str | None) -> None:
+        """Before an upload: what it sends, so a lost answer can be settled (settle_sent)."""
+        node.sent_sha, node.sent_path = sha, path
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, sent_sha=sha, sent_path=path)
+
+    def record_pushed(self, node: Node, sha: str, path: str, version: int, *,
+                      base_sha: str | None = None, base_path: str | None = None) -> None:
+        """After an upload the store accepted: the new baseline (`base_*`, when given),
+        and clean if the file did not change meanwhile (same version, path, linked)."""
+        if base_sha is not None:
+            node.base_sha = base_sha
+        if base_path is not None:
+            node.base_path = base_path
+        node.sent_sha = node.sent_path = None
+        if node.version == version and node.store_path() == path and node.linked:
+            if node.conflict is not None:  # a new local edit reached the store: resolved
+                node.conflict = None
+                if node.entry_id is not None:
+                    self.journal.update(node.entry_id, conflict=None)
+            self.make_clean(node, sha)
+        elif node.entry_id is not None:
+            self.journal.update(node.entry_id, base_sha=node.base_sha,
+                                base_path=node.base_path, sent_sha=None, sent_path=None)
+
+    def refuse(self, node: Node, sha: str, why: str) -> None:
+        """The store rejected this content (400/413): held back until it changes."""
+        node.refused_sha = sha
+        node.refused_why = why
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, refused_sha=sha, refused_why=why,
+                                sent_sha=None, sent_path=None)
+        node.sent_sha = node.sent_path = None

@@ -1,0 +1,586 @@
+"""Each store's local state behind the mount, kept in step with its journal.
+
+`StoreState` owns one store's subtree and keeps its journal in step with it: every
+mutation here writes the journal before returning, so the caller (a FUSE handler) can
+acknowledge the system call knowing a `kill -9` loses nothing.
+
+Synchronous and free of network I/O: FUSE handlers call in, the sync task calls in,
+and code between two awaits is atomic, so no locks are needed (see
+docs/concurrency.md). Each file carries a `version` that moves on every local change;
+the sync task uploads a snapshot and marks the file clean only if the version has not
+moved meanwhile.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from memfs.errors import FsError
+from memfs.paths import (
+    LOCAL_ONLY_MAX_BYTES,
+    MARKER_NAME,
+    MAX_CONTENT_BYTES,
+    join,
+    marker_content,
+    sha256_hex,
+)
+from memfs.state.cache import CacheDir, EntryFields, EntryRow
+from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, check_depth
+from memfs.state.records import SyncRecords
+from memfs.state.tree import Tree
+
+# The logger keeps the name it had when this code lived in memfs/state/tree.py: log lines
+# name it, and they do not change.
+log = logging.getLogger("memfs.tree")
+
+
+@dataclass(frozen=True)
+class StateStatistics:
+    """Counts over one store's files, read in one walk (`StoreState.statistics`)."""
+
+    memories: int  # linked files
+    bytes: int  # their sizes, summed
+    dirty: int  # files in state "dirty", excluded (local-only) names included
+    refused: int
+    conflicts: int  # files that name a conflict copy
+    pending_deletes: int  # tombstones
+
+
+class StoreState(SyncRecords):
+    """One store's subtree, its journal and its content, kept in step.
+
+    The only writer of the store's nodes and journal: local changes through the methods
+    here, sync results through those of `SyncRecords` (memfs/state/records.py).
+    """
+
+    def __init__(self, tree: Tree, store_id: str, name: str, cache: CacheDir, *,
+                 read_only: bool, parent: Node | None = None) -> None:
+        self.tree = tree
+        self.store_id = store_id
+        self.read_only = read_only
+        self.cache = cache
+        self.journal = cache.journal
+        self.objects = cache.objects
+        self.by_memory: dict[str, Node] = {}     # linked files with a memory id
+        self.tombstones: dict[str, Node] = {}    # unlinked files with a memory id
+        now = time.time_ns()
+        if parent is None:
+            self.root = tree.root
+            tree.root.store = self
+        else:
+            self.root = tree.new_node(Kind.DIR, name, parent, self, DIR_MODE, now)
+        self.marker = tree.new_node(Kind.MARKER, MARKER_NAME, self.root, self, 0o444, now)
+        marker = marker_content(store_id)
+        self.marker.data = bytearray(marker)
+        self.marker.size = len(marker)
+        self.marker_bytes = marker
+        # Bumped by every local change a pass may have to push (the idle-pass shortcut).
+        self.generation = 0
+        # Names the sync never pushes (editor swap files...; StoreSync sets its rules):
+        # such files are not memories, so the content rules do not apply to them.
+        self.local_only: Callable[[str], bool] = _nothing_local
+
+    # -- loading ------------------------------------------------------------------
+    def load_journal(self) -> int:
+        """Rebuild the subtree from the journal; returns how many rows were loaded."""
+        count = 0
+        for row in self.journal.rows():
+            count += 1
+            if row.path is None:
+                node = self._node_from_row(row, None)
+                node.linked = False
+                if row.memory_id:
+                    self.tombstones[row.memory_id] = node
+                continue
+            parent = self.ensure_dirs(row.path.rsplit("/", 1)[0] or "/", journal=False)
+            name = row.path.rsplit("/", 1)[1]
+            if row.kind == "dir":
+                existing = parent.children.get(name) if parent.children else None
+                if existing is not None and existing.is_dir:
+                    existing.entry_id = row.entry_id
+                    existing.mode = row.mode
+                    continue
+            self._node_from_row(row, parent)
+        return count
+
+    def _node_from_row(self, row: EntryRow, parent: Node | None) -> Node:
+        kind = Kind.DIR if row.kind == "dir" else Kind.FILE
+        name = row.path.rsplit("/", 1)[1] if row.path else ""
+        node = self.tree.new_node(kind, name, parent, self, row.mode, row.mtime_ns)
+        node.entry_id = row.entry_id
+        if kind is Kind.FILE:
+            node.memory_id = row.memory_id
+            node.base_sha = row.base_sha
+            node.base_path = row.base_path
+            node.sent_sha = row.sent_sha
+            node.sent_path = row.sent_path
+            node.refused_sha = row.refused_sha
+            node.refused_why = row.refused_why
+            node.conflict = row.conflict
+            node.dirty = row.dirty
+            if row.data is not None:
+                node.data = bytearray(row.data)
+                node.size = len(row.data)
+            else:
+                node.sha = row.sha
+                node.size = self._size_of(row.sha)
+            if node.dirty:
+                node.dirty_since = time.monotonic()
+            if node.memory_id and parent is not None:
+                self.by_memory[node.memory_id] = node
+        return node
+
+    def _size_of(self, sha: str | None) -> int:
+        if sha is None:
+            return 0
+        data = self.objects.get(sha, touch=False)
+        if data is None:  # evicted by the collector, or not downloaded yet
+            return self.objects.evicted.get(sha, 0)
+        return len(data)
+
+    def ensure_dirs(self, path: str, *, journal: bool = True) -> Node:
+        """The directory at `path`, creating missing ones (implied by memory paths)."""
+        node = self.root
+        if path == "/":
+            return node
+        for name in path[1:].split("/"):
+            assert node.children is not None
+            child = node.children.get(name)
+            if child is None:
+                now = time.time_ns()
+                child = self.tree.new_node(Kind.DIR, name, node, self, self.dir_mode(), now)
+                if journal:
+                    child.entry_id = self.journal.insert(
+                        path=child.store_path(), kind="dir", mode=child.mode, mtime_ns=now
+                    )
+            elif not child.is_dir:
+                raise FsError(errno.ENOTDIR, f"{child.store_path()} is a file")
+            node = child
+        return node
+
+    def dir_mode(self) -> int:
+        return 0o555 if self.read_only else DIR_MODE
+
+    def node_at(self, path: str) -> Node | None:
+        """The linked node at store path `path`, if any."""
+        node = self.root
+        for name in path[1:].split("/"):
+            if node.children is None:
+                return None
+            child = node.children.get(name)
+            if child is None:
+                return None
+            node = child
+        return node
+
+    def set_local_only(self, rule: Callable[[str], bool]) -> None:
+        """Names the sync never pushes (its excludes): not memories, no content rules."""
+        self.local_only = rule
+
+    def new_file(self, parent: Node, name: str) -> Node:
+        """A file node arriving from the store (its journal row is the caller's)."""
+        return self.tree.new_node(Kind.FILE, name, parent, self, self.file_mode(),
+                                  time.time_ns())
+
+    def file_mode(self) -> int:
+        return 0o444 if self.read_only else FILE_MODE
+
+    # -- reading ------------------------------------------------------------------
+    def content(self, node: Node) -> bytes | None:
+        """The node's bytes, or None while they are still on their way from the store."""
+        if node.data is not None:
+            return bytes(node.data)
+        if node.sha is None:
+            return b""
+        return self.objects.get(node.sha)
+
+    def walk_files(self, node: Node | None = None) -> Iterator[Node]:
+        stack = [node or self.root]
+        while stack:
+            cur = stack.pop()
+            if cur.children is None:
+                continue
+            for child in cur.children.values():
+                if child.kind is Kind.FILE:
+                    yield child
+                elif child.is_dir:
+                    stack.append(child)
+
+    # -- local mutations (called by FUSE handlers; policy already applied) ----------
+    def writable(self) -> None:
+        if self.read_only:
+            raise FsError(errno.EROFS, "read-only memory store")
+
+    def create_file(self, parent: Node, name: str, mode: int) -> Node:
+        self.generation += 1
+        self.writable()
+        path = join(parent.store_path(), name)
+        check_depth(path, is_dir=False)
+        now = time.time_ns()
+        mode = (mode & 0o777) | 0o600
+        # The row first: a create the journal cannot hold (a full disk) leaves nothing.
+        entry_id = self.journal.insert(path=path, kind="file", mode=mode, mtime_ns=now,
+                                       data=b"", dirty=1)
+        node = self.tree.new_node(Kind.FILE, name, parent, self, mode, now)
+        node.entry_id = entry_id
+        node.data = bytearray()
+        node.dirty = True
+        node.dirty_since = time.monotonic()
+        self._touch_dir(parent, now)
+        return node
+
+    def mkdir(self, parent: Node, name: str, mode: int) -> Node:
+        self.generation += 1
+        self.writable()
+        path = join(parent.store_path(), name)
+        check_depth(path, is_dir=True)
+        now = time.time_ns()
+        mode = (mode & 0o777) | 0o700
+        entry_id = self.journal.insert(path=path, kind="dir", mode=mode, mtime_ns=now)
+        node = self.tree.new_node(Kind.DIR, name, parent, self, mode, now)
+        node.entry_id = entry_id
+        self._touch_dir(parent, now)
+        return node
+
+    def load_for_write(self, node: Node) -> bytearray:
+        """Make the node's content authoritative in memory before a change."""
+        if node.data is None:
+            content = self.content(node)
+            if content is None:
+                raise FsError(errno.EIO, "content not yet downloaded")
+            node.data = bytearray(content)
+        return node.data
+
+    def size_limit(self, node: Node) -> int:
+        """Memories hold 100 KiB; a local-only file (a swap file) may be larger."""
+        return LOCAL_ONLY_MAX_BYTES if self.local_only(node.name) else MAX_CONTENT_BYTES
+
+    def write(self, node: Node, offset: int, buf: bytes) -> int:
+        self.writable()
+        end = offset + len(buf)
+        limit = self.size_limit(node)
+        if end > limit:
+            self.refuse_write(node, f"a write past {limit} bytes was refused (File too large)")
+            raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
+        data = bytearray(self.load_for_write(node))
+        if offset > len(data):
+            data.extend(b"\0" * (offset - len(data)))  # a sparse write reads back as zeros
+        data[offset:end] = buf
+        try:
+            self._changed(node, data)
+        except OSError as e:  # the cache disk (ENOSPC): the write did not happen
+            self.refuse_write(node, f"a write was refused ({os.strerror(e.errno or 0)})")
+            raise
+        return len(buf)
+
+    def refuse_write(self, node: Node, why: str) -> None:
+        """Hold back what a refused write left behind (nothing, or a partial copy).
+
+        The file keeps its bytes locally but is not pushed (state `refused`) until a
+        write or truncate succeeds: the store never receives content that exists only
+        because a write was refused (`cp big.txt DIR/` leaves an empty file).
+        """
+        if node.kind is not Kind.FILE or self.local_only(node.name) or not node.dirty:
+            return  # a clean file is what the store already has: nothing to hold back
+        sha = node.current_sha()
+        if node.refused_sha == sha and node.refused_why == why:
+            return
+        node.refused_sha, node.refused_why = sha, why
+        if node.entry_id is not None:
+            try:
+                self.journal.update(node.entry_id, refused_sha=sha, refused_why=why)
+            except OSError:
+                pass  # a full cache disk: held back in memory, for this daemon's life
+        log.warning("a write was refused, so the file is held back from the store until a "
+                    "write or truncate succeeds memory_store_id=%s path=%s why=%s",
+                    self.store_id, node.store_path(), why)
+
+    def truncate(self, node: Node, size: int) -> None:
+        self.writable()
+        limit = self.size_limit(node)
+        if size > limit:
+            raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
+        data = bytearray() if node.data is None and size == 0 else \
+            bytearray(self.load_for_write(node))
+        if size < len(data):
+            del data[size:]
+        else:
+            data.extend(b"\0" * (size - len(data)))
+        self._changed(node, data)
+
+    def _changed(self, node: Node, data: bytearray) -> None:
+        """Install `data` as the node's content, journal first: a change the journal
+        cannot hold (a full cache disk) changes nothing. A successful change ends a
+        refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
+        close."""
+        now = time.time_ns()
+        fields: EntryFields = {"data": bytes(data), "dirty": 1, "sha": None,
+                               "mtime_ns": now}
+        if node.refused_sha is not None:
+            fields["refused_sha"] = fields["refused_why"] = None
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, **fields)
+        self.generation += 1
+        node.data = data
+        node.refused_sha = node.refused_why = None
+        node.size = len(data)
+        node.mtime_ns = node.ctime_ns = now
+        node.version += 1
+        node.sha = None
+        if not node.dirty:
+            node.dirty = True
+            node.dirty_since = time.monotonic()
+
+    def set_mode(self, node: Node, mode: int) -> None:
+        self.writable()
+        node.mode = mode & 0o7777
+        node.ctime_ns = time.time_ns()
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, mode=node.mode)
+
+    def set_times(self, node: Node, atime_ns: int | None, mtime_ns: int | None) -> None:
+        self.writable()
+        if atime_ns is not None:
+            node.atime_ns = atime_ns
+        if mtime_ns is not None:
+            node.mtime_ns = mtime_ns
+            if node.entry_id is not None:
+                self.journal.update(node.entry_id, mtime_ns=mtime_ns)
+        node.ctime_ns = time.time_ns()
+
+    def unlink(self, parent: Node, name: str) -> Node:
+        self.writable()
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        if node.is_dir:
+            raise FsError(errno.EISDIR)
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file cannot be removed")
+        self.remove_file(node)
+        self._touch_dir(parent, time.time_ns())
+        return node
+
+    def remove_file(self, node: Node, *, local: bool = True) -> None:
+        """Unlink a file. A local unlink of a synced file leaves a tombstone the next pass
+        deletes; `local=False` (the store already deleted it) leaves nothing behind."""
+        assert node.parent is not None and node.parent.children is not None
+        del node.parent.children[node.name]
+        node.linked = False
+        synced = False
+        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
+            del self.by_memory[node.memory_id]
+            synced = True
+        if local:
+            self.generation += 1
+        if synced and local:
+            self.bury(node)
+        elif node.entry_id is not None:
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
+        self.tree.maybe_drop(node)
+
+    def bury(self, node: Node) -> None:
+        assert node.memory_id is not None
+        old = self.tombstones.get(node.memory_id)
+        if old is not None and old is not node and old.entry_id is not None:
+            self.journal.delete(old.entry_id)
+        self.tombstones[node.memory_id] = node
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, path=None)
+        else:  # unlinked before its memory existed: the tombstone needs its own row
+            node.entry_id = self.journal.insert(
+                path=None, kind="file", mode=node.mode, mtime_ns=node.mtime_ns,
+                memory_id=node.memory_id, base_sha=node.base_sha, base_path=node.base_path)
+
+    def rmdir(self, parent: Node, name: str) -> Node:
+        self.generation += 1
+        self.writable()
+        assert parent.children is not None
+        node = parent.children.get(name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        if not node.is_dir:
+            raise FsError(errno.ENOTDIR)
+        assert node.children is not None
+        if node.children:
+            raise FsError(errno.ENOTEMPTY)
+        del parent.children[name]
+        node.linked = False
+        if node.entry_id is not None:
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
+        self._touch_dir(parent, time.time_ns())
+        self.tree.maybe_drop(node)
+        return node
+
+    def rename(self, old_parent: Node, old_name: str, new_parent: Node, new_name: str,
+               *, noreplace: bool) -> Node | None:
+        """Move an entry; returns the node it replaced, if any.
+
+        Replacing a synced file with a new one (an editor's atomic save) hands the
+        replaced file's memory id to the new one, so the memory keeps its history.
+        """
+        self.generation += 1
+        self.writable()
+        assert old_parent.children is not None and new_parent.children is not None
+        node = old_parent.children.get(old_name)
+        if node is None:
+            raise FsError(errno.ENOENT)
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file cannot be renamed")
+        if node is new_parent or (node.is_dir and _is_ancestor(node, new_parent)):
+            raise FsError(errno.EINVAL, "cannot move a directory into itself")
+        target = new_parent.children.get(new_name)
+        if target is node:
+            return None
+        new_path = join(new_parent.store_path(), new_name)
+        check_depth(new_path, is_dir=node.is_dir)
+        if node.is_dir:
+            self._check_subtree_depth(node, new_path)
+        if target is not None:
+            if noreplace:
+                raise FsError(errno.EEXIST)
+            if target.kind is Kind.MARKER:
+                raise FsError(errno.EPERM, "the marker file cannot be replaced")
+            if target.is_dir and not node.is_dir:
+                raise FsError(errno.EISDIR)
+            if node.is_dir and not target.is_dir:
+                raise FsError(errno.ENOTDIR)
+            if target.is_dir:
+                assert target.children is not None
+                if target.children:
+                    raise FsError(errno.ENOTEMPTY)
+        now = time.time_ns()
+        with self.journal.transaction():
+            if target is not None:
+                if target.is_dir:
+                    self.rmdir(new_parent, new_name)
+                else:
+                    self._replace_file(node, target)
+            del old_parent.children[old_name]
+            node.name = new_name
+            node.parent = new_parent
+            new_parent.children[new_name] = node
+            self.tree.negatives.appeared(new_parent.ino, new_name)
+            node.ctime_ns = now
+            self._rejournal_paths(node)
+        self._touch_dir(old_parent, now)
+        self._touch_dir(new_parent, now)
+        return target
+
+    def _replace_file(self, node: Node, target: Node) -> None:
+        inherit = (node.kind is Kind.FILE and node.memory_id is None
+                   and target.memory_id is not None)
+        memory_id, base_sha, base_path = target.memory_id, target.base_sha, target.base_path
+        sent_sha = target.sent_sha
+        self.remove_file(target)
+        if inherit:
+            assert memory_id is not None
+            old = self.tombstones.pop(memory_id, None)
+            if old is not None and old.entry_id is not None:
+                self.journal.delete(old.entry_id)
+                old.entry_id = None
+            self.adopt_identity(node, memory_id, base_sha, base_path, sent_sha)
+
+    def adopt_identity(self, node: Node, memory_id: str, base_sha: str | None,
+                       base_path: str | None, sent_sha: str | None = None) -> None:
+        """Give a new local file an existing memory's identity (keeps id and history)."""
+        node.memory_id = memory_id
+        node.base_sha = base_sha
+        node.base_path = base_path
+        node.sent_sha = sent_sha
+        if node.linked:
+            self.by_memory[memory_id] = node
+        if not node.dirty and node.current_sha() != base_sha:
+            node.dirty = True
+            node.dirty_since = time.monotonic()
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, memory_id=memory_id, base_sha=base_sha,
+                                base_path=base_path, sent_sha=sent_sha,
+                                dirty=int(node.dirty))
+
+    def _check_subtree_depth(self, node: Node, new_path: str) -> None:
+        old_prefix = node.store_path()
+        for child in self._walk(node):
+            if child is node:
+                continue
+            check_depth(new_path + child.store_path()[len(old_prefix):], is_dir=child.is_dir)
+
+    def _walk(self, node: Node) -> Iterator[Node]:
+        stack = [node]
+        while stack:
+            cur = stack.pop()
+            yield cur
+            if cur.children:
+                stack.extend(cur.children.values())
+
+    def _rejournal_paths(self, node: Node) -> None:
+        changes: list[tuple[int, EntryFields]] = []
+        for cur in self._walk(node):
+            if cur.entry_id is not None:
+                # Two-step to dodge transient UNIQUE collisions inside the subtree.
+                changes.append((cur.entry_id, {"path": f"\0{cur.entry_id}"}))
+        for cur in self._walk(node):
+            if cur.entry_id is not None:
+                changes.append((cur.entry_id, {"path": cur.store_path()}))
+        for entry_id, fields in changes:
+            self.journal.update(entry_id, **fields)
+
+    def _touch_dir(self, node: Node, now: int) -> None:
+        node.mtime_ns = node.ctime_ns = now
+
+    # -- validation of what a handler flushes ---------------------------------------
+    def check_utf8(self, node: Node) -> None:
+        """Refuse (EILSEQ) and hold back content the store could never accept.
+
+        A local-only file is never pushed, so it may hold anything: the check runs
+        again (at push time) if it is renamed to a name that is synced.
+        """
+        if node.kind is not Kind.FILE or node.data is None or self.local_only(node.name):
+            return
+        try:
+            bytes(node.data).decode("utf-8")
+        except UnicodeDecodeError:
+            sha = sha256_hex(bytes(node.data))
+            if node.refused_sha != sha:
+                node.refused_sha = sha
+                node.refused_why = "content is not valid UTF-8"
+                if node.entry_id is not None:
+                    self.journal.update(node.entry_id, refused_sha=sha,
+                                        refused_why=node.refused_why)
+                log.warning(
+                    "the file is not valid UTF-8, so it stays un-synced until its content "
+                    "changes memory_store_id=%s path=%s", self.store_id, node.store_path())
+            raise FsError(errno.EILSEQ, "content is not valid UTF-8") from None
+
+    def statistics(self) -> StateStatistics:
+        files = dirty = refused = conflicts = total = 0
+        for node in self.walk_files():
+            files += 1
+            total += node.size
+            state = node.state_name()
+            dirty += state == "dirty"
+            refused += state == "refused"
+            conflicts += node.conflict is not None
+        return StateStatistics(memories=files, bytes=total, dirty=dirty, refused=refused,
+                               conflicts=conflicts, pending_deletes=len(self.tombstones))
+
+
+def _nothing_local(name: str) -> bool:
+    return False
+
+
+def _is_ancestor(node: Node, other: Node) -> bool:
+    cur: Node | None = other
+    while cur is not None:
+        if cur is node:
+            return True
+        cur = cur.parent
+    return False

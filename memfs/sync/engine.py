@@ -1,0 +1,453 @@
+"""The sync engine: one `StoreSync` per store decides what to pull and push.
+
+A pass lists the store (basic view: shas and paths, no content), compares every file
+with its baseline (the memory id, sha and path at the last successful sync), pulls
+what changed remotely, and pushes what changed locally. The store wins every conflict,
+and the losing local bytes are kept in the cache's conflicts area. See docs/sync.md for
+the state machine and every log line.
+
+Only this task talks to the store for a mount. Between two awaits it mutates the tree
+atomically; after every await it re-checks what it decided on, because FUSE handlers
+may have changed the file meanwhile (invariants 1 and 3 in docs/concurrency.md).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from memfs import metrics
+from memfs.audit import Trail
+from memfs.config import DEFAULT_EXCLUDES, DeletionMode
+from memfs.errors import (
+    NotFound,
+    Rejected,
+    StoreError,
+    StoreUnavailable,
+)
+from memfs.logs import rfc3339
+from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
+from memfs.state import cachegc
+from memfs.state.node import Node
+from memfs.state.store_state import StoreState
+from memfs.store.client import StoreClient
+from memfs.sync.fetcher import ContentFetcher
+from memfs.sync.landing import Lander
+from memfs.sync.notify import Notifier
+from memfs.sync.plan import ConflictCopy, PassResult, Planner
+from memfs.sync.progress import Tracker
+from memfs.sync.pusher import Pusher
+
+log = logging.getLogger("memfs.sync")
+
+# An idle pass asks only for the store's newest version; every this many passes it lists
+# the whole store anyway, as a guard against a server that changed without a version.
+FULL_LISTING_EVERY = 20
+# The object cache is collected at start and this often (memfs/state/cachegc.py).
+GC_EVERY = 600.0
+
+
+@dataclass(frozen=True)
+class RefusedFile:
+    """A file the store refused, held back until its content changes."""
+
+    path: str
+    why: str
+
+
+@dataclass(frozen=True)
+class SyncStatistics:
+    """One store as `memfs status` and the metrics see it (`StoreSync.statistics`).
+
+    The JSON of `status --json`, `sync --json` and the control socket is `as_json()`:
+    the one place these fields become keys.
+    """
+
+    memories: int
+    bytes: int
+    dirty: int  # changed files waiting to be pushed (excluded, local-only ones not counted)
+    refused: int
+    conflicts: int
+    pending_deletes: int
+    missing_content: int
+    offline: bool
+    conflict_copies: tuple[ConflictCopy, ...]  # every copy kept since the mount started
+    refused_files: tuple[RefusedFile, ...]
+    dirty_files: tuple[str, ...]
+    excluded: int  # dirty files with an excluded (local-only) name
+    pending_delete_paths: tuple[str | None, ...]
+    last_pass: PassResult | None
+    next_pass_at: float | None  # time.time()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "memories": self.memories, "bytes": self.bytes, "dirty": self.dirty,
+            "refused": self.refused, "conflicts": self.conflicts,
+            "pending_deletes": self.pending_deletes,
+            "missing_content": self.missing_content, "offline": self.offline,
+            "conflict_copies": [c.as_json() for c in self.conflict_copies],
+            "refused_files": [{"path": r.path, "why": r.why} for r in self.refused_files],
+            "dirty_files": list(self.dirty_files), "excluded": self.excluded,
+            "pending_delete_paths": list(self.pending_delete_paths),
+            "last_pass": self.last_pass.to_json() if self.last_pass else None,
+            "next_pass_at": rfc3339(self.next_pass_at) if self.next_pass_at else None,
+        }
+
+
+class StoreSync:
+    """Keeps one store's subtree and the store itself in step."""
+
+    def __init__(self, state: StoreState, client: StoreClient, notifier: Notifier, *,
+                 interval: float = 15.0, deletions: DeletionMode = "enabled",
+                 excludes: Iterable[str] = DEFAULT_EXCLUDES, fetch_concurrency: int = 16,
+                 push_concurrency: int = 8, flush_timeout: float = 30.0,
+                 cache_max_bytes: int | None = None, trail: Trail | None = None) -> None:
+        self.state = state
+        # The audit trail (memfs/audit.py): what became of each local change; one
+        # for the engine's parts, the daemon's (a no-op trail when none is given).
+        self.trail = trail if trail is not None else Trail()
+        self.client = client
+        self.notifier = notifier
+        self.interval = interval
+        self.flush_timeout = flush_timeout
+        self.cache_max_bytes = cache_max_bytes
+        self.excludes = tuple(excludes)
+        # One compiled pattern: an idle pass checks every file name against it.
+        self._exclude_re = re.compile("|".join(
+            f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
+        state.set_local_only(self._excluded_name)
+        self.fetcher = ContentFetcher(state, client, concurrency=fetch_concurrency)
+        self.planner = Planner(state, self.trail, excluded=self._excluded)
+        self.lander = Lander(state, notifier, self.trail)
+        self.progress = Tracker()  # what the running pass is doing (memfs/sync/progress.py)
+        self.pusher = Pusher(state, client, self.lander, self.fetcher, self.progress,
+                             self.trail, concurrency=push_concurrency,
+                             deletions=deletions)
+        self.store_id = state.store_id
+        self.last_pass: PassResult | None = None
+        self.next_pass_at: float | None = None
+        self.offline = False  # the last pass could not reach the store (or none yet)
+        self._wake = trio.Event()
+        self._started_seq = 0
+        self._completed_seq = 0
+        self._asked_seq = 0  # passes up to this one were asked for (`sync_now`)
+        self._completed = trio.Event()
+        self._last_cause: BaseException | None = None  # of the last failed pass
+        self._pass_lock = trio.Lock()
+        # The idle-pass shortcut (see _idle): what the last full pass saw.
+        self._head_supported = True
+        self._listed_head: str | None = ""
+        self._listed_generation = -1
+        self._left_over = True
+        self._lean_passes = 0
+
+    @property
+    def deletions(self) -> DeletionMode:
+        return self.pusher.deletions
+
+    @deletions.setter
+    def deletions(self, mode: DeletionMode) -> None:
+        self.pusher.deletions = mode
+
+    @property
+    def conflict_copies(self) -> list[ConflictCopy]:
+        return self.lander.conflict_copies
+
+    # -- public verbs ---------------------------------------------------------------
+    def request_sync(self) -> None:
+        self._wake.set()
+
+    async def sync_now(self) -> PassResult:
+        """Run a pass that starts after this call, and return its result."""
+        target = self._started_seq + 1
+        self._asked_seq = max(self._asked_seq, target)
+        self.request_sync()
+        while self._completed_seq < target:
+            await self._completed.wait()
+        assert self.last_pass is not None
+        return self.last_pass
+
+    async def flush_writes(self) -> PassResult:
+        """A pass that pushes and pulls but sends no deletes: the worker's push-only flush.
+
+        A session that ends on an error or cancel may have removed files it meant to put
+        back; its deletions wait in the journal (tombstones) instead of reaching the store.
+        """
+        # A count, not a saved mode: overlapping flushes must not leave deletes off.
+        self.pusher.deletes_held += 1
+        try:
+            return await self.sync_now()
+        finally:
+            self.pusher.deletes_held -= 1
+
+    async def restore_missing(self) -> int:
+        """Bring back every synced file that is missing now instead of deleting it remotely.
+
+        A tool call that was stopped may have moved files away (`mv`, a rename-based
+        rewrite) and not put them back. A local delete not pushed yet is forgotten, so the
+        next pass pulls the memory again; a file moved to a new path whose old path is
+        free becomes a new file there, and the memory is pulled back at its old path (a
+        move turns into a copy). A new file written where a deleted one was is a save in
+        place and is left alone. Returns how many paths come back.
+        """
+        restored = 0
+        async with self._pass_lock:  # never between a pass's plan and its deletes
+            state = self.state
+            for tomb in list(state.tombstones.values()):
+                if tomb.base_path is not None and self.state.node_at(tomb.base_path) is not None:
+                    continue
+                self.state.drop_tombstone(tomb)
+                restored += 1
+            for node in list(state.walk_files()):
+                if (node.memory_id is None or node.base_path is None
+                        or node.store_path() == node.base_path
+                        or self.state.node_at(node.base_path) is not None):
+                    continue
+                self.state.forget_identity(node)
+                restored += 1
+            if restored:
+                state.note_change()  # the next pass lists, whatever the store's head
+                log.info("restoring files a stopped tool call left missing "
+                         "memory_store_id=%s paths=%d", self.store_id, restored)
+        return restored
+
+    async def wait_content(self, node: Node) -> None:
+        """Wait until `node`'s content is local (the caller bounds the wait)."""
+        await self.fetcher.wait(node)
+
+    async def run_pass(self, *, final: bool = False) -> PassResult:
+        """One pass now, in the caller's task (tests and tools; the mount uses `run`)."""
+        return await self._pass(initial=False, final=final)
+
+    def statistics(self) -> SyncStatistics:
+        """What `memfs status` and the metrics show of this store, read in one go."""
+        counts = self.state.statistics()
+        refused: list[RefusedFile] = []
+        dirty: list[str] = []
+        excluded = 0
+        for n in self.state.walk_files():
+            name = n.state_name()
+            if name == "refused":
+                refused.append(RefusedFile(n.store_path(), n.refused_why or ""))
+            elif name == "dirty":
+                if self._excluded(n):
+                    excluded += 1  # local-only by design: never "waiting to be pushed"
+                else:
+                    dirty.append(n.store_path())
+        return SyncStatistics(
+            memories=counts.memories, bytes=counts.bytes, dirty=len(dirty),
+            refused=counts.refused, conflicts=counts.conflicts,
+            pending_deletes=counts.pending_deletes,
+            missing_content=self.fetcher.statistics().missing_content,
+            offline=self.offline, conflict_copies=tuple(self.conflict_copies),
+            refused_files=tuple(refused), dirty_files=tuple(dirty), excluded=excluded,
+            pending_delete_paths=tuple(n.base_path for n in self.state.tombstones.values()),
+            last_pass=self.last_pass, next_pass_at=self.next_pass_at)
+
+    # -- lifetime -------------------------------------------------------------------
+    async def start(self, *, offline: bool = False) -> None:
+        """Load the journal and merge the store's listing: the mount can go live after.
+
+        Content is not awaited here; it streams in behind the mount (`run`). `offline`
+        (the store is unreachable, the journal warm): the journal alone is the tree
+        until a pass reaches the store.
+        """
+        loaded = self.state.load_journal()
+        log.debug("journal loaded memory_store_id=%s rows=%d", self.store_id, loaded)
+        if offline:
+            self.offline = True
+            return
+        result = await self._pass(initial=True)
+        if result.outcome != "ok":
+            # The cause itself, so start-up can tell unreachable (exit 3) and refused
+            # credentials (exit 2) from other failures.
+            cause = self._last_cause
+            if isinstance(cause, StoreError):
+                raise cause
+            raise StoreError(result.error or "the first sync failed")
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.fetcher.run)
+            nursery.start_soon(self._collector)
+            task_status.started()
+            while True:
+                self.next_pass_at = time.time() + self.interval
+                with trio.move_on_after(self.interval):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                await self._pass(initial=False)
+
+    async def collect_garbage(self) -> cachegc.Collected:
+        """Clean the object cache between passes (see memfs/state/cachegc.py)."""
+        found = await trio.to_thread.run_sync(self.state.objects.scan)
+        async with self._pass_lock:
+            return cachegc.collect(self.state, found, max_clean_bytes=self.cache_max_bytes)
+
+    async def _collector(self) -> None:
+        """At start, then every GC_EVERY seconds; a failure only waits for the next."""
+        while True:
+            try:
+                await self.collect_garbage()
+            except OSError as e:
+                log.warning("object cache collection failed memory_store_id=%s error=%s",
+                            self.store_id, e)
+            await trio.sleep(GC_EVERY)
+
+    async def final_sync(self) -> PassResult:
+        """The last pass at unmount, bounded; what is left stays in the journal."""
+        timeout = self.flush_timeout
+        with trio.move_on_after(timeout) as scope:
+            return await self._pass(initial=False, final=True)
+        self.progress.end()
+        metrics.sync_pass(self.store_id, "cut-off", 0)
+        left = self.statistics().dirty
+        log.warning("final memory sync cut off; changed files that had not finished "
+                    "uploading stay in the journal memory_store_id=%s files=%d after_ms=%d",
+                    self.store_id, left, int(timeout * 1000))
+        assert scope.cancelled_caught
+        return PassResult(time.time(), timeout, "cut-off", "final sync cut off")
+
+    # -- one pass -------------------------------------------------------------------
+    async def _pass(self, *, initial: bool, final: bool = False) -> PassResult:
+        async with self._pass_lock:
+            self._started_seq += 1
+            seq = self._started_seq
+            started = time.time()
+            t0 = time.monotonic()
+            result = PassResult(started, 0.0, "ok")
+            try:
+                await self._run_pass(result, initial=initial, final=final)
+            except Exception as e:
+                cause = _expected_failure(e)
+                if cause is None:
+                    raise  # a bug: end the mount; the journal keeps every dirty byte
+                result.outcome, result.error = "failed", str(cause)
+                self._last_cause = cause
+                log.warning("memory sync failed memory_store_id=%s error=%s", self.store_id,
+                            cause)
+                self.offline = isinstance(cause, StoreUnavailable)
+            else:
+                if self.offline:
+                    log.info("memory store reachable again memory_store_id=%s",
+                             self.store_id)
+                self.offline = False
+            finally:
+                self.progress.end()
+            result.duration_s = time.monotonic() - t0
+            metrics.sync_pass(self.store_id, "idle" if result.outcome == "ok"
+                              and not result.listed else result.outcome, result.conflicts)
+            self.last_pass = result
+            self._completed_seq = seq
+            done, self._completed = self._completed, trio.Event()
+            done.set()
+            log.debug("sync pass done memory_store_id=%s outcome=%s ms=%d pulled=%d pushed=%d",
+                      self.store_id, result.outcome, int(result.duration_s * 1000),
+                      result.pulled, result.pushed)
+            return result
+
+    async def _store_head(self) -> str | None:
+        """The store's newest version id: every create, change and delete appends one.
+
+        Asked before the listing, so a change made while listing shows up as a newer
+        head next time. "" when the store cannot say (then every pass lists).
+        """
+        if not self._head_supported:
+            return ""
+        try:
+            versions = await self.client.list_versions(self.store_id, limit=1)
+        except (NotFound, Rejected):
+            self._head_supported = False
+            return ""
+        return versions[0].id if versions else None
+
+    def _idle(self, head: str | None) -> bool:
+        """Nothing changed on either side since the last full pass: skip the listing."""
+        return (head != "" and head == self._listed_head
+                and self.state.generation == self._listed_generation
+                and not self._left_over
+                and self._lean_passes < FULL_LISTING_EVERY)
+
+    async def _run_pass(self, result: PassResult, *, initial: bool, final: bool) -> None:
+        head = await self._store_head()
+        if not initial and self._idle(head):
+            self._lean_passes += 1
+            result.listed = False
+            return
+        generation = self.state.generation
+        remote: dict[str, RemoteMemory] = {}
+        self.progress.begin("listing")
+        async for memory in self.client.iter_memories(self.store_id):
+            if not isinstance(memory, RemoteMemory):
+                continue
+            self.progress.advance()
+            if memory.path == MARKER_PATH:
+                log.warning("the server listed the reserved marker path; skipping path=%s "
+                            "memory_store_id=%s", memory.path, self.store_id)
+                continue
+            if not is_valid_memory_path(memory.path):
+                log.warning("the server listed a path no memory can have; skipping "
+                            "memory_store_id=%s path=%s", self.store_id, memory.path)
+                continue
+            remote[memory.id] = memory
+        self.progress.end()
+        plan = self.planner.plan(remote, final=final, interval=self.interval,
+                                 asked=self._started_seq <= self._asked_seq)
+        if not initial:
+            await self.fetcher.fetch([p.remote for p in plan.pulls])
+        # Removals first: a remotely deleted file may be in the way of a pulled one.
+        self.lander.apply_removals(plan)
+        self.lander.apply_pulls(plan, result, require_content=not initial)
+        # Before pushing, and for read-only stores too: the kernel must forget what the
+        # pulls changed before this pass is reported done.
+        await self.lander.flush_invalidations()
+        if not self.state.read_only:
+            await self.pusher.push(plan, result)
+        self._listed_head, self._listed_generation = head, generation
+        self._lean_passes = 0
+        self._left_over = self._has_left_over()
+
+    def _has_left_over(self) -> bool:
+        """Anything a later pass still has to push, even with no new local change."""
+        state = self.state
+        if state.read_only:
+            return False
+        if self.deletions == "enabled" and state.tombstones:
+            return True
+        for node in state.walk_files():
+            if self._excluded(node):
+                continue
+            if node.memory_id is None or node.dirty or node.sent_sha or node.sent_path:
+                if node.refused_sha is None or node.refused_sha != node.current_sha():
+                    return True
+            elif node.base_path is not None and node.base_path != node.store_path():
+                return True
+        return False
+
+    def _excluded(self, node: Node) -> bool:
+        return self._excluded_name(node.name)
+
+    def _excluded_name(self, name: str) -> bool:
+        return self._exclude_re.fullmatch(name) is not None
+
+
+def _expected_failure(e: BaseException) -> BaseException | None:
+    """The store or disk failure `e` stands for, or None if `e` holds anything else.
+
+    In an exception group every member must be expected: a bug raised beside a network
+    error must still end the mount (invariant 5), not pass as a failed pass.
+    """
+    if isinstance(e, BaseExceptionGroup):
+        found = [_expected_failure(inner) for inner in e.exceptions]
+        if not found or any(f is None for f in found):
+            return None
+        return found[0]
+    return e if isinstance(e, (StoreError, OSError)) else None

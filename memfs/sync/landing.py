@@ -1,0 +1,228 @@
+"""Landing a pass's pulls and removals in the local tree, and telling the kernel.
+
+Synchronous between the pass's awaits: the kernel never sees a half-applied pass. What
+changed is queued for invalidation (`notify`) and sent, off the event loop, by
+`flush_invalidations` (invariant 4 of docs/concurrency.md). The bookkeeping itself is
+`StoreState`'s (memfs/state/records.py); this module decides where things go and what a
+conflict keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from memfs.audit import Trail
+from memfs.errors import FsError
+from memfs.logs import rfc3339
+from memfs.paths import RemoteMemory, sha256_hex
+from memfs.state import conflicts
+from memfs.state.node import Kind, Node
+from memfs.state.store_state import StoreState
+from memfs.sync.notify import Notifier
+from memfs.sync.plan import ConflictCopy, PassResult, Plan
+
+log = logging.getLogger("memfs.sync")
+
+
+class Lander:
+    """Applies one store's pulls and removals; keeps the conflict copies it made."""
+
+    def __init__(self, state: StoreState, notifier: Notifier, trail: Trail) -> None:
+        self.state = state
+        self.notifier = notifier
+        self.store_id = state.store_id
+        self.conflict_copies: list[ConflictCopy] = []
+        self._pending_inodes: list[int] = []
+        self.trail = trail  # the audit trail: conflicts lost
+
+    def land_retrieved(self, memory: RemoteMemory, result: PassResult) -> None:
+        """Land one memory retrieved after a lost race (its content is already local)."""
+        node = self.state.by_memory.get(memory.id)
+        inodes: list[int] = []
+        entries: list[tuple[int, str]] = []
+        if node is not None and self.keep_losing_bytes(node, memory.content_sha256,
+                                                       memory.path, memory.memory_version_id):
+            result.conflicts += 1
+            result.conflict_copies.append(self.conflict_copies[-1])
+        self.land(memory, node, inodes, entries)
+        self.notify(inodes, entries)
+
+    def apply_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> None:
+        """Land every pull; synchronous, so the kernel never sees a half-applied pass."""
+        # One journal transaction for the batch: a cold start of 10,000 memories is
+        # one commit, not 10,000 (measured: 2.8 s -> 0.23 s at 5,000).
+        with self.state.batch():
+            self._land_pulls(plan, result, require_content=require_content)
+
+    def _land_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> None:
+        inodes: list[int] = []
+        entries: list[tuple[int, str]] = []
+        todo: list[tuple[RemoteMemory, Node | None]] = []
+        for pull in plan.pulls:
+            r = pull.remote
+            if require_content and not self.state.objects.has(r.content_sha256):
+                continue  # fetch failed; the next pass tries again
+            node = pull.node
+            if node is not None:
+                if not node.linked or node.version != pull.version:
+                    if not pull.conflict:
+                        continue  # changed locally meanwhile: decide again next pass
+                if pull.merge == "move":
+                    if self._move(node, r.path, entries):
+                        self.state.set_base_path(node, r.path)
+                        result.pulled += 1
+                    continue
+                if pull.merge == "content":
+                    self.state.take_content(node, r, inodes)
+                    result.pulled += 1
+                    continue
+                if pull.conflict or node.dirty:
+                    if self.keep_losing_bytes(node, r.content_sha256, r.path,
+                                              r.memory_version_id):
+                        result.conflicts += 1
+                        result.conflict_copies.append(self.conflict_copies[-1])
+                if not node.linked:
+                    node = None
+            todo.append((r, node))
+        # Files that trade places (a remote swap or rotation) leave their old names
+        # first, so that none of them finds another still in its way.
+        targets = {r.path for r, _ in todo}
+        detached: set[int] = set()
+        for r, node in todo:
+            if node is not None and node.store_path() != r.path and \
+                    node.store_path() in targets:
+                self.state.detach(node, entries)
+                detached.add(node.ino)
+        for r, node in todo:
+            target = self.land(r, node, inodes, entries)
+            if target is not None:
+                result.pulled += 1
+            elif node is not None and node.ino in detached:
+                self.state.reattach(node)
+        self.notify(inodes, entries)
+
+    def keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str,
+                          remote_version: str = "") -> bool:
+        """Save the local bytes a pull is about to replace; True if a conflict was kept."""
+        state = self.state
+        local = state.content(node)
+        path = node.store_path()
+        if local is None:
+            return False
+        local_sha = sha256_hex(local)
+        if local_sha == remote_sha:
+            return False
+        if node.memory_id is not None and local_sha == node.base_sha:
+            # Nothing local is lost but a rename: the remote path wins.
+            log.warning("memory moved both locally and remotely; keeping the remote version "
+                        "memory_store_id=%s path=%s remote_path=%s", self.store_id, path,
+                        remote_path)
+            return False
+        copy = state.keep_conflict(node, path, local)
+        conflicts.record(self.store_id, Path(copy), path=path, memory_id=node.memory_id,
+                         local_sha=local_sha, size=len(local), remote_sha=remote_sha,
+                         remote_version=remote_version)
+        self.conflict_copies.append(ConflictCopy(path, copy, rfc3339(time.time())))
+        self.trail.outcome(self.store_id, "conflict", path, copy=copy,
+                           version=remote_version or None, memory_id=node.memory_id)
+        log.warning("memory changed both locally and remotely; keeping the remote version "
+                    "memory_store_id=%s path=%s conflict_copy=%s", self.store_id, path, copy)
+        return True
+
+    def _clear_way(self, path: str, node: Node | None, entries: list[tuple[int, str]],
+                   remote_sha: str | None) -> bool:
+        """Make `path` free for `node` (or a new file); False if something must stay."""
+        occupant = self.state.node_at(path)
+        if occupant is None or occupant is node:
+            return True
+        if occupant.kind is Kind.FILE and occupant.memory_id is None:
+            self.keep_losing_bytes(occupant, remote_sha, path)
+            self._unlink_local(occupant, entries)
+            return True
+        if occupant.kind is Kind.DIR and not occupant.children:
+            self.state.remove_empty_dir(occupant, entries)
+            return True
+        if (occupant.kind is Kind.FILE and occupant.base_path is not None
+                and occupant.store_path() != occupant.base_path
+                and self.state.node_at(occupant.base_path) is None):
+            # Renamed locally onto a path the store gave another memory: the store wins
+            # the path, and the local file goes back to where its memory is.
+            log.warning("memory renamed locally onto a path the store gave another memory; "
+                        "moving it back memory_store_id=%s path=%s to=%s", self.store_id,
+                        path, occupant.base_path)
+            return self._move(occupant, occupant.base_path, entries)
+        log.warning("a local entry is in the way of a remote memory; will retry "
+                    "memory_store_id=%s path=%s", self.store_id, path)
+        return False
+
+    def _place(self, node: Node | None, path: str, entries: list[tuple[int, str]],
+               remote_sha: str | None = None) -> tuple[Node, str] | None:
+        """The directory and name `path` needs, with the way cleared; None if blocked."""
+        if not self._clear_way(path, node, entries, remote_sha):
+            return None
+        parent_path, name = path.rsplit("/", 1)
+        try:
+            parent = self.state.ensure_dirs(parent_path or "/")
+        except FsError:
+            log.warning("a local file is in the way of a remote memory's directory; will "
+                        "retry memory_store_id=%s path=%s", self.store_id, path)
+            return None
+        return parent, name
+
+    def _move(self, node: Node, path: str, entries: list[tuple[int, str]]) -> bool:
+        """Move a linked (or detached) file to `path`, journal included."""
+        placed = self._place(node, path, entries)
+        if placed is None:
+            return False
+        parent, name = placed
+        self.state.place(node, parent, name, entries)
+        return True
+
+    def land(self, r: RemoteMemory, node: Node | None, inodes: list[int],
+              entries: list[tuple[int, str]]) -> Node | None:
+        """Make the local tree show remote memory `r` (content, path, identity)."""
+        placed = self._place(node, r.path, entries, r.content_sha256)
+        if placed is None:
+            return None
+        parent, name = placed
+        if node is not None and not self._move(node, r.path, entries):
+            return None
+        return self.state.land(r, node, parent, name, inodes)
+
+    def _unlink_local(self, node: Node, entries: list[tuple[int, str]]) -> None:
+        assert node.parent is not None
+        entries.append((node.parent.ino, node.name))
+        self.state.remove_file(node, local=False)
+
+    def apply_removals(self, plan: Plan) -> None:
+        entries: list[tuple[int, str]] = []
+        for node, version in plan.removals:
+            if node.linked and node.version == version and not node.dirty:
+                log.debug("memory deleted remotely; removing it memory_store_id=%s path=%s",
+                          self.store_id, node.store_path())
+                self._unlink_local(node, entries)
+        self.notify([], entries)
+
+    def notify(self, inodes: list[int], entries: list[tuple[int, str]]) -> None:
+        if entries:
+            self.notifier.invalidate_entries(entries)
+            # The directories those names left: a cached listing (FOPEN_CACHE_DIR) is
+            # dropped with its inode; an entry invalidation alone misses a name the
+            # kernel has a listing, but no dentry, for.
+            tree = self.state.tree
+            for parent, _name in entries:
+                node = tree.nodes.get(parent)
+                if node is not None:
+                    tree.listing_changed(node)
+        self._pending_inodes.extend(inodes)
+
+    async def flush_invalidations(self) -> None:
+        tree = self.state.tree
+        # Names the kernel was told are missing and that a pull (or a move) brought.
+        self.notify([], tree.negatives.take_stale())
+        self._pending_inodes.extend(tree.take_changed_listings())
+        inodes, self._pending_inodes = self._pending_inodes, []
+        await self.notifier.invalidate_inodes(inodes)
+

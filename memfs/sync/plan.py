@@ -1,0 +1,231 @@
+"""Planning a pass: what to pull, remove and push, from the store's listing.
+
+`Planner.plan` is synchronous: one listing and the local state in, one `Plan` out, with
+nothing awaited in between (invariant 1 of docs/concurrency.md). Each pull records the
+node version it was decided at, so landing can tell a file changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from memfs.audit import Trail
+from memfs.logs import rfc3339
+from memfs.paths import RemoteMemory
+from memfs.state.node import Kind, Node
+from memfs.state.store_state import StoreState
+
+# Zero-message opens (no close to wait for): a file written within this long is left
+# for a later pass, so a writer's burst goes up as one version, not half of it.
+WRITE_QUIET_NS = 2_000_000_000
+
+log = logging.getLogger("memfs.sync")
+
+PassOutcome = Literal["ok", "failed", "cut-off"]
+
+
+@dataclass(frozen=True)
+class ConflictCopy:
+    """A conflict copy a pass kept, so `memfs sync` and `status` can name it."""
+
+    path: str  # the file's path in the store
+    copy: str  # where the losing local bytes are (the cache's conflicts/)
+    at: str  # when, RFC 3339
+
+    def as_json(self) -> dict[str, str]:
+        return {"path": self.path, "copy": self.copy, "at": self.at}
+
+
+@dataclass
+class PassResult:
+    started_at: float
+    duration_s: float
+    outcome: PassOutcome
+    error: str | None = None
+    pulled: int = 0
+    pushed: int = 0
+    deleted: int = 0
+    conflicts: int = 0
+    listed: bool = True  # False: nothing changed on either side, the listing was skipped
+    # This pass's conflicts, so `memfs sync` can name them.
+    conflict_copies: list[ConflictCopy] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
+        return {"at": rfc3339(self.started_at), "duration_s": round(self.duration_s, 3),
+                "outcome": self.outcome, "error": self.error, "pulled": self.pulled,
+                "pushed": self.pushed, "deleted": self.deleted, "conflicts": self.conflicts,
+                "conflict_copies": [c.as_json() for c in self.conflict_copies],
+                "listed": self.listed}
+
+
+@dataclass
+class Pull:
+    """A remote memory to bring in, and the local file (if any) it lands on."""
+
+    remote: RemoteMemory
+    node: Node | None
+    version: int
+    conflict: bool = False
+    # A change on each side that does not collide is merged instead of lost:
+    # "move" takes the remote rename and keeps the local content (pushed after);
+    # "content" takes the remote content and keeps the local rename (pushed after).
+    merge: Literal["move", "content"] | None = None
+
+
+@dataclass
+class Plan:
+    pulls: list[Pull] = field(default_factory=list)
+    removals: list[tuple[Node, int]] = field(default_factory=list)
+    updates: list[Node] = field(default_factory=list)
+    creates: list[Node] = field(default_factory=list)
+    deletes: list[Node] = field(default_factory=list)
+
+
+class Planner:
+    """Decides one store's passes; the state records what the listing proves."""
+
+    def __init__(self, state: StoreState, trail: Trail, *,
+                 excluded: Callable[[Node], bool]) -> None:
+        self.state = state
+        self.store_id = state.store_id
+        self.excluded = excluded
+        self.trail = trail  # the audit trail: what became of each local change
+
+    def plan(self, remote: dict[str, RemoteMemory], *, final: bool, interval: float,
+             asked: bool = False) -> Plan:
+        """What this pass pulls, removes and pushes, from one listing (no await).
+
+        Not pure: it first records what the listing proves (a lost answer settled,
+        the same change on both sides, a vim save continuing its memory). `asked`: a
+        pass someone waits for (`memfs sync`), which pushes what was just written.
+        """
+        state = self.state
+        plan = Plan()
+        self.pair_saves()
+        by_path = {m.path: m for m in remote.values()}
+        known: set[str] = set(state.by_memory) | set(state.tombstones)
+        now = time.monotonic()
+
+        def ready(node: Node) -> bool:
+            return self.ready_to_push(node, now, final or asked, interval, final)
+
+        for node in list(state.walk_files()):
+            if node.memory_id is None:
+                continue
+            self.state.settle_sent(node, remote.get(node.memory_id))
+            r = remote.get(node.memory_id)
+            path = node.store_path()
+            renamed = path != node.base_path
+            if self.excluded(node):
+                continue
+            if r is None:
+                if node.dirty or (renamed and state.content(node) is not None):
+                    self.state.forget_identity(node)
+                    if state.read_only:
+                        log.warning("memory deleted remotely but edited locally; keeping "
+                                    "the file, which a read-only store cannot push "
+                                    "memory_store_id=%s path=%s", self.store_id, path)
+                    else:
+                        log.info("memory deleted remotely but edited locally; re-creating "
+                                 "it from the file memory_store_id=%s path=%s",
+                                 self.store_id, path)
+                else:
+                    plan.removals.append((node, node.version))
+                continue
+            remote_changed = r.content_sha256 != node.base_sha or r.path != node.base_path
+            if not remote_changed:
+                if (node.dirty or renamed) and ready(node):
+                    plan.updates.append(node)
+                continue
+            if not node.dirty and not renamed:
+                plan.pulls.append(Pull(r, node, node.version))
+                continue
+            local_sha = node.current_sha()
+            if local_sha == r.content_sha256 and path == r.path:
+                self.state.mark_synced(node, r)  # the same change on both sides
+                continue
+            local_content = node.dirty and local_sha != node.base_sha
+            remote_content = r.content_sha256 != node.base_sha
+            if not remote_content and not renamed:
+                # Renamed remotely, edited locally: follow the rename, push the edit.
+                plan.pulls.append(Pull(r, node, node.version, merge="move"))
+                if ready(node):
+                    plan.updates.append(node)
+            elif not local_content and r.path == node.base_path:
+                # Edited remotely, renamed locally: take the content, push the rename.
+                plan.pulls.append(Pull(r, node, node.version, merge="content"))
+            else:
+                plan.pulls.append(Pull(r, node, node.version, conflict=True))
+
+        for memory_id, tomb in list(state.tombstones.items()):
+            self.state.settle_sent(tomb, remote.get(memory_id))
+            r = remote.get(memory_id)
+            if r is None:
+                self.state.drop_tombstone(tomb)
+            elif r.content_sha256 == tomb.base_sha and r.path == tomb.base_path:
+                plan.deletes.append(tomb)
+            else:
+                log.warning("memory deleted locally but changed remotely; restoring the "
+                            "remote version memory_store_id=%s path=%s", self.store_id, r.path)
+                self.trail.outcome(self.store_id, "undeleted", tomb.base_path,
+                                   why="changed remotely; the remote version is back")
+                self.state.drop_tombstone(tomb)
+                plan.pulls.append(Pull(r, None, 0))
+
+        for node in list(state.walk_files()):
+            if node.memory_id is not None or self.excluded(node):
+                continue
+            path = node.store_path()
+            r = by_path.get(path)
+            if r is not None and r.id not in known:
+                known.add(r.id)
+                if node.current_sha() == r.content_sha256:
+                    self.state.mark_synced(node, r)  # a create whose answer was lost
+                elif node.sent_sha == r.content_sha256 and node.sent_path == r.path:
+                    # Our own create whose answer was lost, edited since: it is ours,
+                    # and the newer bytes are pushed as an update, not lost to a copy.
+                    state.adopt_own_create(node, r)
+                    if ready(node) and not state.read_only:
+                        plan.updates.append(node)
+                else:
+                    plan.pulls.append(Pull(r, node, node.version, conflict=True))
+                continue
+            if state.read_only or not ready(node):
+                continue
+            plan.creates.append(node)
+
+        for r in remote.values():
+            if r.id not in known and r.id not in state.by_memory:
+                plan.pulls.append(Pull(r, None, 0))
+        return plan
+
+    def ready_to_push(self, node: Node, now: float, asked: bool, interval: float,
+                      final: bool) -> bool:
+        """`asked`: a pass someone waits for (or the final one); `final`: the last."""
+        if node.refused_sha is not None and node.refused_sha == node.current_sha():
+            return False
+        if final:
+            return True
+        if self.state.tree.writers_tracked:
+            if node.open_writers == 0:
+                return True
+        elif asked or time.time_ns() - node.mtime_ns >= WRITE_QUIET_NS:
+            return True  # no close to wait for: no write for a while stands in for it
+        # Open for write: wait for the close, but never longer than one more interval.
+        return node.dirty_since is not None and now - node.dirty_since >= interval
+
+    def pair_saves(self) -> None:
+        """A new file where a deleted memory was (vim's save) continues that memory."""
+        state = self.state
+        for tomb in list(state.tombstones.values()):
+            if tomb.base_path is None:
+                continue
+            node = self.state.node_at(tomb.base_path)
+            if node is None or node.kind is not Kind.FILE or node.memory_id is not None:
+                continue
+            state.continue_memory(tomb, node)

@@ -1,0 +1,633 @@
+"""memfs as the memory engine of the `anthropic` SDK's self-hosted `EnvironmentWorker`.
+
+The SDK materialises a session's memory stores itself (`SessionMemoryStores`, a
+download into plain folders). `MemfsSessionStores` has the same public surface, but
+mounts the stores with memfs instead: one `memfs session … --daemon` process per mount
+root (the parent directory of the stores' `mount_path`s, `/mnt/memory` in practice),
+driven over its control socket. The daemon stays trio in its own process; this side runs
+on the SDK's anyio event loop and never blocks it.
+
+`environment_worker(client, …)` is the one-line switch: an `EnvironmentWorker` whose
+sessions use memfs. The SDK has no public hook for the engine, so this module uses one
+patch point, `anthropic.lib.environments._worker.SessionMemoryStores` (the name
+`WorkItemRun.__init__` builds its engine from), replaced by a dispatcher that builds a
+`MemfsSessionStores` only inside a memfs worker and the SDK's own class everywhere else.
+`check_sdk_internals()` verifies, before the patch goes in, that the installed SDK still
+looks the way the patch assumes; tests/unit/test_worker_sdk.py runs it against the
+installed SDK. Docs: docs/worker.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from memfs.control import channel
+from memfs.paths import MAX_STORES_PER_SESSION
+
+try:
+    from anthropic.lib.tools._memories import (
+        DEFAULT_MEMORY_SYNC_INTERVAL,
+        MEMORY_FLUSH_TIMEOUT,
+        MemoryDeleteMode,
+        SessionMemoryError,
+        SessionMemoryStores,
+        _check_sync_interval,
+    )
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("memfs.worker.engine needs the anthropic SDK: pip install 'memfs[anthropic]'"
+                      ) from e
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+    from anthropic.lib.environments import EnvironmentWorker
+    from anthropic.types.beta import BetaManagedAgentsSession
+
+log = logging.getLogger("memfs.worker")
+
+#: The SDK releases the patch point was checked against (pyproject's `anthropic` extra
+#: pins the same range; a test keeps the two equal).
+SDK_MIN = (2, 16, 0)
+SDK_BELOW = (2, 17, 0)
+SDK_RANGE = "anthropic>=2.16.0,<2.17"
+
+#: How long `download` waits for every mount of a session to be live.
+START_TIMEOUT = 120.0
+#: The bound on one control request that is not a teardown pass.
+REQUEST_TIMEOUT = 60.0
+
+NO_TOKEN = (
+    "cannot mount the session's memories: the client has no sessions token; the memory "
+    "endpoints reject the environment key, so the work item's `secret` must carry "
+    "`sessions_token`, or set `memory_sync_interval=None` to run without memory"
+)
+
+
+@dataclass
+class _Store:
+    memory_store_id: str
+    path: Path          # the mount path as configured
+    read_only: bool
+
+
+@dataclass
+class _Mount:
+    """One `memfs session` daemon serving the stores under one root."""
+
+    root: Path
+    stores: list[_Store]
+    spec_file: Path
+    info: dict[str, Any] = field(default_factory=dict)
+    pid: int = 0
+
+
+class MemfsSessionStores:
+    """The memory stores attached to one session, mounted with memfs.
+
+    Same public surface and refusals as the SDK's `SessionMemoryStores`; what each verb
+    means for a mount:
+
+    - `download`: mount every store at its `mount_path` and return once all are live
+      (content streams in behind the mount);
+    - `sync_if_due`: one sync pass of every store when `sync_interval` has passed since
+      the last (the daemon also syncs on the same interval by itself);
+    - `finish`: the session's last sync, deletes included (once, at a clean end);
+    - `flush_writes`: a pass that pushes new and changed files and sends no deletes;
+    - `restore_missing`: files a stopped tool call left missing are put back from the
+      store instead of being deleted there (see `StoreSync.restore_missing`);
+    - `dispose`: unmount (after a final bounded pass, which sends no deletes unless
+      `finish` ran) and remove every directory `download` created.
+
+    The daemon's journal keeps every un-pushed byte across a crash of this process: the
+    next mount of the same store (same cache directory) pushes it.
+    """
+
+    def __init__(
+        self,
+        client: AsyncAnthropic,
+        *,
+        workdir: str | os.PathLike[str],
+        sync_interval: float = DEFAULT_MEMORY_SYNC_INTERVAL,
+        sync_deletions: MemoryDeleteMode = "enabled",
+        cache_dir: str | os.PathLike[str] | None = None,
+        start_timeout: float = START_TIMEOUT,
+        allow_other: bool = False,
+    ) -> None:
+        _check_sync_interval(sync_interval)
+        self._client = client
+        self._workdir = workdir
+        self._sync_interval = sync_interval
+        self._sync_deletions: MemoryDeleteMode = sync_deletions
+        self._cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._start_timeout = start_timeout
+        self._allow_other = allow_other  # tools that run as another user than the worker
+        self._last_sync = time.monotonic()
+        self._finished = False
+        self._mounts: list[_Mount] = []
+        self._created: list[Path] = []  # directories download made, parents first
+
+    # -- the SDK's surface ----------------------------------------------------------
+    @property
+    def roots(self) -> list[Path]:
+        """Every attached store's folder (resolved, as the SDK reports it)."""
+        return [Path(os.path.realpath(s.path)) for m in self._mounts for s in m.stores]
+
+    @property
+    def read_only_roots(self) -> list[Path]:
+        return [Path(os.path.realpath(s.path)) for m in self._mounts for s in m.stores
+                if s.read_only]
+
+    def _store_root(self, resource: Any) -> Path:
+        """The store's `mount_path` verbatim (refused when unusable), as the SDK does."""
+        if resource.mount_path:
+            p = PurePosixPath(resource.mount_path)
+            if not p.is_absolute() or ".." in p.parts or str(p) == "/":
+                raise SessionMemoryError(
+                    f"memory store mount_path is not a clean absolute path: "
+                    f"{resource.mount_path!r} (memory_store_id={resource.memory_store_id})")
+            return Path(str(p))
+        return Path(self._workdir) / "memory" / str(resource.name or resource.memory_store_id)
+
+    async def download(self, session: BetaManagedAgentsSession) -> None:
+        """Mount every attached store; `SessionMemoryError` on the first that cannot be."""
+        resources = [r for r in session.resources if r.type == "memory_store"]
+        if not resources:
+            return
+        if len(resources) > MAX_STORES_PER_SESSION:
+            raise SessionMemoryError(
+                f"a session can attach at most {MAX_STORES_PER_SESSION} memory stores; "
+                f"this one attaches {len(resources)}")
+        env = self._daemon_env()
+        groups = self._plan(resources)
+        try:
+            for root, members in groups.items():
+                self._prepare_root(root, members[0][1].memory_store_id)
+                await self._mount(root, members, env)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.dispose()
+            raise
+        self._last_sync = time.monotonic()
+
+    def _plan(self, resources: list[Any]) -> dict[Path, list[tuple[Any, _Store]]]:
+        """The stores grouped by mount root; refused if anything is at a store's path."""
+        groups: dict[Path, list[tuple[Any, _Store]]] = {}
+        for r in resources:
+            path = self._store_root(r)
+            if os.path.lexists(path):
+                raise SessionMemoryError(
+                    f"something already exists at the memory store's path: {path} "
+                    f"(memory_store_id={r.memory_store_id}); it must not exist when the "
+                    "session starts")
+            store = _Store(r.memory_store_id, path, r.access == "read_only")
+            groups.setdefault(path.parent, []).append((r, store))
+        return groups
+
+    async def sync_if_due(self) -> None:
+        """One pass of every store when the interval has passed. Never raises."""
+        if time.monotonic() - self._last_sync < self._sync_interval:
+            return
+        await self._each("sync")
+        self._last_sync = time.monotonic()
+
+    async def finish(self) -> None:
+        """The session's last sync, deletes included; raises on a second call."""
+        if self._finished:
+            raise RuntimeError("finish() was already called: it is the session's last sync "
+                               "and runs once")
+        self._finished = True
+        await self._each("sync", MEMORY_FLUSH_TIMEOUT)
+        self._last_sync = time.monotonic()
+
+    async def flush_writes(self) -> None:
+        """Push new and changed files; send no deletes. Never raises."""
+        await self._each("flush", MEMORY_FLUSH_TIMEOUT)
+
+    async def restore_missing(self) -> None:
+        """Have the files that are missing now come back instead of being deleted."""
+        await self._each("restore")
+
+    async def dispose(self) -> None:
+        """Unmount every store and remove what `download` created. Never raises."""
+        mounts, self._mounts = self._mounts, []
+        for mount in mounts:
+            try:
+                await self._unmount(mount)
+            except Exception as e:
+                log.warning("failed to unmount the memory stores root=%s error=%s", mount.root, e)
+            self._remove_store_dirs(mount)
+        for path in reversed(self._created):
+            self._remove_if_empty(path)
+        self._created = []
+
+    # -- mounting ---------------------------------------------------------------------
+    def _daemon_env(self) -> dict[str, str]:
+        """The daemon's environment: this process's, with only the session's credential."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("ANTHROPIC_WORK_SECRET", "ANTHROPIC_AUTH_TOKEN",
+                            "ANTHROPIC_API_KEY", "ANTHROPIC_ENVIRONMENT_KEY")}
+        token = getattr(self._client, "auth_token", None)
+        key = getattr(self._client, "api_key", None)
+        if token:
+            env["ANTHROPIC_AUTH_TOKEN"] = token
+        elif key:
+            env["ANTHROPIC_API_KEY"] = key
+        else:
+            raise SessionMemoryError(NO_TOKEN)
+        env["ANTHROPIC_BASE_URL"] = str(self._client.base_url).rstrip("/")
+        return env
+
+    def _prepare_root(self, root: Path, store_id: str) -> None:
+        """The mount root must exist and be writable; missing ancestors are created."""
+        missing: list[Path] = []
+        p = root
+        while not os.path.lexists(p):
+            missing.append(p)
+            p = p.parent
+        try:
+            for d in reversed(missing):
+                d.mkdir()
+                self._created.append(d)
+            if not os.access(root, os.W_OK | os.X_OK):
+                raise PermissionError(13, "Permission denied", str(root))
+        except OSError as e:
+            raise SessionMemoryError(
+                f"cannot create the memory store's folder: {root} (memory_store_id="
+                f"{store_id}): {e}; the worker host must make this mount path writable"
+            ) from e
+
+    async def _mount(self, root: Path, members: list[tuple[Any, _Store]],
+                     env: dict[str, str]) -> None:
+        spec = {"resources": [
+            {"type": "memory_store", "memory_store_id": r.memory_store_id,
+             "access": "read_only" if s.read_only else "read_write",
+             "mount_path": str(s.path), "name": r.name,
+             "instructions": r.instructions or ""} for r, s in members]}
+        fd, name = tempfile.mkstemp(prefix="memfs-session-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
+        mount = _Mount(root, [s for _, s in members], Path(name))
+        cmd = [sys.executable, "-m", "memfs.cli", "session", name, "--root", str(root),
+               "--daemon", "--sync-interval", str(self._sync_interval),
+               "--deletions", self._sync_deletions,
+               "--flush-timeout", str(MEMORY_FLUSH_TIMEOUT)]
+        if self._cache_dir is not None:
+            cmd += ["--cache-dir", str(self._cache_dir)]
+        if self._allow_other:
+            cmd.append("--allow-other")
+        self._mounts.append(mount)  # from here on, dispose cleans it up
+        with anyio.fail_after(self._start_timeout):
+            done = await anyio.run_process(cmd, env=env, check=False,
+                                           stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            lines = [ln for ln in done.stderr.decode(errors="replace").splitlines()
+                     if ln.strip()]
+            message = lines[-1] if lines else f"memfs session exited with {done.returncode}"
+            message = message.removeprefix("memfs: ")
+            raise SessionMemoryError(message)
+        # Looked up by a store's path: the daemon that serves it, whether it mounted the
+        # root or the store's own directory.
+        info = channel.find_mount(str(mount.stores[0].path))
+        if info is None:
+            raise SessionMemoryError(f"the memfs daemon for {root} is not registered")
+        mount.info, mount.pid = info, int(info.get("pid", 0))
+        for s in mount.stores:
+            log.info("mounted memory store memory_store_id=%s path=%s access=%s",
+                     s.memory_store_id, s.path, "read_only" if s.read_only else "read_write")
+
+    async def _unmount(self, mount: _Mount) -> None:
+        if not mount.info:  # cut off while starting: its daemon may have mounted anyway
+            found = _own_daemon(mount)
+            if found is None:
+                return
+            mount.info, mount.pid = found, int(found.get("pid", 0))
+        if not self._finished:
+            # A session that did not end cleanly sends no deletes: what it removed may be
+            # a stopped call's half-done move. Its edits are still pushed at unmount.
+            await self._ask(mount, "restore", bound=REQUEST_TIMEOUT, sync=False)
+        answer = await self._ask(mount, "unmount", bound=MEMORY_FLUSH_TIMEOUT + 15)
+        if answer.get("unpushed"):
+            log.warning("memory flush left changed files un-pushed; they stay in the "
+                        "journal for the next mount root=%s stores=%s", mount.root,
+                        ",".join(answer["unpushed"]))
+        for _ in range(300):  # the daemon exits right after its answer; bounded at 15 s
+            if not (mount.pid and channel.pid_alive(mount.pid)):
+                break
+            await anyio.sleep(0.05)
+        await anyio.to_thread.run_sync(_force_gone, mount)
+
+    def _remove_store_dirs(self, mount: _Mount) -> None:
+        """Store directories left under an unmounted root (never into a live mount)."""
+        if not os.path.ismount(mount.root):
+            for store in mount.stores:
+                self._remove_if_empty(store.path)
+        with _quiet():
+            mount.spec_file.unlink()
+
+    def _remove_if_empty(self, path: Path) -> None:
+        if path in self._created or not os.path.ismount(path):
+            with _quiet():
+                path.rmdir()
+
+    # -- control requests -------------------------------------------------------------
+    async def _each(self, op: str, bound: float = REQUEST_TIMEOUT) -> None:
+        """Ask every daemon; log failures, never raise (mid-session syncs never do)."""
+        async def one(mount: _Mount) -> None:
+            try:
+                answer = await self._ask(mount, op, bound=bound)
+            except Exception as e:
+                log.warning("memory request failed op=%s root=%s error=%s", op, mount.root, e)
+                return
+            if not answer.get("ok"):
+                log.warning("memory request failed op=%s root=%s error=%s", op, mount.root,
+                            answer.get("error") or _failed_stores(answer))
+
+        async with anyio.create_task_group() as tg:
+            for mount in self._mounts:
+                if mount.info:
+                    tg.start_soon(one, mount)
+
+    async def _ask(self, mount: _Mount, op: str, *, bound: float, **fields: Any
+                   ) -> dict[str, Any]:
+        """One request on the daemon's control socket, cancellable (unlike channel.request)."""
+        with anyio.fail_after(bound):
+            async with await anyio.connect_unix(str(mount.info["socket"])) as stream:
+                await stream.send(json.dumps({"op": op, **fields}).encode() + b"\n")
+                buf = b""
+                while not buf.endswith(b"\n"):
+                    try:
+                        buf += await stream.receive(65536)
+                    except anyio.EndOfStream:
+                        break
+        answer = json.loads(buf) if buf else {"ok": False, "error": "no answer"}
+        return answer if isinstance(answer, dict) else {"ok": False, "error": "bad answer"}
+
+
+def _own_daemon(mount: _Mount) -> dict[str, Any] | None:
+    """The live daemon mounted at this mount's root or first store, if any."""
+    found = channel.find_mount(str(mount.stores[0].path))
+    ours = (os.path.realpath(mount.root), os.path.realpath(mount.stores[0].path))
+    return found if found is not None and found["mountpoint"] in ours else None
+
+
+def _force_gone(mount: _Mount) -> None:
+    """A daemon that did not exit in time is stopped, and its mount detached."""
+    if mount.pid and channel.pid_alive(mount.pid):
+        log.warning("the memfs daemon did not exit; stopping it pid=%d root=%s",
+                    mount.pid, mount.root)
+        with _quiet():
+            os.kill(mount.pid, signal.SIGTERM)
+    if os.path.ismount(mount.root):
+        subprocess.run(["fusermount3", "-u", "-z", str(mount.root)], check=False,
+                       capture_output=True)
+
+
+def _failed_stores(answer: dict[str, Any]) -> str:
+    """The failed stores of a `sync` answer (a list of stores, each with its last pass)
+    or a `flush` answer (outcomes by store id)."""
+    stores = answer.get("stores") or {}
+    if isinstance(stores, list):
+        stores = {str(s.get("memory_store_id")): s.get("last_pass") or {}
+                  for s in stores if isinstance(s, dict)}
+    return ", ".join(f"{k}: {v.get('error') or v.get('outcome')}" for k, v in stores.items()
+                     if isinstance(v, dict) and v.get("outcome") != "ok") or "failed"
+
+
+class _quiet:
+    """Suppress OSError: teardown steps that find their work already done."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> bool:
+        return kind is not None and issubclass(kind, OSError)
+
+
+# -- the patch point -------------------------------------------------------------------
+_ENGINE: contextvars.ContextVar[Callable[..., Any] | None] = contextvars.ContextVar(
+    "memfs_worker_engine", default=None)
+#: The engine methods the SDK's WorkItemRun calls (checked against its bytecode).
+ENGINE_SURFACE = ("download", "roots", "read_only_roots", "sync_if_due", "restore_missing",
+                  "finish", "flush_writes", "dispose")
+
+
+class SDKMismatch(RuntimeError):
+    """The installed SDK is not one the patch point was checked against."""
+
+
+def sdk_version() -> tuple[int, ...]:
+    import anthropic
+
+    parts = []
+    for piece in anthropic.__version__.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def check_sdk_internals() -> None:
+    """Fail loudly unless the SDK still builds its engine the way the patch assumes."""
+    from anthropic.lib.environments import _worker
+    from anthropic.lib.tools import _memories
+
+    version = sdk_version()
+    problems: list[str] = []
+    if not SDK_MIN <= version < SDK_BELOW:
+        problems.append(f"anthropic {'.'.join(map(str, version))} is outside {SDK_RANGE}")
+    current = getattr(_worker, "SessionMemoryStores", None)
+    if current is not _memories.SessionMemoryStores and not getattr(
+            current, "_memfs_dispatch", False):
+        problems.append("anthropic.lib.environments._worker.SessionMemoryStores is not the "
+                        "SDK's engine class")
+    run = getattr(_worker, "WorkItemRun", None)
+    init = getattr(run, "__init__", None)
+    if init is None or "SessionMemoryStores" not in init.__code__.co_names:
+        problems.append("WorkItemRun.__init__ no longer builds its engine from the module "
+                        "name SessionMemoryStores")
+    import inspect
+
+    params = set(inspect.signature(_memories.SessionMemoryStores.__init__).parameters)
+    if not {"client", "workdir", "sync_interval", "sync_deletions"} <= params:
+        problems.append(f"SessionMemoryStores takes {sorted(params)}")
+    used: set[str] = set()
+    for value in vars(run).values() if run is not None else ():
+        code = getattr(value, "__code__", None)
+        if code is not None:
+            used |= set(code.co_names)
+    public = {n for n in dir(_memories.SessionMemoryStores) if not n.startswith("_")}
+    missing = sorted((public & used) - set(ENGINE_SURFACE))
+    if missing:
+        problems.append(f"WorkItemRun uses engine members memfs does not provide: {missing}")
+    absent = sorted(set(ENGINE_SURFACE) - public)
+    if absent:
+        problems.append(f"the SDK's engine no longer has {absent}")
+    if problems:
+        raise SDKMismatch("memfs.worker.engine cannot drive this SDK: " + "; ".join(problems)
+                          + f" (checked: {SDK_RANGE}; see docs/worker.md)")
+
+
+def install_patch() -> None:
+    """Route `WorkItemRun`'s engine through a dispatcher (idempotent, checked first)."""
+    from anthropic.lib.environments import _worker
+
+    check_sdk_internals()
+    current = getattr(_worker, "SessionMemoryStores")  # noqa: B009 - not re-exported
+    if getattr(current, "_memfs_dispatch", False):
+        return
+    original: Callable[..., Any] = current
+
+    def dispatch(client: Any, **options: Any) -> Any:
+        factory = _ENGINE.get()
+        return original(client, **options) if factory is None else factory(client, **options)
+
+    dispatch._memfs_dispatch = True  # type: ignore[attr-defined]
+    dispatch._memfs_original = original  # type: ignore[attr-defined]
+    setattr(_worker, "SessionMemoryStores", dispatch)  # noqa: B010 - the patch point
+
+
+def _worker_class() -> type[EnvironmentWorker]:
+    from anthropic.lib.environments import EnvironmentWorker
+
+    class MemfsEnvironmentWorker(EnvironmentWorker):
+        """An `EnvironmentWorker` whose sessions mount their memory stores with memfs."""
+
+        _memfs_options: dict[str, Any]
+
+        def _engine(self, client: Any, **options: Any) -> MemfsSessionStores:
+            return MemfsSessionStores(client, **options, **self._memfs_options)
+
+        async def run(self) -> None:
+            token = _ENGINE.set(self._engine)
+            try:
+                await super().run()
+            finally:
+                _ENGINE.reset(token)
+
+        async def handle_item(self, **kwargs: Any) -> None:
+            token = _ENGINE.set(self._engine)
+            try:
+                await super().handle_item(**kwargs)
+            finally:
+                _ENGINE.reset(token)
+
+    return MemfsEnvironmentWorker
+
+
+def environment_worker(client: AsyncAnthropic, *, cache_dir: str | os.PathLike[str] | None
+                       = None, allow_other: bool = False, **options: Any
+                       ) -> EnvironmentWorker:
+    """An `EnvironmentWorker(client, **options)` whose sessions use memfs for memory.
+
+    `options` are the SDK constructor's (environment_id, environment_key, workdir,
+    memory_sync_interval, memory_sync_deletions, …); `cache_dir` is memfs's cache root;
+    `allow_other` lets users other than the worker's into the mounts (tools that run as
+    another user; a non-root worker needs `user_allow_other` in /etc/fuse.conf).
+    """
+    install_patch()
+    worker = _worker_class()(client, **options)
+    worker._memfs_options = {  # type: ignore[attr-defined]
+        "cache_dir": cache_dir, "allow_other": allow_other}
+    return worker
+
+
+# -- `python -m memfs.worker.engine`: the commands docs/worker.md uses --------------------------
+def _secret_from_stdin() -> None:
+    """`ant beta:worker poll --on-work` hands the work item JSON on stdin."""
+    if os.environ.get("ANTHROPIC_WORK_SECRET") or sys.stdin is None or sys.stdin.isatty():
+        return
+    try:
+        item = json.loads(sys.stdin.read() or "null")
+    except ValueError:
+        return
+    if isinstance(item, dict) and isinstance(item.get("secret"), str) and item["secret"]:
+        os.environ["ANTHROPIC_WORK_SECRET"] = item["secret"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m memfs.worker.engine",
+        description="Serve self-hosted sessions with the SDK's EnvironmentWorker, memory "
+        "stores mounted by memfs.")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True)
+    item = sub.add_parser("handle-item", help="serve one claimed work item (an --on-work "
+                          "script); reads ANTHROPIC_* and the work item JSON on stdin")
+    poll = sub.add_parser("poll", help="poll an environment and serve its sessions forever")
+    poll.add_argument("--environment-id", default=os.environ.get("ANTHROPIC_ENVIRONMENT_ID"))
+    for p in (item, poll):
+        p.add_argument("--workdir", default=None, help="the tools' working directory")
+        p.add_argument("--cache-dir", default=None, help="memfs cache root")
+        p.add_argument("--sync-interval", type=float, default=DEFAULT_MEMORY_SYNC_INTERVAL)
+        p.add_argument("--deletions", choices=["enabled", "log_only", "disabled"],
+                       default="enabled")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from anthropic import AsyncAnthropic
+
+    options: dict[str, Any] = {"workdir": args.workdir, "memory_sync_interval":
+                               args.sync_interval, "memory_sync_deletions": args.deletions}
+    if args.command == "handle-item":
+        _secret_from_stdin()
+    else:
+        key = os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
+        if not args.environment_id or not key:
+            print("memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) "
+                  "and ANTHROPIC_ENVIRONMENT_KEY", file=sys.stderr)
+            return 2
+        options.update(environment_id=args.environment_id, environment_key=key)
+
+    async def serve() -> None:
+        worker = environment_worker(AsyncAnthropic(), cache_dir=args.cache_dir, **options)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tg:
+                async def stop_on_signal() -> None:
+                    async for signum in signals:
+                        log.info("stopping; the session gets its teardown signal=%s",
+                                 signal.Signals(signum).name)
+                        tg.cancel_scope.cancel()
+                        return
+
+                tg.start_soon(stop_on_signal)
+                try:
+                    if args.command == "handle-item":
+                        await worker.handle_item()
+                    else:
+                        await worker.run()
+                except Exception as e:  # raised below, outside the task group
+                    failed.append(e)
+                tg.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
+
+    failed: list[Exception] = []
+
+    try:
+        anyio.run(serve)
+    except ValueError as e:  # a missing ANTHROPIC_* variable or credential
+        print(f"memfs-worker: {e}", file=sys.stderr)
+        return 2
+    except (SessionMemoryError, SDKMismatch) as e:
+        print(f"memfs-worker: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["SDK_RANGE", "MemfsSessionStores", "SDKMismatch", "SessionMemoryError",
+           "SessionMemoryStores", "check_sdk_internals", "environment_worker",
+           "install_patch"]
