@@ -57,8 +57,9 @@ def command_name(pid: int) -> str:
 class AuditLog:
     """One store's trail file: append a line, rotate by size."""
 
-    def __init__(self, directory: Path, store_id: str, *, max_bytes: int = MAX_BYTES,
-                 keep: int = KEEP) -> None:
+    def __init__(
+        self, directory: Path, store_id: str, *, max_bytes: int = MAX_BYTES, keep: int = KEEP
+    ) -> None:
         self.path = directory / TRAIL_NAME
         self.store_id = store_id
         self.max_bytes = max_bytes
@@ -69,29 +70,34 @@ class AuditLog:
         self._open()
 
     def _open(self) -> None:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                           0o600)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._size = os.fstat(self._fd).st_size
 
     def append(self, record: dict[str, Any]) -> None:
         """One line, one write(2). A failing cache disk must not fail the system call
         whose change it records: it is logged (once until it works again) and dropped."""
-        data = (json.dumps({"at": now_iso(), "store": self.store_id, **record},
-                           separators=(",", ":")) + "\n").encode()
+        data = (
+            json.dumps({"at": now_iso(), "store": self.store_id, **record}, separators=(",", ":"))
+            + "\n"
+        ).encode()
         try:
             if self._size + len(data) > self.max_bytes and self._size > 0:
                 self._rotate()
             view = memoryview(data)
             while view:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
             self._size += len(data)
             self._failing = False
         except OSError as e:
             if not self._failing:
                 self._failing = True
-                log.warning("audit trail write failed; changes go unrecorded until it "
-                            "works again memory_store_id=%s trail=%s error=%s",
-                            self.store_id, self.path, errno.errorcode.get(e.errno or 0, e))
+                log.warning(
+                    "audit trail write failed; changes go unrecorded until it "
+                    "works again memory_store_id=%s trail=%s error=%s",
+                    self.store_id,
+                    self.path,
+                    errno.errorcode.get(e.errno or 0, e),
+                )
 
     def _rotate(self) -> None:
         os.close(self._fd)
@@ -130,28 +136,50 @@ class Trail:
         try:
             self.logs[store_id] = AuditLog(directory, store_id)
         except OSError as e:
-            log.warning("cannot open the audit trail; this mount records no changes "
-                        "memory_store_id=%s dir=%s error=%s", store_id, directory, e)
+            log.warning(
+                "cannot open the audit trail; this mount records no changes "
+                "memory_store_id=%s dir=%s error=%s",
+                store_id,
+                directory,
+                e,
+            )
 
-    def change(self, store_id: str, op: str, path: str, pid: int, uid: int, comm: str = "",
-               **extra: Any) -> None:
+    def change(
+        self, store_id: str, op: str, path: str, pid: int, uid: int, comm: str = "", **extra: Any
+    ) -> None:
         trail = self.logs.get(store_id)
         if trail is not None:
-            trail.append({"kind": "change", "op": op, "path": path, "pid": pid,
-                          "comm": comm or command_name(pid), "uid": uid, **extra})
+            trail.append(
+                {
+                    "kind": "change",
+                    "op": op,
+                    "path": path,
+                    "pid": pid,
+                    "comm": comm or command_name(pid),
+                    "uid": uid,
+                    **extra,
+                }
+            )
 
     def outcome(self, store_id: str, op: str, path: str | None, **extra: Any) -> None:
         trail = self.logs.get(store_id)
         if trail is not None:
-            trail.append({"kind": "sync", "op": op, "path": path,
-                          **{k: v for k, v in extra.items() if v is not None}})
+            trail.append(
+                {
+                    "kind": "sync",
+                    "op": op,
+                    "path": path,
+                    **{k: v for k, v in extra.items() if v is not None},
+                }
+            )
 
     def mount(self, op: str, places: dict[str, str]) -> None:
         """`places`: where each store shows in the mount (how `memfs audit` turns store
         paths back into the paths a person typed)."""
         for store_id, trail in self.logs.items():
-            trail.append({"kind": "mount", "op": op, "pid": os.getpid(),
-                          "mount_path": places.get(store_id)})
+            trail.append(
+                {"kind": "mount", "op": op, "pid": os.getpid(), "mount_path": places.get(store_id)}
+            )
 
     def sync_to_disk(self, store_id: str) -> None:
         trail = self.logs.get(store_id)
@@ -171,7 +199,7 @@ def trail_files(directory: Path) -> list[Path]:
     """A store's trail files, oldest first."""
     rotated = []
     for p in directory.glob(f"{TRAIL_NAME}.*"):
-        suffix = p.name[len(TRAIL_NAME) + 1:]
+        suffix = p.name[len(TRAIL_NAME) + 1 :]
         if suffix.isdigit():
             rotated.append((int(suffix), p))
     files = [p for _, p in sorted(rotated, reverse=True)]
@@ -204,8 +232,7 @@ def _under(path: str | None, prefix: str) -> bool:
     return path is not None and (path == prefix or path.startswith(prefix.rstrip("/") + "/"))
 
 
-def outcomes(records: list[dict[str, Any]], excludes: Iterable[str] = ()
-             ) -> list[dict[str, Any]]:
+def outcomes(records: list[dict[str, Any]], excludes: Iterable[str] = ()) -> list[dict[str, Any]]:
     """`records`, each change with `outcome`: what the first later sync line for its path says
     became of it. A rename carries a path's waiting changes to the new path (an atomic
     save's temporary file becomes the saved file); changes still waiting at the end
@@ -221,8 +248,7 @@ def outcomes(records: list[dict[str, Any]], excludes: Iterable[str] = ()
                 continue
             if r.get("op") == "unlink":
                 for earlier in waiting.pop((store, path), []):
-                    earlier["outcome"] = {"op": "removed",
-                                          "why": "removed before it was pushed"}
+                    earlier["outcome"] = {"op": "removed", "why": "removed before it was pushed"}
             if r.get("op") == "rename" and isinstance(r.get("to"), str):
                 _carry(waiting, store, path, str(r["to"]))
                 path = str(r["to"])
@@ -239,11 +265,12 @@ def outcomes(records: list[dict[str, Any]], excludes: Iterable[str] = ()
     return records
 
 
-def _carry(waiting: dict[tuple[str, str], list[dict[str, Any]]], store: str, old: str,
-           new: str) -> None:
+def _carry(
+    waiting: dict[tuple[str, str], list[dict[str, Any]]], store: str, old: str, new: str
+) -> None:
     for key in [k for k in waiting if k[0] == store and _under(k[1], old)]:
         moved = waiting.pop(key)
-        target = (store, new + key[1][len(old):])
+        target = (store, new + key[1][len(old) :])
         waiting.setdefault(target, []).extend(moved)
 
 
@@ -261,8 +288,9 @@ def parse_since(text: str, now: datetime | None = None) -> str:
         try:
             at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
         except ValueError:
-            raise ValueError(f"--since: not a time: {text!r} (e.g. 30m, 2h, 1d or "
-                             "2026-01-31T12:00)") from None
+            raise ValueError(
+                f"--since: not a time: {text!r} (e.g. 30m, 2h, 1d or 2026-01-31T12:00)"
+            ) from None
         if at.tzinfo is None:
             at = at.astimezone()  # a local time, as a person types it
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -285,8 +313,9 @@ def place(records: list[dict[str, Any]]) -> None:
                 outcome["local_path"] = where[store] + outcome["path"]
 
 
-def select(records: list[dict[str, Any]], *, since: str | None = None,
-           paths: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+def select(
+    records: list[dict[str, Any]], *, since: str | None = None, paths: tuple[str, ...] = ()
+) -> Iterator[dict[str, Any]]:
     """Records at or after `since`; with `paths` (paths in the mount, or store paths),
     only the changes to one of them or below it, or that became one of them (the
     temporary file of an atomic save, a file renamed there before it was pushed)."""

@@ -17,17 +17,26 @@ from typing import Literal
 
 class ExitCode(IntEnum):
     OK = 0
-    FAILED = 1        # the operation ran and failed
-    USAGE = 2         # bad usage or configuration: fix the command line or environment
-    UNREACHABLE = 3   # the store or server could not be reached
+    FAILED = 1  # the operation ran and failed
+    USAGE = 2  # bad usage or configuration: fix the command line or environment
+    UNREACHABLE = 3  # the store or server could not be reached
     INTERRUPTED = 130  # Ctrl-C (SIGINT) or SIGTERM before the command finished
 
 
 # How a local delete reaches the store (`--deletions`).
 DeletionMode = Literal["enabled", "log_only", "disabled"]
 # Editor temporaries and other names that are never memories (local-only).
-DEFAULT_EXCLUDES = (".*.swp", ".*.swo", ".*.swx", "*~", ".#*", "#*#", "4913", ".nfs*",
-                    ".fuse_hidden*")
+DEFAULT_EXCLUDES = (
+    ".*.swp",
+    ".*.swo",
+    ".*.swx",
+    "*~",
+    ".#*",
+    "#*#",
+    "4913",
+    ".nfs*",
+    ".fuse_hidden*",
+)
 MIN_INTERVAL = 5.0
 
 

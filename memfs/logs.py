@@ -47,17 +47,17 @@ def split(record: logging.LogRecord) -> tuple[str, list[tuple[str, Any]]] | None
     placeholders = [p for p in _PLACEHOLDER.finditer(msg) if p.group() != "%%"]
     if len(fields) != len(placeholders) or len(fields) != len(args):
         return None
-    if fields and msg[fields[-1].end():].strip():
+    if fields and msg[fields[-1].end() :].strip():
         return None  # text after the fields: not memfs's form
-    head = msg[:fields[0].start()] if fields else msg
+    head = msg[: fields[0].start()] if fields else msg
     pairs: list[tuple[str, Any]] = []
     # Literal pairs in the head (`fault=error status=%d`) are fields too.
     literal = re.search(r"(?:^|\s)[A-Za-z_][\w.]*=\S+(?:\s+[A-Za-z_][\w.]*=\S+)*\s*$", head)
     if literal:
-        for token in head[literal.start():].split():
+        for token in head[literal.start() :].split():
             key, _, text = token.partition("=")
             pairs.append((key, text))
-        head = head[:literal.start()]
+        head = head[: literal.start()]
     value: Any
     for match, value in zip(fields, args, strict=True):
         spec = match.group("spec")
@@ -83,8 +83,9 @@ class TextFormatter(logging.Formatter):
         parts = split(record)
         if parts is not None:
             head, pairs = parts
-            record.message = " ".join([head] + [f"{k}={quote(str(v))}" for k, v in pairs
-                                                if v is not None]).strip()
+            record.message = " ".join(
+                [head] + [f"{k}={quote(str(v))}" for k, v in pairs if v is not None]
+            ).strip()
         return super().formatMessage(record)
 
 
@@ -98,9 +99,12 @@ class JsonFormatter(logging.Formatter):
             head = record.getMessage()
         else:
             head, pairs = parts
-        out: dict[str, Any] = {"time": rfc3339(record.created),
-                               "level": record.levelname.lower(),
-                               "logger": record.name, "message": head}
+        out: dict[str, Any] = {
+            "time": rfc3339(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": head,
+        }
         for key, value in pairs:
             if value is not None:
                 out.setdefault(key, value)
@@ -116,8 +120,9 @@ def rfc3339(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
-def configure(level: str = "info", log_file: str | None = None,
-              log_format: str | None = None) -> None:
+def configure(
+    level: str = "info", log_file: str | None = None, log_format: str | None = None
+) -> None:
     """(Re)point the root logger; `log_format` None keeps the one set before (the
     `--daemon` child re-opens its log file, and keeps `--log-format`)."""
     global _format

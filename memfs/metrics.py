@@ -70,8 +70,7 @@ def listen(text: str) -> socket.socket:
     """Bind the endpoint before anything starts, so a taken port fails the start."""
     host, port = parse_addr(text)
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as e:
         raise OSError(f"cannot listen on --metrics-addr {text}: {e.strerror}") from None
     sock = socket.socket(family, kind, proto)
@@ -108,30 +107,58 @@ class _Metrics:
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
-        self.passes = Counter("memfs_sync_passes", "Sync passes by store and outcome "
-                              "(ok, idle, failed, cut-off).", ["store", "outcome"],
-                              registry=registry)
-        self.conflicts = Counter("memfs_conflicts", "Store-wins conflicts (a conflict copy "
-                                 "kept the local bytes).", ["store"], registry=registry)
-        self.requests = Counter("memfs_store_requests", "HTTP requests to the store, each "
-                                "attempt, by kind (API call) and status (HTTP code, "
-                                "'error' or 'timeout').", ["kind", "status"],
-                                registry=registry)
-        self.bytes = Counter("memfs_store_bytes", "HTTP body bytes to (up) and from (down) "
-                             "the store.", ["direction"], registry=registry)
-        self.push_seconds = Histogram("memfs_push_seconds", "Time for one upload "
-                                      "(create, update, delete) to be confirmed, retries "
-                                      "included.", ["kind"], buckets=PUSH_BUCKETS,
-                                      registry=registry)
-        self.fuse_ops = Counter("memfs_fuse_operations", "FUSE requests by operation and "
-                                "result (ok or the errno name).", ["op", "result"],
-                                registry=registry)
-        self.server_requests = Counter("memfs_server_requests", "`memfs serve`: requests "
-                                       "by method, route and status.",
-                                       ["method", "route", "status"], registry=registry)
-        self.server_seconds = Histogram("memfs_server_request_seconds", "`memfs serve`: "
-                                        "time to answer a request.", ["method", "route"],
-                                        buckets=PUSH_BUCKETS, registry=registry)
+        self.passes = Counter(
+            "memfs_sync_passes",
+            "Sync passes by store and outcome (ok, idle, failed, cut-off).",
+            ["store", "outcome"],
+            registry=registry,
+        )
+        self.conflicts = Counter(
+            "memfs_conflicts",
+            "Store-wins conflicts (a conflict copy kept the local bytes).",
+            ["store"],
+            registry=registry,
+        )
+        self.requests = Counter(
+            "memfs_store_requests",
+            "HTTP requests to the store, each "
+            "attempt, by kind (API call) and status (HTTP code, "
+            "'error' or 'timeout').",
+            ["kind", "status"],
+            registry=registry,
+        )
+        self.bytes = Counter(
+            "memfs_store_bytes",
+            "HTTP body bytes to (up) and from (down) the store.",
+            ["direction"],
+            registry=registry,
+        )
+        self.push_seconds = Histogram(
+            "memfs_push_seconds",
+            "Time for one upload (create, update, delete) to be confirmed, retries included.",
+            ["kind"],
+            buckets=PUSH_BUCKETS,
+            registry=registry,
+        )
+        self.fuse_ops = Counter(
+            "memfs_fuse_operations",
+            "FUSE requests by operation and result (ok or the errno name).",
+            ["op", "result"],
+            registry=registry,
+        )
+        self.server_requests = Counter(
+            "memfs_server_requests",
+            "`memfs serve`: requests by method, route and status.",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.server_seconds = Histogram(
+            "memfs_server_request_seconds",
+            "`memfs serve`: time to answer a request.",
+            ["method", "route"],
+            buckets=PUSH_BUCKETS,
+            registry=registry,
+        )
         self.store_stats: StoreStats | None = None
         self._fuse: dict[tuple[str, int], Any] = {}  # labelled children: the hot path
         registry.register(_StoreCollector(self))
@@ -149,16 +176,25 @@ class _StoreCollector:
 
     GAUGES: tuple[tuple[str, Callable[[StoreGauges], float], str], ...] = (
         ("memfs_dirty_files", lambda s: s.dirty, "Changed files not pushed yet."),
-        ("memfs_refused_files", lambda s: s.refused, "Files the store refused; held back "
-         "until they change."),
-        ("memfs_conflicted_files", lambda s: s.conflicts, "Files whose last sync kept a "
-         "conflict copy."),
-        ("memfs_pending_deletes", lambda s: s.pending_deletes,
-         "Local deletions not sent yet."),
+        (
+            "memfs_refused_files",
+            lambda s: s.refused,
+            "Files the store refused; held back until they change.",
+        ),
+        (
+            "memfs_conflicted_files",
+            lambda s: s.conflicts,
+            "Files whose last sync kept a conflict copy.",
+        ),
+        ("memfs_pending_deletes", lambda s: s.pending_deletes, "Local deletions not sent yet."),
         ("memfs_memories", lambda s: s.memories, "Files of the store in the mount."),
-        ("memfs_missing_content", lambda s: s.missing_content, "Files whose content is "
-         "still downloading."),
-        ("memfs_store_offline", lambda s: s.offline, "1 while the store does not answer."))
+        (
+            "memfs_missing_content",
+            lambda s: s.missing_content,
+            "Files whose content is still downloading.",
+        ),
+        ("memfs_store_offline", lambda s: s.offline, "1 while the store does not answer."),
+    )
 
     def __init__(self, metrics: _Metrics) -> None:
         self.metrics = metrics
@@ -172,8 +208,10 @@ class _StoreCollector:
         source = self.metrics.store_stats
         if source is None:
             return
-        families = [(read, GaugeMetricFamily(name, text, labels=["store"]))
-                    for name, read, text in self.GAUGES]
+        families = [
+            (read, GaugeMetricFamily(name, text, labels=["store"]))
+            for name, read, text in self.GAUGES
+        ]
         for store_id, stats in source():
             for read, family in families:
                 family.add_metric([store_id], float(read(stats)))
@@ -196,6 +234,7 @@ def watch_stores(source: StoreStats) -> None:
 
 
 # -- hooks (no-ops while disabled) -------------------------------------------------------
+
 
 def fuse_op(op: str, err: int) -> None:
     if _m is not None:
@@ -232,12 +271,16 @@ def push_timer(kind: str) -> Iterator[None]:
 
 # -- `memfs serve`: an ASGI wrapper -----------------------------------------------------
 
+
 def _route(path: str) -> str:
     """/v1/memory_stores/memstore_1/memories/mem_2 -> /v1/memory_stores/{id}/memories/{id}:
     ids never become label values (one series per object would grow without bound)."""
     parts = path.split("/")
-    return "/".join(p if i < 2 or i % 2 == 0 or not p else "{id}"
-                    for i, p in enumerate(parts)) if path.startswith("/v1/") else "other"
+    return (
+        "/".join(p if i < 2 or i % 2 == 0 or not p else "{id}" for i, p in enumerate(parts))
+        if path.startswith("/v1/")
+        else "other"
+    )
 
 
 class ServerMetrics:
@@ -247,8 +290,7 @@ class ServerMetrics:
         enable()
         self.app = app
 
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any
-                       ) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         m = _m
         if scope["type"] != "http" or m is None:
             await self.app(scope, receive, send)
@@ -271,11 +313,13 @@ class ServerMetrics:
 
 # -- the endpoint -----------------------------------------------------------------------
 
+
 def start(sock: socket.socket) -> None:
     """Serve `sock` for the rest of this trio run (a system task: the run ends it)."""
     registry = enable()
-    trio.lowlevel.spawn_system_task(_serve, trio.socket.from_stdlib_socket(sock), registry,
-                                    name="memfs.metrics")
+    trio.lowlevel.spawn_system_task(
+        _serve, trio.socket.from_stdlib_socket(sock), registry, name="memfs.metrics"
+    )
     log.info("serving metrics url=%s", url_of(sock))
 
 
@@ -309,9 +353,14 @@ async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> Non
         elif target not in (b"/metrics", b"/"):
             status, ctype, body = b"404 Not Found", b"text/plain", b"see /metrics\n"
         else:
-            status, ctype, body = b"200 OK", CONTENT_TYPE_LATEST.encode(), \
-                generate_latest(registry)
+            status, ctype, body = b"200 OK", CONTENT_TYPE_LATEST.encode(), generate_latest(registry)
         await stream.send_all(
-            b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype
-            + b"\r\nContent-Length: " + str(len(body)).encode()
-            + b"\r\nConnection: close\r\n\r\n" + (body if method != b"HEAD" else b""))
+            b"HTTP/1.1 "
+            + status
+            + b"\r\nContent-Type: "
+            + ctype
+            + b"\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
+            + (body if method != b"HEAD" else b"")
+        )

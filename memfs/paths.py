@@ -118,6 +118,7 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 def is_sha256_hex(value: str) -> bool:
     return _SHA256_HEX.fullmatch(value) is not None
 
+
 _SLUG_RUN = re.compile(r"[^a-z0-9]+")
 
 

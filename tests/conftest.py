@@ -16,8 +16,11 @@ pytest_plugins = ["tests.support.postgres"]  # the session's PostgreSQL cluster 
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--long", action="store_true",
-                     help="long-running modes of the model and stress tests (hours)")
+    parser.addoption(
+        "--long",
+        action="store_true",
+        help="long-running modes of the model and stress tests (hours)",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -72,8 +75,9 @@ def store(shared_api: Api) -> dict[str, object]:
 
 
 @pytest.fixture
-def mount(tmp_path: Path, shared_server: ServerProcess,
-          store: dict[str, object]) -> Iterator[MountProcess]:
+def mount(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+) -> Iterator[MountProcess]:
     """A live single-store mount of `store` (writable), torn down after the test."""
     require_fuse()
     proc = mount_store(tmp_path, shared_server.url, str(store["id"]))

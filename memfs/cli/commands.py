@@ -19,13 +19,12 @@ if TYPE_CHECKING:
     from memfs.config import MountConfig, StoreSpec
 
 
-
 def _fail(message: str, code: int = ExitCode.FAILED) -> int:
     print(f"memfs: {message}", file=sys.stderr)
     return code
 
 
-_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
 def parse_size(text: str) -> int:
@@ -42,8 +41,7 @@ def parse_size(text: str) -> int:
     return int(size)
 
 
-def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
-            ) -> MountConfig:
+def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool) -> MountConfig:
     from memfs.config import DEFAULT_EXCLUDES, MountConfig, check_interval
 
     interval = check_interval(float(args.sync_interval))
@@ -77,8 +75,9 @@ def mount(args: Any) -> int:
     from memfs.mount.launch import launch
 
     try:
-        config = _config(args, args.mountpoint,
-                         [StoreSpec(args.store_id, read_only=args.read_only)], single=True)
+        config = _config(
+            args, args.mountpoint, [StoreSpec(args.store_id, read_only=args.read_only)], single=True
+        )
         config.zero_message_opens = args.zero_message_opens
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
@@ -92,8 +91,12 @@ def _restart(args: Any, config: MountConfig) -> str:
     from memfs.control.recovery import restart_command
 
     root = config.cache_dir or default_cache_root()
-    dirs = {s.store_id: os.path.abspath(root if (config.single and config.cache_dir)
-                                        else root / s.store_id) for s in config.stores}
+    dirs = {
+        s.store_id: os.path.abspath(
+            root if (config.single and config.cache_dir) else root / s.store_id
+        )
+        for s in config.stores
+    }
     api_url = args.api_url or os.environ.get("ANTHROPIC_BASE_URL") or None
     return restart_command(args, os.path.realpath(config.mountpoint), dirs, api_url)
 
@@ -112,8 +115,7 @@ def session(args: Any) -> int:
         if args.spec is None and session_id is None:
             session_id = os.environ.get("ANTHROPIC_SESSION_ID", "").strip() or None
         args.session_id = session_id  # the restart hint names it
-        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ),
-                               session_id)
+        root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ), session_id)
         config = _config(args, root, stores, single=False)
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
@@ -122,8 +124,10 @@ def session(args: Any) -> int:
     config.restart = _restart(args, config)
     for spec in stores:
         access = "read_only" if spec.read_only else "read_write"
-        print(f"memfs: {spec.store_id} ({spec.name}) -> {root}/{spec.dir_name} [{access}]",
-              file=sys.stderr)
+        print(
+            f"memfs: {spec.store_id} ({spec.name}) -> {root}/{spec.dir_name} [{access}]",
+            file=sys.stderr,
+        )
     return launch(config, daemonize=args.daemon)
 
 
@@ -142,8 +146,9 @@ _GOES_ON = {
 }
 
 
-def _ask(path: str, op: str, timeout: float, **fields: Any
-         ) -> tuple[dict[str, Any], dict[str, Any]] | int:
+def _ask(
+    path: str, op: str, timeout: float, **fields: Any
+) -> tuple[dict[str, Any], dict[str, Any]] | int:
     """The mount at `path` and its daemon's answer to `op`, or the exit code of failing.
 
     Giving up on the answer (timeout, Ctrl-C) never affects the daemon: the request goes
@@ -168,8 +173,7 @@ def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
     """On a terminal, what the daemon is doing while `op` waits (memfs/sync/progress.py)."""
     from memfs.sync import progress
 
-    names = {"sync": {"pushing": "pushing"},
-             "unmount": {"pushing": "flushing"}}.get(op)
+    names = {"sync": {"pushing": "pushing"}, "unmount": {"pushing": "flushing"}}.get(op)
     if names is None or not progress.on_terminal():
         return nullcontext()
 
@@ -195,14 +199,15 @@ def sync(args: Any) -> int:
         print(f"memfs: {answer['error']}", file=sys.stderr)
     for store in answer.get("stores", []):
         r = store.get("last_pass") or {}
-        line = (f"{store['memory_store_id']}: {r.get('outcome')} pulled={r.get('pulled')} "
-                f"pushed={r.get('pushed')} deleted={r.get('deleted')} "
-                f"conflicts={r.get('conflicts')} in {r.get('duration_s')}s")
+        line = (
+            f"{store['memory_store_id']}: {r.get('outcome')} pulled={r.get('pulled')} "
+            f"pushed={r.get('pushed')} deleted={r.get('deleted')} "
+            f"conflicts={r.get('conflicts')} in {r.get('duration_s')}s"
+        )
         if r.get("error"):
             line += f" error={r['error']}"
         print(line)
-        _listing("conflict", [f"{c['path']} -> {c['copy']}"
-                              for c in r.get("conflict_copies", [])])
+        _listing("conflict", [f"{c['path']} -> {c['copy']}" for c in r.get("conflict_copies", [])])
     return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
 
 
@@ -215,8 +220,7 @@ def _listing(kind: str, items: list[str], indent: str = "  ") -> None:
     for item in items[:SHOWN_PATHS]:
         print(f"{indent}{kind}: {item}")
     if len(items) > SHOWN_PATHS:
-        print(f"{indent}… and {len(items) - SHOWN_PATHS} more {kind} files "
-              "(see --json)")
+        print(f"{indent}… and {len(items) - SHOWN_PATHS} more {kind} files (see --json)")
 
 
 def _epoch(at: Any) -> float | None:
@@ -270,14 +274,18 @@ def status(args: Any) -> int:
     else:
         registered = channel.registered_mounts()
         mounts = [i for i in registered if i["alive"]]
-        answers += [describe_dead(i, str(i["mountpoint"]))
-                    for i in registered if not i["alive"]]
+        answers += [describe_dead(i, str(i["mountpoint"])) for i in registered if not i["alive"]]
     for info in mounts:
         try:
             answers.append(channel.request(info, "status", timeout=10))
         except OSError as e:
-            answers.append({"ok": False, "mountpoint": info.get("mountpoint"),
-                            "error": f"daemon not answering: {e}"})
+            answers.append(
+                {
+                    "ok": False,
+                    "mountpoint": info.get("mountpoint"),
+                    "error": f"daemon not answering: {e}",
+                }
+            )
     if args.json or not sys.stdout.isatty():
         print(json.dumps({"mounts": answers}, indent=2))
         return code
@@ -287,8 +295,9 @@ def status(args: Any) -> int:
         if answer.get("state") == "dead":
             if not args.path:
                 print(f"{answer['mountpoint']} DEAD")
-                print("  " + dead_summary(answer).replace("\nmemfs: ", "\n  ")
-                      .removeprefix("memfs: "))
+                print(
+                    "  " + dead_summary(answer).replace("\nmemfs: ", "\n  ").removeprefix("memfs: ")
+                )
             continue
         print(f"{answer.get('mountpoint')} (pid {answer.get('pid')})")
         if not answer.get("ok"):
@@ -296,24 +305,37 @@ def status(args: Any) -> int:
             continue
         for s in answer["stores"]:
             lp = s.get("last_pass") or {}
-            print(f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}"
-                  + (f"  ({s['name']})" if s.get("name") else ""))
-            print(f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
-                  f"conflicts={s['conflicts']} refused={s['refused']} "
-                  f"pending_deletes={s['pending_deletes']}")
-            last = (f"{_clock(lp.get('at'))} {lp.get('outcome', '-')} "
-                    f"{lp.get('duration_s', '-')}s" if lp else "-")
+            print(
+                f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}"
+                + (f"  ({s['name']})" if s.get("name") else "")
+            )
+            print(
+                f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
+                f"conflicts={s['conflicts']} refused={s['refused']} "
+                f"pending_deletes={s['pending_deletes']}"
+            )
+            last = (
+                f"{_clock(lp.get('at'))} {lp.get('outcome', '-')} {lp.get('duration_s', '-')}s"
+                if lp
+                else "-"
+            )
             if lp.get("error"):
                 last += f" error={lp['error']}"
             print(f"    last pass: {last}; next pass: {_next_pass(s.get('next_pass_at'))}")
             if s.get("offline"):
-                print("    OFFLINE: the store does not answer; changes are kept in the "
-                      "journal and pushed once it does")
+                print(
+                    "    OFFLINE: the store does not answer; changes are kept in the "
+                    "journal and pushed once it does"
+                )
             _listing("dirty", list(s.get("dirty_files", [])), "    ")
-            _listing("conflict", [f"{c['path']} -> {c['copy']}"
-                                  for c in s.get("conflict_copies", [])], "    ")
-            _listing("refused", [f"{r['path']} ({r['why']})"
-                                 for r in s.get("refused_files", [])], "    ")
+            _listing(
+                "conflict",
+                [f"{c['path']} -> {c['copy']}" for c in s.get("conflict_copies", [])],
+                "    ",
+            )
+            _listing(
+                "refused", [f"{r['path']} ({r['why']})" for r in s.get("refused_files", [])], "    "
+            )
             _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
     return code
 
@@ -341,23 +363,30 @@ def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> i
     nested = holders.nested_mounts(mountpoint)
     if nested:
         live = {str(i["mountpoint"]): i for i in channel.live_mounts()}
-        names = ", ".join(f"{mp} ({'memfs, pid ' + str(live[mp]['pid']) if mp in live else kind})"
-                          for mp, kind in nested)
+        names = ", ".join(
+            f"{mp} ({'memfs, pid ' + str(live[mp]['pid']) if mp in live else kind})"
+            for mp, kind in nested
+        )
         foreign = [mp for mp, _ in nested if mp not in live]
         if not force or foreign:
             # Only memfs mounts have a final sync memfs can run; others are yours to end.
-            hint = ("unmount them first" if foreign else
-                    "unmount them first, or use --force to unmount them first")
-            return _fail(f"{mountpoint} has mounts inside it: {names}; {hint}; "
-                         "nothing was unmounted")
+            hint = (
+                "unmount them first"
+                if foreign
+                else "unmount them first, or use --force to unmount them first"
+            )
+            return _fail(
+                f"{mountpoint} has mounts inside it: {names}; {hint}; nothing was unmounted"
+            )
         for mp, _ in nested:  # deepest first, each with its own final sync
             print(f"memfs: unmounting the nested mount {mp} first", file=sys.stderr)
             code = _busy(live[mp], lazy=False, force=True, timeout=timeout)
             if code is None:
                 code = _unmount(mp, timeout)
             if code != ExitCode.OK:
-                return _fail(f"the nested mount {mp} did not unmount cleanly; "
-                             f"{mountpoint} stays mounted")
+                return _fail(
+                    f"the nested mount {mp} did not unmount cleanly; {mountpoint} stays mounted"
+                )
     pid = int(info.get("pid", 0))
     held = holders.holders(mountpoint, ignore=frozenset({pid}))
     if not held:
@@ -366,22 +395,31 @@ def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> i
     if len(held) > 20:
         listing += f"\nmemfs:   … and {len(held) - 20} more"
     if lazy:
-        result = subprocess.run(["fusermount3", "-u", "-z", mountpoint],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            ["fusermount3", "-u", "-z", mountpoint], capture_output=True, text=True, check=False
+        )
         if result.returncode != 0:
             return _fail(f"could not detach {mountpoint}: {result.stderr.strip()}")
-        print(f"memfs: detached {mountpoint}; it is still in use by:{listing}\nmemfs: the "
-              f"daemon (pid {pid}) serves them, then runs the final sync and exits when "
-              "the last one lets go", file=sys.stderr)
+        print(
+            f"memfs: detached {mountpoint}; it is still in use by:{listing}\nmemfs: the "
+            f"daemon (pid {pid}) serves them, then runs the final sync and exits when "
+            "the last one lets go",
+            file=sys.stderr,
+        )
         return ExitCode.OK
     if force:
-        print(f"memfs: --force: after the final sync these lose {mountpoint} (their next "
-              f"access fails with ENOTCONN):{listing}", file=sys.stderr)
+        print(
+            f"memfs: --force: after the final sync these lose {mountpoint} (their next "
+            f"access fails with ENOTCONN):{listing}",
+            file=sys.stderr,
+        )
         return None
-    return _fail(f"{mountpoint} is busy; nothing was unmounted. In use by:{listing}\n"
-                 "memfs: close those files or leave the directory, or use --lazy (detach "
-                 "now, final sync when they let go) or --force (final sync, then cut them "
-                 "off)")
+    return _fail(
+        f"{mountpoint} is busy; nothing was unmounted. In use by:{listing}\n"
+        "memfs: close those files or leave the directory, or use --lazy (detach "
+        "now, final sync when they let go) or --force (final sync, then cut them "
+        "off)"
+    )
 
 
 def _unmount(mountpoint: str, timeout: float) -> int:

@@ -38,46 +38,81 @@ ASK_TIMEOUT = 60.0
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """The parsers; `command(name, help=...)` is cli.py's sub-command factory."""
-    where = ("a file in a live mount, or STORE_ID:/path (then the store is asked "
-             "directly, with the credentials in the environment)")
+    where = (
+        "a file in a live mount, or STORE_ID:/path (then the store is asked "
+        "directly, with the credentials in the environment)"
+    )
     p = command("log", help="a memory's versions, newest first")
     p.add_argument("path", metavar="PATH", help=where)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p = command("show", help="print one version's content (PATH@VERSION; default head)")
-    p.add_argument("path", metavar="PATH[@VERSION]",
-                   help="VERSION: a memver_ id, head, or ~N (N versions before the newest)")
-    p = command("diff", help="unified diff between two versions, or a version and the "
-                "local file (default: the store's head against the local file)")
-    p.add_argument("path", metavar="PATH[@A]",
-                   help=f"{where}; A: a version (default head)")
-    p.add_argument("other", metavar="@B", nargs="?",
-                   help="the other side: @VERSION or @local (default @local in a mount)")
-    p = command("restore", help="write an old version back as a new change "
-                "(history is never rewritten)")
+    p.add_argument(
+        "path",
+        metavar="PATH[@VERSION]",
+        help="VERSION: a memver_ id, head, or ~N (N versions before the newest)",
+    )
+    p = command(
+        "diff",
+        help="unified diff between two versions, or a version and the "
+        "local file (default: the store's head against the local file)",
+    )
+    p.add_argument("path", metavar="PATH[@A]", help=f"{where}; A: a version (default head)")
+    p.add_argument(
+        "other",
+        metavar="@B",
+        nargs="?",
+        help="the other side: @VERSION or @local (default @local in a mount)",
+    )
+    p = command(
+        "restore", help="write an old version back as a new change (history is never rewritten)"
+    )
     p.add_argument("path", metavar="PATH", help=where)
-    p.add_argument("--to", required=True, metavar="VERSION",
-                   help="a memver_ id, head, or ~N")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite local changes that were not pushed yet")
-    p = command("conflicts", help="the conflict copies kept for a mount: list, show, "
-                "restore (put the losing bytes back as a new change), drop",
-                usage="memfs conflicts [MOUNT] [--json]\n"
-                "       memfs conflicts show|restore|drop ID [--mount MOUNT] [--force]")
+    p.add_argument("--to", required=True, metavar="VERSION", help="a memver_ id, head, or ~N")
+    p.add_argument(
+        "--force", action="store_true", help="overwrite local changes that were not pushed yet"
+    )
+    p = command(
+        "conflicts",
+        help="the conflict copies kept for a mount: list, show, "
+        "restore (put the losing bytes back as a new change), drop",
+        usage="memfs conflicts [MOUNT] [--json]\n"
+        "       memfs conflicts show|restore|drop ID [--mount MOUNT] [--force]",
+    )
     p.add_argument("words", nargs="*", metavar="ARG", help="[MOUNT], or ACTION ID")
-    p.add_argument("--mount", metavar="MOUNT", help="look for ID in this mount only "
-                   "(default: every live mount)")
+    p.add_argument(
+        "--mount",
+        metavar="MOUNT",
+        help="look for ID in this mount only (default: every live mount)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    p.add_argument("--force", action="store_true",
-                   help="restore: overwrite local changes that were not pushed yet")
-    p = command("audit", help="every change a mount accepted: when, which process, and "
-                "what sync did with it (read from the cache directory)")
-    p.add_argument("mount", metavar="MOUNT", nargs="?",
-                   help="a live or dead (killed) mount; or give --cache-dir")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="restore: overwrite local changes that were not pushed yet",
+    )
+    p = command(
+        "audit",
+        help="every change a mount accepted: when, which process, and "
+        "what sync did with it (read from the cache directory)",
+    )
+    p.add_argument(
+        "mount",
+        metavar="MOUNT",
+        nargs="?",
+        help="a live or dead (killed) mount; or give --cache-dir",
+    )
     p.add_argument("--since", metavar="WHEN", help="30m, 2h, 1d (ago), or an ISO time")
-    p.add_argument("--path", metavar="PATH", help="only changes to PATH or below it (a "
-                   "path in the mount, or a store path)")
-    p.add_argument("--cache-dir", metavar="DIR", help="read the trail in DIR (a store's "
-                   "cache directory, or a session's cache root) without a mount")
+    p.add_argument(
+        "--path",
+        metavar="PATH",
+        help="only changes to PATH or below it (a path in the mount, or a store path)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="read the trail in DIR (a store's "
+        "cache directory, or a session's cache root) without a mount",
+    )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
@@ -86,8 +121,14 @@ def run(args: argparse.Namespace) -> int:
         # As in `memfs store`: retry notices would only precede the one-line error.
         logging.getLogger("memfs.client").setLevel(logging.ERROR)
     try:
-        handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore,
-                   "conflicts": _conflicts, "audit": _audit}
+        handler = {
+            "log": _log,
+            "show": _show,
+            "diff": _diff,
+            "restore": _restore,
+            "conflicts": _conflicts,
+            "audit": _audit,
+        }
         return handler[args.command](args)
     except CommandFailed as e:
         print(f"memfs: {_printable(str(e))}", file=sys.stderr)
@@ -127,11 +168,12 @@ def target(arg: str, api_url: str | None = None) -> Target:
         return Target(path, spec, store_id=form[1], path=form[2], api_url=api_url)
     info = channel.find_mount(path)
     if info is None:
-        raise CommandFailed(f"no live memfs mount at {path} (for a store, name the memory as "
-                     "STORE_ID:/path)")
+        raise CommandFailed(
+            f"no live memfs mount at {path} (for a store, name the memory as STORE_ID:/path)"
+        )
     mountpoint = str(info["mountpoint"])
     real = os.path.realpath(path)
-    rel = real[len(mountpoint):] or "/"
+    rel = real[len(mountpoint) :] or "/"
     return Target(path, spec, info=info, rel=rel, local=os.path.abspath(path))
 
 
@@ -139,8 +181,9 @@ def ask(t: Target, what: str, version: str | None = None) -> dict[str, Any]:
     """The history answer for `t` (see memfs/store/history.py), or CommandFailed."""
     if t.info is not None:
         try:
-            answer = channel.request(t.info, "history", timeout=ASK_TIMEOUT, what=what,
-                                     path=t.rel, version=version)
+            answer = channel.request(
+                t.info, "history", timeout=ASK_TIMEOUT, what=what, path=t.rel, version=version
+            )
         except TimeoutError:
             raise CommandFailed(f"the daemon did not answer within {ASK_TIMEOUT:g}s") from None
         except OSError as e:
@@ -148,13 +191,14 @@ def ask(t: Target, what: str, version: str | None = None) -> dict[str, Any]:
     else:
         answer = _direct(t, what, version)
     if not answer.get("ok"):
-        raise CommandFailed(f"{t.shown}: {answer.get('error')}",
-                     ExitCode.UNREACHABLE if answer.get("unreachable") else ExitCode.FAILED)
+        raise CommandFailed(
+            f"{t.shown}: {answer.get('error')}",
+            ExitCode.UNREACHABLE if answer.get("unreachable") else ExitCode.FAILED,
+        )
     return answer
 
 
-def _direct(t: Target, what: str, version: str | None,
-            restore: bool = False) -> dict[str, Any]:
+def _direct(t: Target, what: str, version: str | None, restore: bool = False) -> dict[str, Any]:
     """The same answer as a daemon's, asked of the store by this process."""
     import trio
 
@@ -168,16 +212,19 @@ def _direct(t: Target, what: str, version: str | None,
     except ConfigError as e:
         raise CommandFailed(str(e), ExitCode.USAGE) from None
     except StoreUnavailable as e:
-        raise CommandFailed(f"{e} (is the server running? check --api-url or "
-                     "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
+        raise CommandFailed(
+            f"{e} (is the server running? check --api-url or ANTHROPIC_BASE_URL)",
+            ExitCode.UNREACHABLE,
+        ) from None
     except StoreAuthError as e:
         raise CommandFailed(str(e), ExitCode.USAGE) from None
     except StoreError as e:
         raise CommandFailed(f"{t.shown}: {e}") from None
 
 
-async def _direct_async(config: Any, t: Target, what: str, version: str | None,
-                        restore: bool) -> dict[str, Any]:
+async def _direct_async(
+    config: Any, t: Target, what: str, version: str | None, restore: bool
+) -> dict[str, Any]:
     from memfs.cli.store_commands import CLI_RETRY
     from memfs.errors import NotFound
     from memfs.store import history
@@ -192,14 +239,21 @@ async def _direct_async(config: Any, t: Target, what: str, version: str | None,
             return {"ok": False, "error": f"memory store {t.store_id} does not exist"}
         memory_id = await history.find_memory(client, t.store_id, t.path)
         if memory_id is None:
-            return {"ok": False, "error": "the store has no memory at this path, and "
-                    "none was deleted there recently"}
+            return {
+                "ok": False,
+                "error": "the store has no memory at this path, and "
+                "none was deleted there recently",
+            }
         versions = await history.versions_of(client, t.store_id, memory_id)
         answer: dict[str, Any] = {
-            "ok": True, "memory_store_id": t.store_id, "path": t.path,
+            "ok": True,
+            "memory_store_id": t.store_id,
+            "path": t.path,
             "memory_id": memory_id,
             "access": "read_only" if store.archived_at else "read_write",
-            "local": None, "versions": [history.version_json(v) for v in versions]}
+            "local": None,
+            "versions": [history.version_json(v) for v in versions],
+        }
         if what == "show":
             try:
                 chosen = history.pick(versions, version)
@@ -213,15 +267,18 @@ async def _direct_async(config: Any, t: Target, what: str, version: str | None,
         return answer
 
 
-async def _restore_in_store(client: Any, t: Target, answer: dict[str, Any],
-                            versions: list[Any]) -> dict[str, Any]:
+async def _restore_in_store(
+    client: Any, t: Target, answer: dict[str, Any], versions: list[Any]
+) -> dict[str, Any]:
     """An update with the current sha as precondition (or a create, if it was deleted)."""
     from memfs.errors import PathConflict, PreconditionFailed
     from memfs.paths import sha256_hex
 
     if answer["access"] == "read_only":
-        return {"ok": False, "error": f"{t.store_id} is archived (read-only); restore "
-                "writes nothing to it"}
+        return {
+            "ok": False,
+            "error": f"{t.store_id} is archived (read-only); restore writes nothing to it",
+        }
     content: str = answer["content"]
     sha = sha256_hex(content.encode("utf-8", "surrogatepass"))
     newest = versions[0]
@@ -232,12 +289,18 @@ async def _restore_in_store(client: Any, t: Target, answer: dict[str, Any],
             return {"ok": True, "unchanged": True}
         else:
             memory = await client.update_memory(
-                t.store_id, answer["memory_id"], content=content,
+                t.store_id,
+                answer["memory_id"],
+                content=content,
                 path=None if newest.path == t.path else t.path,
-                precondition_sha256=newest.content_sha256)
+                precondition_sha256=newest.content_sha256,
+            )
     except PreconditionFailed:
-        return {"ok": False, "error": "the memory changed while restoring; nothing was "
-                "written (run the restore again)"}
+        return {
+            "ok": False,
+            "error": "the memory changed while restoring; nothing was "
+            "written (run the restore again)",
+        }
     except PathConflict as e:
         return {"ok": False, "error": f"another memory holds the path now ({e})"}
     return {"ok": True, "memory_id": memory.id, "version": memory.memory_version_id}
@@ -253,8 +316,10 @@ def _log(args: argparse.Namespace) -> int:
         print(json.dumps(answer, indent=2))
         return ExitCode.OK
     local = answer.get("local")
-    where = (f"{answer['path']}  memory {answer.get('memory_id') or '-'}  store "
-             f"{answer['memory_store_id']} ({answer['access']})")
+    where = (
+        f"{answer['path']}  memory {answer.get('memory_id') or '-'}  store "
+        f"{answer['memory_store_id']} ({answer['access']})"
+    )
     if local is not None:
         where += f"  local: {local['state']}"
     print(where)
@@ -265,8 +330,10 @@ def _log(args: argparse.Namespace) -> int:
     for n, v in enumerate(versions):
         size = "-" if v["content_size_bytes"] is None else f"{v['content_size_bytes']} B"
         sha = (v["content_sha256"] or "-")[:12]
-        line = (f"  ~{n:<3} {v['id']}  {v['created_at']}  {v['actor']:<24} "
-                f"{v['operation']:<9} {size:>9}  {sha}")
+        line = (
+            f"  ~{n:<3} {v['id']}  {v['created_at']}  {v['actor']:<24} "
+            f"{v['operation']:<9} {size:>9}  {sha}"
+        )
         if v["path"] != answer["path"]:
             line += f"  at {v['path']}"
         if v["redacted_at"]:
@@ -298,8 +365,9 @@ def _diff(args: argparse.Namespace) -> int:
         other = other[1:]
     if t.info is None:
         if other == "local":
-            raise CommandFailed("STORE_ID:/path has no local file; compare two versions",
-                         ExitCode.USAGE)
+            raise CommandFailed(
+                "STORE_ID:/path has no local file; compare two versions", ExitCode.USAGE
+            )
         a_spec, b_spec = t.spec or "~1", other or "head"
     else:
         a_spec, b_spec = t.spec or "head", other or "local"
@@ -350,11 +418,14 @@ def _restore(args: argparse.Namespace) -> int:
         if not done.get("ok"):
             raise CommandFailed(f"{t.shown}: {done['error']}")
         if done.get("unchanged"):
-            print(f"{t.shown} already has the content of {answer['version']['id']}; "
-                  "nothing written")
+            print(
+                f"{t.shown} already has the content of {answer['version']['id']}; nothing written"
+            )
         else:
-            print(f"{t.shown}: restored the content of {answer['version']['id']} as new "
-                  f"version {done['version']}")
+            print(
+                f"{t.shown}: restored the content of {answer['version']['id']} as new "
+                f"version {done['version']}"
+            )
         return ExitCode.OK
     answer = ask(t, "show", args.to)
     version = answer["version"]["id"]
@@ -366,11 +437,15 @@ def _restore(args: argparse.Namespace) -> int:
         print(f"{t.shown} already has the content of {version}; nothing written")
         return ExitCode.OK
     if local.get("dirty") and not args.force:
-        raise CommandFailed(f"{t.shown} has local changes that were not pushed yet; push them "
-                     f"first (memfs sync), or pass --force to overwrite them")
+        raise CommandFailed(
+            f"{t.shown} has local changes that were not pushed yet; push them "
+            f"first (memfs sync), or pass --force to overwrite them"
+        )
     write_through_mount(t.local, data)
-    print(f"{t.shown}: restored the content of {version} as a local change; the next "
-          f"sync pass pushes it as a new version (memfs sync {t.shown} to push now)")
+    print(
+        f"{t.shown}: restored the content of {version} as a local change; the next "
+        f"sync pass pushes it as a new version (memfs sync {t.shown} to push now)"
+    )
     return ExitCode.OK
 
 
@@ -401,8 +476,9 @@ def _request(info: dict[str, Any], op: str, **fields: Any) -> dict[str, Any]:
     try:
         return channel.request(info, op, timeout=ASK_TIMEOUT, **fields)
     except TimeoutError:
-        raise CommandFailed(f"the daemon of {info['mountpoint']} did not answer within "
-                     f"{ASK_TIMEOUT:g}s") from None
+        raise CommandFailed(
+            f"the daemon of {info['mountpoint']} did not answer within {ASK_TIMEOUT:g}s"
+        ) from None
     except OSError as e:
         raise CommandFailed(f"the daemon of {info['mountpoint']} did not answer: {e}") from None
 
@@ -423,8 +499,7 @@ def _conflicts(args: argparse.Namespace) -> int:
             raise CommandFailed(f"usage: memfs conflicts {words[0]} ID", ExitCode.USAGE)
         return _conflict_action(words[0], words[1], args)
     if len(words) > 1:
-        raise CommandFailed("usage: memfs conflicts [MOUNT] | show|restore|drop ID",
-                     ExitCode.USAGE)
+        raise CommandFailed("usage: memfs conflicts [MOUNT] | show|restore|drop ID", ExitCode.USAGE)
     mount = words[0] if words else args.mount
     answers = []
     for info in _mounts(mount):
@@ -449,14 +524,18 @@ def _conflicts(args: argparse.Namespace) -> int:
         for c in found:
             won = c["remote_version"] or "an unrecorded version"
             state = f"  restored {c['restored_at']}" if c["restored_at"] else ""
-            print(_printable(f"  {c['id']}  {c['at']}  {c['path']}  {c['size']} B  lost "
-                             f"to {won}{state}"))
+            print(
+                _printable(
+                    f"  {c['id']}  {c['at']}  {c['path']}  {c['size']} B  lost to {won}{state}"
+                )
+            )
             print(_printable(f"            copy: {c['copy']}"))
     return ExitCode.OK
 
 
-def _find_conflict(conflict_id: str, mount: str | None, what: str
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _find_conflict(
+    conflict_id: str, mount: str | None, what: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     infos = _mounts(mount)
     for info in infos:
         try:
@@ -470,8 +549,9 @@ def _find_conflict(conflict_id: str, mount: str | None, what: str
         if mount is not None or not str(answer.get("error")).startswith("unknown op"):
             if not answer.get("missing"):
                 raise CommandFailed(str(answer.get("error")))
-    raise CommandFailed(f"no conflict copy {conflict_id!r} in "
-                 f"{mount or 'any live mount'} (see `memfs conflicts`)")
+    raise CommandFailed(
+        f"no conflict copy {conflict_id!r} in {mount or 'any live mount'} (see `memfs conflicts`)"
+    )
 
 
 def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) -> int:
@@ -496,17 +576,22 @@ def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) ->
         raise CommandFailed(f"{local_path} is in a read-only store; restore writes nothing to it")
     local = answer["local"]
     if local["exists"] and local.get("sha") == sha256_hex(data):
-        print(f"{local_path} already holds the bytes of conflict copy {kept['id']}; "
-              "nothing written")
+        print(
+            f"{local_path} already holds the bytes of conflict copy {kept['id']}; nothing written"
+        )
         return ExitCode.OK
     if local.get("dirty") and not args.force:
-        raise CommandFailed(f"{local_path} has local changes that were not pushed yet; push them "
-                     "first (memfs sync), or pass --force to overwrite them")
+        raise CommandFailed(
+            f"{local_path} has local changes that were not pushed yet; push them "
+            "first (memfs sync), or pass --force to overwrite them"
+        )
     write_through_mount(local_path, data)
     _request(info, "conflicts", what="restored", id=kept["id"])
-    print(f"{local_path}: the bytes of conflict copy {kept['id']} are back as a local "
-          "change; the next sync pass pushes them with a precondition (if the memory "
-          "changed again they lose again, and are kept again)")
+    print(
+        f"{local_path}: the bytes of conflict copy {kept['id']} are back as a local "
+        "change; the next sync pass pushes them with a precondition (if the memory "
+        "changed again they lose again, and are kept again)"
+    )
     return ExitCode.OK
 
 
@@ -526,11 +611,11 @@ def _trail_dirs(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
         raise CommandFailed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
     info = channel.find_mount(args.mount) or channel.find_dead_mount(args.mount)
     if info is None:
-        raise CommandFailed(f"no memfs mount at {args.mount} (after an unmount, read the trail "
-                     "with --cache-dir)")
+        raise CommandFailed(
+            f"no memfs mount at {args.mount} (after an unmount, read the trail with --cache-dir)"
+        )
     caches = info.get("caches") or {}
-    return [Path(str(d)) for d in caches.values()], [str(e) for e in
-                                                     info.get("excludes") or []]
+    return [Path(str(d)) for d in caches.values()], [str(e) for e in info.get("excludes") or []]
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -540,8 +625,10 @@ def _audit(args: argparse.Namespace) -> int:
     for d in dirs:
         trail_file = d / audit.TRAIL_NAME
         if trail_file.exists() and not os.access(trail_file, os.R_OK):
-            raise CommandFailed(f"cannot read the audit trail {trail_file}: permission denied "
-                         "(run as the user the mount runs as)")
+            raise CommandFailed(
+                f"cannot read the audit trail {trail_file}: permission denied "
+                "(run as the user the mount runs as)"
+            )
     try:
         since = audit.parse_since(args.since) if args.since else None
     except ValueError as e:
@@ -584,8 +671,10 @@ def describe(outcome: dict[str, Any] | None) -> str:
     if op == "pushed":
         return f"pushed as {outcome.get('version') or 'a new version'}"
     if op == "conflict":
-        return (f"lost a conflict to {outcome.get('version') or 'the remote version'}; "
-                f"the local bytes are kept ({outcome.get('copy')})")
+        return (
+            f"lost a conflict to {outcome.get('version') or 'the remote version'}; "
+            f"the local bytes are kept ({outcome.get('copy')})"
+        )
     if op == "refused":
         return f"refused by the store: {outcome.get('why')}"
     if op == "deleted":

@@ -25,7 +25,8 @@ def _store_name(text: str) -> str:
         raise argparse.ArgumentTypeError("the store name must not be empty")
     if len(text) > STORE_NAME_MAX:
         raise argparse.ArgumentTypeError(
-            f"the store name is {len(text)} characters; at most {STORE_NAME_MAX}")
+            f"the store name is {len(text)} characters; at most {STORE_NAME_MAX}"
+        )
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in text):
         raise argparse.ArgumentTypeError("the store name must not contain control characters")
     return text
@@ -42,9 +43,11 @@ class _Parser(argparse.ArgumentParser):
     then prints `memfs`'s usage for a mistake made after `memfs mount`.
     """
 
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None
-                         ) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -57,22 +60,37 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     Below the top level they default to SUPPRESS, so a value given earlier on the
     command line is not reset by a later parser that did not see one.
     """
+
     def default(value: Any) -> Any:
         return value if top else argparse.SUPPRESS
 
-    group = parser.add_argument_group("global options (accepted before or after the "
-                                      "command)")
-    group.add_argument("--api-url", metavar="URL", default=default(None),
-                       help="Memory Stores API base URL (default: $ANTHROPIC_BASE_URL, "
-                       "else the hosted API)")
-    group.add_argument("--log-level", choices=LOG_LEVELS, default=default("info"),
-                       help="least severe log lines shown (default info)")
-    group.add_argument("--log-file", metavar="FILE", default=default(None),
-                       help="append log lines to FILE (default: stderr; a --daemon mount "
-                       "logs to memfs.log in its cache directory)")
-    group.add_argument("--log-format", choices=LOG_FORMATS, default=default("text"),
-                       help="text: `DATE TIME LEVEL logger: message key=value…`; json: "
-                       "one JSON object a line (default text)")
+    group = parser.add_argument_group("global options (accepted before or after the command)")
+    group.add_argument(
+        "--api-url",
+        metavar="URL",
+        default=default(None),
+        help="Memory Stores API base URL (default: $ANTHROPIC_BASE_URL, else the hosted API)",
+    )
+    group.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=default("info"),
+        help="least severe log lines shown (default info)",
+    )
+    group.add_argument(
+        "--log-file",
+        metavar="FILE",
+        default=default(None),
+        help="append log lines to FILE (default: stderr; a --daemon mount "
+        "logs to memfs.log in its cache directory)",
+    )
+    group.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default("text"),
+        help="text: `DATE TIME LEVEL logger: message key=value…`; json: "
+        "one JSON object a line (default text)",
+    )
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -88,8 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     from memfs import __version__
 
     parser = _Parser(prog="memfs", description="Mount Memory Stores as ordinary directories.")
-    parser.add_argument("--version", action="version", version=f"memfs {__version__}",
-                        help="print the version and exit")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"memfs {__version__}",
+        help="print the version and exit",
+    )
     _add_global_options(parser, top=True)
     from memfs.cli import manpage
 
@@ -100,25 +122,51 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, description=kw.get("help"), **kw)
 
     serve = command("serve", help="run a Memory Stores API server (SQLite or PostgreSQL)")
-    serve.add_argument("--db", help="SQLite file (default: the user's data directory) "
-                       "or postgresql://… URL")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to listen on (default 127.0.0.1: this host only)")
-    serve.add_argument("--port", type=int, default=8765,
-                       help="TCP port to listen on; 0 picks a free one (default 8765)")
-    serve.add_argument("--api-key", metavar="KEY",
-                       help="require this key (x-api-key or Bearer) (default: accept any "
-                       "request)")
-    serve.add_argument("--max-memories", type=int, default=10_000, metavar="N",
-                       help="memories per store (default 10000)")
-    serve.add_argument("--faults", metavar="SPEC",
-                       help="test only: inject faults, e.g. error=0.2,drop_after=0.05,seed=1 "
-                       "(see docs/server.md)")
-    serve.add_argument("--pool-size", type=int, default=8, metavar="N",
-                       help="database connections and worker threads (default 8)")
-    serve.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
-                       help="on SIGTERM, how long requests in flight may finish "
-                       "(default 10)")
+    serve.add_argument(
+        "--db", help="SQLite file (default: the user's data directory) or postgresql://… URL"
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this host only)",
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=8765,
+        help="TCP port to listen on; 0 picks a free one (default 8765)",
+    )
+    serve.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="require this key (x-api-key or Bearer) (default: accept any request)",
+    )
+    serve.add_argument(
+        "--max-memories",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="memories per store (default 10000)",
+    )
+    serve.add_argument(
+        "--faults",
+        metavar="SPEC",
+        help="test only: inject faults, e.g. error=0.2,drop_after=0.05,seed=1 (see docs/server.md)",
+    )
+    serve.add_argument(
+        "--pool-size",
+        type=int,
+        default=8,
+        metavar="N",
+        help="database connections and worker threads (default 8)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests in flight may finish (default 10)",
+    )
     _add_metrics_option(serve)
     from memfs.server.admin import add_arguments as add_serve_actions
 
@@ -129,61 +177,99 @@ def build_parser() -> argparse.ArgumentParser:
 
     mount = command("mount", help="mount one memory store at a directory")
     mount.add_argument("store_id", metavar="STORE_ID", help="the store's id (memstore_…)")
-    mount.add_argument("mountpoint", metavar="MOUNTPOINT",
-                       help="an existing empty directory")
+    mount.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     _add_mount_options(mount)
-    mount.add_argument("--read-only", action="store_true",
-                       help="refuse every change (EROFS), even for root")
-    mount.add_argument("--zero-message-opens", action="store_true",
-                       help="the kernel sends no OPEN, RELEASE or FLUSH (a warm cat "
-                       "costs no request); a non-UTF-8 file is then refused at fsync "
-                       "and at the push, not at close (docs/reliability.md, "
-                       "\"Zero-message opens\"). Read-only mounts do this anyway")
-    mount.add_argument("--cache-dir", help="this mount's cache directory "
-                       "(default: ~/.cache/memfs/STORE_ID)")
+    mount.add_argument(
+        "--read-only", action="store_true", help="refuse every change (EROFS), even for root"
+    )
+    mount.add_argument(
+        "--zero-message-opens",
+        action="store_true",
+        help="the kernel sends no OPEN, RELEASE or FLUSH (a warm cat "
+        "costs no request); a non-UTF-8 file is then refused at fsync "
+        "and at the push, not at close (docs/reliability.md, "
+        '"Zero-message opens"). Read-only mounts do this anyway',
+    )
+    mount.add_argument(
+        "--cache-dir", help="this mount's cache directory (default: ~/.cache/memfs/STORE_ID)"
+    )
 
     session = command("session", help="mount a session's stores (up to 8) under one root")
-    session.add_argument("spec", metavar="SPEC.json", nargs="?",
-                         help='a session object, or {"resources": [...]}; without it, the '
-                         "session named by --session-id is read from the Sessions API")
-    session.add_argument("--session-id", metavar="ID",
-                         help="read the session object from GET /v1/sessions/ID (default: "
-                         "$ANTHROPIC_SESSION_ID when no SPEC.json is given)")
-    session.add_argument("--root", default="/mnt/memory",
-                         help="the session root, an existing directory; relative paths "
-                         "are taken from the current directory (default /mnt/memory)")
+    session.add_argument(
+        "spec",
+        metavar="SPEC.json",
+        nargs="?",
+        help='a session object, or {"resources": [...]}; without it, the '
+        "session named by --session-id is read from the Sessions API",
+    )
+    session.add_argument(
+        "--session-id",
+        metavar="ID",
+        help="read the session object from GET /v1/sessions/ID (default: "
+        "$ANTHROPIC_SESSION_ID when no SPEC.json is given)",
+    )
+    session.add_argument(
+        "--root",
+        default="/mnt/memory",
+        help="the session root, an existing directory; relative paths "
+        "are taken from the current directory (default /mnt/memory)",
+    )
     _add_mount_options(session)
-    session.add_argument("--cache-dir", help="cache root; each store gets STORE_ID below it "
-                         "(default: ~/.cache/memfs)")
+    session.add_argument(
+        "--cache-dir",
+        help="cache root; each store gets STORE_ID below it (default: ~/.cache/memfs)",
+    )
 
     sync = command("sync", help="sync a mount now and wait for the result")
     sync.add_argument("path", metavar="PATH", help="the mount point, or any path inside it")
-    sync.add_argument("--json", action="store_true",
-                      help="print the result as JSON (the schema of `status --json`)")
-    sync.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                      help="stop waiting after SECONDS; the pass goes on in the daemon "
-                      "(default 120)")
+    sync.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON (the schema of `status --json`)",
+    )
+    sync.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="stop waiting after SECONDS; the pass goes on in the daemon (default 120)",
+    )
 
     status = command("status", help="show live mounts and their sync state")
-    status.add_argument("path", metavar="PATH", nargs="?",
-                        help="the mount point, or any path inside it (default: every "
-                        "mount of this user)")
-    status.add_argument("--json", action="store_true",
-                        help="print JSON (also the default when stdout is not a terminal)")
+    status.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        help="the mount point, or any path inside it (default: every mount of this user)",
+    )
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (also the default when stdout is not a terminal)",
+    )
 
     unmount = command("unmount", help="final sync, then unmount (refused while busy)")
-    unmount.add_argument("path", metavar="PATH",
-                         help="the mount point, or any path inside it")
-    unmount.add_argument("--timeout", type=float, default=90.0, metavar="SECONDS",
-                         help="stop waiting after SECONDS; the daemon goes on with the "
-                         "final sync, then unmounts (default 90)")
+    unmount.add_argument("path", metavar="PATH", help="the mount point, or any path inside it")
+    unmount.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        metavar="SECONDS",
+        help="stop waiting after SECONDS; the daemon goes on with the "
+        "final sync, then unmounts (default 90)",
+    )
     busy = unmount.add_mutually_exclusive_group()
-    busy.add_argument("--lazy", action="store_true",
-                      help="detach now; the final sync runs when the last process using "
-                      "the mount lets go")
-    busy.add_argument("--force", action="store_true",
-                      help="final sync, then unmount even if processes use it (they get "
-                      "ENOTCONN); memfs mounts nested inside are unmounted first")
+    busy.add_argument(
+        "--lazy",
+        action="store_true",
+        help="detach now; the final sync runs when the last process using the mount lets go",
+    )
+    busy.add_argument(
+        "--force",
+        action="store_true",
+        help="final sync, then unmount even if processes use it (they get "
+        "ENOTCONN); memfs mounts nested inside are unmounted first",
+    )
     from memfs.cli import history_commands  # log, show, diff, restore, conflicts, audit
 
     history_commands.add_commands(command)
@@ -202,8 +288,9 @@ def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = command("create", "create a memory store")
     p.add_argument("name", type=_store_name, help="the store's name (1 to 255 characters)")
-    p.add_argument("--description", default="",
-                   help="shown to agents, up to 1024 characters (default: none)")
+    p.add_argument(
+        "--description", default="", help="shown to agents, up to 1024 characters (default: none)"
+    )
     p = command("list", "list memory stores, newest first")
     p.add_argument("--archived", action="store_true", help="include archived stores")
     p = command("show", "show a store and how many memories it holds")
@@ -216,40 +303,74 @@ def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
     p = command("import", "upload a folder tree as memories (skips identical files)")
     p.add_argument("store_id", metavar="ID", help=STORE_ID_HELP)
     p.add_argument("directory", metavar="DIR", help="the folder to upload")
-    p.add_argument("--concurrency", type=int, default=STORE_IMPORT_CONCURRENCY, metavar="N",
-                   help=f"uploads in flight (default {STORE_IMPORT_CONCURRENCY})")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=STORE_IMPORT_CONCURRENCY,
+        metavar="N",
+        help=f"uploads in flight (default {STORE_IMPORT_CONCURRENCY})",
+    )
     p = command("export", "write every memory as a file under DIR")
     p.add_argument("store_id", metavar="ID", help=STORE_ID_HELP)
-    p.add_argument("directory", metavar="DIR",
-                   help="where the files go (created if missing)")
+    p.add_argument("directory", metavar="DIR", help="where the files go (created if missing)")
 
 
 def _add_mount_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sync-interval", type=float, default=15.0, metavar="SECONDS",
-                        help="seconds between sync passes (default 15, minimum 5)")
-    parser.add_argument("--deletions", choices=["enabled", "log_only", "disabled"],
-                        default="enabled", help="what a local delete does in the store: "
-                        "delete the memory, only log it, or nothing (default enabled)")
-    parser.add_argument("--exclude", action="append", metavar="GLOB",
-                        help="file names that stay local-only, never pushed (repeatable; "
-                        "editor and OS temporary files always are)")
-    parser.add_argument("--cache-max-size", metavar="SIZE",
-                        help="bound on the clean contents cached per store, e.g. 200M "
-                        "(unpushed changes are never evicted; default: no bound)")
-    parser.add_argument("--flush-timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="bound on the final sync at unmount (default 30)")
-    parser.add_argument("--allow-other", action="store_true",
-                        help="let other users in (needs user_allow_other in /etc/fuse.conf)")
-    parser.add_argument("--daemon", action="store_true",
-                        help="run in the background; return once the mount is live "
-                        "(default: the foreground, until Ctrl-C)")
+    parser.add_argument(
+        "--sync-interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="seconds between sync passes (default 15, minimum 5)",
+    )
+    parser.add_argument(
+        "--deletions",
+        choices=["enabled", "log_only", "disabled"],
+        default="enabled",
+        help="what a local delete does in the store: "
+        "delete the memory, only log it, or nothing (default enabled)",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="GLOB",
+        help="file names that stay local-only, never pushed (repeatable; "
+        "editor and OS temporary files always are)",
+    )
+    parser.add_argument(
+        "--cache-max-size",
+        metavar="SIZE",
+        help="bound on the clean contents cached per store, e.g. 200M "
+        "(unpushed changes are never evicted; default: no bound)",
+    )
+    parser.add_argument(
+        "--flush-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="bound on the final sync at unmount (default 30)",
+    )
+    parser.add_argument(
+        "--allow-other",
+        action="store_true",
+        help="let other users in (needs user_allow_other in /etc/fuse.conf)",
+    )
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="run in the background; return once the mount is live "
+        "(default: the foreground, until Ctrl-C)",
+    )
     _add_metrics_option(parser)
 
 
 def _add_metrics_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics-addr", metavar="HOST:PORT",
-                        help="serve Prometheus metrics at http://HOST:PORT/metrics "
-                        "(default: off; see docs/operations.md)")
+    parser.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics "
+        "(default: off; see docs/operations.md)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -287,9 +408,14 @@ def _main(argv: Sequence[str] | None) -> int:
         from memfs.server import run_server
 
         return run_server(
-            db=args.db, host=args.host, port=args.port,
-            api_key=args.api_key, max_memories=args.max_memories, faults=args.faults,
-            pool_size=args.pool_size, shutdown_timeout=args.shutdown_timeout,
+            db=args.db,
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key,
+            max_memories=args.max_memories,
+            faults=args.faults,
+            pool_size=args.pool_size,
+            shutdown_timeout=args.shutdown_timeout,
             metrics_addr=args.metrics_addr,
         )
     if args.command == "store":
@@ -300,8 +426,13 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if args.command in history_commands.COMMANDS:
         return history_commands.run(args)
-    handler = {"mount": commands.mount, "session": commands.session, "sync": commands.sync,
-               "status": commands.status, "unmount": commands.unmount}.get(args.command)
+    handler = {
+        "mount": commands.mount,
+        "session": commands.session,
+        "sync": commands.sync,
+        "status": commands.status,
+        "unmount": commands.unmount,
+    }.get(args.command)
     if handler is not None:
         return handler(args)
     parser.error(f"unknown command {args.command}")

@@ -21,25 +21,27 @@ SHELLS = ("bash", "zsh")
 EXIT_MEANINGS = {
     ExitCode.OK: "success",
     ExitCode.FAILED: "the operation ran and failed (for a mount: changes were left "
-                     "un-pushed at unmount; they stay in the journal)",
+    "un-pushed at unmount; they stay in the journal)",
     ExitCode.USAGE: "bad usage or configuration: the command line, the environment or "
-                    "the credentials",
+    "the credentials",
     ExitCode.UNREACHABLE: "the store or server could not be reached",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM) before the command finished",
 }
 
 ENVIRONMENT = (
-    ("ANTHROPIC_WORK_SECRET", "a work item's secret; its sessions_token is used (first "
-     "choice)"),
+    ("ANTHROPIC_WORK_SECRET", "a work item's secret; its sessions_token is used (first choice)"),
     ("ANTHROPIC_AUTH_TOKEN", "a bearer token (second choice)"),
-    ("ANTHROPIC_API_KEY", "an API key (third choice); any value for a memfs serve "
-     "started without --api-key"),
-    ("ANTHROPIC_BASE_URL", "the Memory Stores API (default: the hosted API); --api-url "
-     "wins"),
-    ("XDG_CACHE_HOME", "cache directories go to $XDG_CACHE_HOME/memfs (default "
-     "~/.cache/memfs)"),
-    ("XDG_RUNTIME_DIR", "live mounts register in $XDG_RUNTIME_DIR/memfs (default "
-     "/tmp/memfs-UID); status, sync and unmount look there"),
+    (
+        "ANTHROPIC_API_KEY",
+        "an API key (third choice); any value for a memfs serve started without --api-key",
+    ),
+    ("ANTHROPIC_BASE_URL", "the Memory Stores API (default: the hosted API); --api-url wins"),
+    ("XDG_CACHE_HOME", "cache directories go to $XDG_CACHE_HOME/memfs (default ~/.cache/memfs)"),
+    (
+        "XDG_RUNTIME_DIR",
+        "live mounts register in $XDG_RUNTIME_DIR/memfs (default "
+        "/tmp/memfs-UID); status, sync and unmount look there",
+    ),
 )
 
 
@@ -53,8 +55,9 @@ class Command:
     subcommands: list[tuple[str, str]]  # (name, help) in definition order
 
 
-def commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ("memfs",),
-             help_text: str = "") -> Iterator[Command]:
+def commands(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ("memfs",), help_text: str = ""
+) -> Iterator[Command]:
     """Every parser of the tree, depth first, in definition order."""
     subs: list[tuple[str, str, argparse.ArgumentParser]] = []
     for action in parser._actions:
@@ -65,20 +68,26 @@ def commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ("memfs",
                 if id(child) not in seen:  # aliases share one parser
                     seen.add(id(child))
                     subs.append((name, helps.get(name, ""), child))
-    yield Command(words, parser, help_text or parser.description or "",
-                  [(name, text) for name, text, _ in subs])
+    yield Command(
+        words,
+        parser,
+        help_text or parser.description or "",
+        [(name, text) for name, text, _ in subs],
+    )
     for name, text, child in subs:
         yield from commands(child, (*words, name), text)
 
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions
-            if a.option_strings and a.help is not argparse.SUPPRESS]
+    return [a for a in parser._actions if a.option_strings and a.help is not argparse.SUPPRESS]
 
 
 def positionals(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if not a.option_strings
-            and not isinstance(a, argparse._SubParsersAction)]
+    return [
+        a
+        for a in parser._actions
+        if not a.option_strings and not isinstance(a, argparse._SubParsersAction)
+    ]
 
 
 def takes_value(action: argparse.Action) -> bool:
@@ -95,12 +104,12 @@ def metavar(action: argparse.Action) -> str:
 
 # ---- man(7) ---------------------------------------------------------------------------
 
+
 def _text(value: str) -> str:
     """Plain text for groff: backslashes, leading control characters, non-ASCII."""
     out = value.replace("\\", "\\e").replace("-", "\\-")
     out = "".join(c if ord(c) < 128 else f"\\[u{ord(c):04X}]" for c in out)
-    return "\n".join("\\&" + line if line[:1] in (".", "'") else line
-                     for line in out.split("\n"))
+    return "\n".join("\\&" + line if line[:1] in (".", "'") else line for line in out.split("\n"))
 
 
 def _bold(value: str) -> str:
@@ -139,27 +148,37 @@ def _synopsis(command: Command) -> str:
 def _title(page: str, section: int) -> list[str]:
     from memfs import __version__
 
-    return [f'.TH "{page.upper()}" "{section}" "" "memfs {__version__}" '
-            f'"{"User Commands" if section == 1 else "System Administration"}"']
+    return [
+        f'.TH "{page.upper()}" "{section}" "" "memfs {__version__}" '
+        f'"{"User Commands" if section == 1 else "System Administration"}"'
+    ]
 
 
 def _exit_status() -> list[str]:
     lines = [".SH EXIT STATUS"]
     for code in ExitCode:
-        lines += [".TP", _bold(str(int(code))),
-                  _text(EXIT_MEANINGS.get(code, code.name.lower().replace("_", " ")))]
+        lines += [
+            ".TP",
+            _bold(str(int(code))),
+            _text(EXIT_MEANINGS.get(code, code.name.lower().replace("_", " "))),
+        ]
     return lines
 
 
 def memfs_page(parser: argparse.ArgumentParser) -> str:
     tree = list(commands(parser))
     top_options = {tuple(a.option_strings) for a in options(parser)}
-    lines = [*_title("memfs", 1), ".SH NAME",
-             "memfs \\- mount Memory Stores as ordinary directories through FUSE",
-             ".SH SYNOPSIS", f"{_bold('memfs')} [\\fIglobal options\\fR] "
-             f"{_italic('COMMAND')} [\\fIoptions\\fR] [\\fIarguments\\fR]",
-             ".SH DESCRIPTION", _text(parser.description or ""),
-             ".SH GLOBAL OPTIONS"]
+    lines = [
+        *_title("memfs", 1),
+        ".SH NAME",
+        "memfs \\- mount Memory Stores as ordinary directories through FUSE",
+        ".SH SYNOPSIS",
+        f"{_bold('memfs')} [\\fIglobal options\\fR] "
+        f"{_italic('COMMAND')} [\\fIoptions\\fR] [\\fIarguments\\fR]",
+        ".SH DESCRIPTION",
+        _text(parser.description or ""),
+        ".SH GLOBAL OPTIONS",
+    ]
     for action in options(parser):
         lines += _entry(_option_head(action), action.help)
     lines.append(".SH COMMANDS")
@@ -176,12 +195,19 @@ def memfs_page(parser: argparse.ArgumentParser) -> str:
     lines.append(".SH ENVIRONMENT")
     for name, text in ENVIRONMENT:
         lines += [".TP", _bold(name), _text(text)]
-    lines += [".SH FILES", ".TP", _bold("~/.cache/memfs/STORE_ID"),
-              _text("a store's cache: content objects, the journal of unpushed "
-                    "changes (journal.sqlite), conflict copies, memfs.log of --daemon "
-                    "mounts"),
-              ".SH SEE ALSO", "\\fBmount.fuse.memfs\\fR(8), \\fBfusermount3\\fR(1), "
-              "docs/operations.md in the memfs sources"]
+    lines += [
+        ".SH FILES",
+        ".TP",
+        _bold("~/.cache/memfs/STORE_ID"),
+        _text(
+            "a store's cache: content objects, the journal of unpushed "
+            "changes (journal.sqlite), conflict copies, memfs.log of --daemon "
+            "mounts"
+        ),
+        ".SH SEE ALSO",
+        "\\fBmount.fuse.memfs\\fR(8), \\fBfusermount3\\fR(1), "
+        "docs/operations.md in the memfs sources",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -195,20 +221,26 @@ def mount_helper_page(parser: argparse.ArgumentParser) -> str:
             for name in action.option_strings:
                 if action.help:
                     flags.setdefault(name, action)
-    lines = [*_title("mount.fuse.memfs", 8), ".SH NAME",
-             "mount.fuse.memfs \\- mount(8) helper for memfs: a memory store in fstab",
-             ".SH SYNOPSIS",
-             f"{_bold('mount -t fuse.memfs')} {_italic('STORE_ID')} "
-             f"{_italic('MOUNTPOINT')} [{_bold('-o')} {_italic('OPTION')}[,...]]",
-             ".br", f"{_italic('STORE_ID')} {_italic('MOUNTPOINT')} {_bold('fuse.memfs')} "
-             f"{_italic('OPTION')}[,...] 0 0  (in /etc/fstab)",
-             ".SH DESCRIPTION",
-             _text("mount(8) runs this helper for filesystems of type fuse.memfs. It "
-                   "becomes `memfs mount STORE_ID MOUNTPOINT --daemon` with the options "
-                   "below, and returns once the mount is live. The source may also be "
-                   "written memfs#STORE_ID. umount(8) unmounts; the daemon then runs "
-                   "its final sync and exits."),
-             ".SH OPTIONS"]
+    lines = [
+        *_title("mount.fuse.memfs", 8),
+        ".SH NAME",
+        "mount.fuse.memfs \\- mount(8) helper for memfs: a memory store in fstab",
+        ".SH SYNOPSIS",
+        f"{_bold('mount -t fuse.memfs')} {_italic('STORE_ID')} "
+        f"{_italic('MOUNTPOINT')} [{_bold('-o')} {_italic('OPTION')}[,...]]",
+        ".br",
+        f"{_italic('STORE_ID')} {_italic('MOUNTPOINT')} {_bold('fuse.memfs')} "
+        f"{_italic('OPTION')}[,...] 0 0  (in /etc/fstab)",
+        ".SH DESCRIPTION",
+        _text(
+            "mount(8) runs this helper for filesystems of type fuse.memfs. It "
+            "becomes `memfs mount STORE_ID MOUNTPOINT --daemon` with the options "
+            "below, and returns once the mount is live. The source may also be "
+            "written memfs#STORE_ID. umount(8) unmounts; the daemon then runs "
+            "its final sync and exits."
+        ),
+        ".SH OPTIONS",
+    ]
     for option in mounthelper.OPTIONS:
         head = _bold(option.name) + (f"={_italic(option.value)}" if option.value else "")
         borrowed = flags.get(option.flag or "")
@@ -216,20 +248,32 @@ def mount_helper_page(parser: argparse.ArgumentParser) -> str:
         if option.flag:
             text = f"{text} ({option.flag})"
         lines += [".TP", head, _text(text)]
-    lines += [".PP", _text("Accepted and ignored: " + ", ".join(sorted(mounthelper.IGNORED))
-                           + ", and x-* and comment= options (they are for other "
-                           "programs). memfs mounts are always nosuid,nodev. Any other "
-                           "option is refused (exit 2), unless -s is given."),
-              ".PP", _text("Flags from mount(8): -f (print the memfs command, mount "
-                           "nothing), -v (print it, then mount), -r (read-only), -w, "
-                           "-s (ignore unknown options), -n (nothing to do).")]
+    lines += [
+        ".PP",
+        _text(
+            "Accepted and ignored: "
+            + ", ".join(sorted(mounthelper.IGNORED))
+            + ", and x-* and comment= options (they are for other "
+            "programs). memfs mounts are always nosuid,nodev. Any other "
+            "option is refused (exit 2), unless -s is given."
+        ),
+        ".PP",
+        _text(
+            "Flags from mount(8): -f (print the memfs command, mount "
+            "nothing), -v (print it, then mount), -r (read-only), -w, "
+            "-s (ignore unknown options), -n (nothing to do)."
+        ),
+    ]
     lines += _exit_status()
-    lines += [".SH SEE ALSO", "\\fBmemfs\\fR(1), \\fBmount\\fR(8), \\fBfstab\\fR(5), "
-              "\\fBumount\\fR(8)"]
+    lines += [
+        ".SH SEE ALSO",
+        "\\fBmemfs\\fR(1), \\fBmount\\fR(8), \\fBfstab\\fR(5), \\fBumount\\fR(8)",
+    ]
     return "\n".join(lines) + "\n"
 
 
 # ---- completion -----------------------------------------------------------------------
+
 
 @dataclass
 class _Level:
@@ -253,8 +297,7 @@ def _levels(parser: argparse.ArgumentParser) -> list[_Level]:
                     valued.append(name)
                     if action.choices is not None:
                         choices[name] = [str(c) for c in action.choices]
-        levels.append(_Level(" ".join(command.words), command.subcommands, opts, valued,
-                             choices))
+        levels.append(_Level(" ".join(command.words), command.subcommands, opts, valued, choices))
     return levels
 
 
@@ -312,10 +355,11 @@ def bash_completion(parser: argparse.ArgumentParser) -> str:
             valued.append(f"[{key}]={_sq(' '.join(level.valued))}")
         for name, values in level.choices.items():
             choices.append(f"[{_sq(level.key + ' ' + name)}]={_sq(' '.join(values))}")
-    lines = ["# bash completion for memfs: generated by `memfs --print-completion bash`",
-             "# from the CLI's argument definitions; do not edit."]
-    for name, items in (("subs", subs), ("opts", opts), ("valued", valued),
-                        ("choices", choices)):
+    lines = [
+        "# bash completion for memfs: generated by `memfs --print-completion bash`",
+        "# from the CLI's argument definitions; do not edit.",
+    ]
+    for name, items in (("subs", subs), ("opts", opts), ("valued", valued), ("choices", choices)):
         lines.append(f"declare -gA _memfs_{name}=(")
         lines += [f"    {item}" for item in items]
         lines.append(")")
@@ -355,8 +399,7 @@ fi
 
 def _zsh_described(items: Sequence[tuple[str, str]]) -> str:
     """`name:description` lines for _describe (a colon in a name is escaped)."""
-    return "\n".join(name.replace(":", "\\:") + ":" + _one_line(text)
-                     for name, text in items)
+    return "\n".join(name.replace(":", "\\:") + ":" + _one_line(text) for name, text in items)
 
 
 def zsh_completion(parser: argparse.ArgumentParser) -> str:
@@ -372,11 +415,18 @@ def zsh_completion(parser: argparse.ArgumentParser) -> str:
             valued.append(f"{key} {_sq(' '.join(level.valued))}")
         for name, values in level.choices.items():
             choices.append(f"{_sq(level.key + ' ' + name)} {_sq(' '.join(values))}")
-    lines = ["#compdef memfs",
-             "# zsh completion for memfs: generated by `memfs --print-completion zsh`",
-             "# from the CLI's argument definitions; do not edit."]
-    for name, items in (("subs", subs), ("names", names), ("opts", opts),
-                        ("valued", valued), ("choices", choices)):
+    lines = [
+        "#compdef memfs",
+        "# zsh completion for memfs: generated by `memfs --print-completion zsh`",
+        "# from the CLI's argument definitions; do not edit.",
+    ]
+    for name, items in (
+        ("subs", subs),
+        ("names", names),
+        ("opts", opts),
+        ("valued", valued),
+        ("choices", choices),
+    ):
         lines.append(f"typeset -gA _memfs_{name}")
         lines.append(f"_memfs_{name}=(")
         lines += [f"    {item}" for item in items]
@@ -386,6 +436,7 @@ def zsh_completion(parser: argparse.ArgumentParser) -> str:
 
 # ---- the CLI's options ----------------------------------------------------------------
 
+
 class _PrintAction(argparse.Action):
     """Print a generated file for the parser it belongs to, then exit 0 (like --version)."""
 
@@ -393,8 +444,13 @@ class _PrintAction(argparse.Action):
         self.render = kw.pop("render")
         super().__init__(option_strings, dest, **kw)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         sys.stdout.write(self.render(parser, values))
         parser.exit(0)
 
@@ -409,10 +465,20 @@ def _completion(parser: argparse.ArgumentParser, shell: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--print-manpage [PAGE]` and `--print-completion SHELL` on the top-level parser."""
-    parser.add_argument("--print-manpage", action=_PrintAction, render=_manpage,
-                        nargs="?", choices=PAGES, metavar="PAGE",
-                        help="print a man page (memfs, the default, or mount.fuse.memfs) "
-                        "and exit")
-    parser.add_argument("--print-completion", action=_PrintAction, render=_completion,
-                        choices=SHELLS, metavar="SHELL",
-                        help="print the bash or zsh completion script and exit")
+    parser.add_argument(
+        "--print-manpage",
+        action=_PrintAction,
+        render=_manpage,
+        nargs="?",
+        choices=PAGES,
+        metavar="PAGE",
+        help="print a man page (memfs, the default, or mount.fuse.memfs) and exit",
+    )
+    parser.add_argument(
+        "--print-completion",
+        action=_PrintAction,
+        render=_completion,
+        choices=SHELLS,
+        metavar="SHELL",
+        help="print the bash or zsh completion script and exit",
+    )

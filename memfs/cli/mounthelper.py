@@ -42,18 +42,28 @@ OPTIONS = (
     Option("zero_message_opens", "--zero-message-opens"),
     Option("sync_interval", "--sync-interval", "SECONDS"),
     Option("deletions", "--deletions", "MODE"),
-    Option("exclude", "--exclude", "GLOB", help="file names that stay local-only, never "
-           "pushed; repeat the option for more than one (a GLOB cannot contain a comma)"),
+    Option(
+        "exclude",
+        "--exclude",
+        "GLOB",
+        help="file names that stay local-only, never "
+        "pushed; repeat the option for more than one (a GLOB cannot contain a comma)",
+    ),
     Option("cache_dir", "--cache-dir", "DIR"),
     Option("cache_max_size", "--cache-max-size", "SIZE"),
     Option("flush_timeout", "--flush-timeout", "SECONDS"),
     Option("api_url", "--api-url", "URL"),
     Option("log_level", "--log-level", "LEVEL"),
     Option("log_file", "--log-file", "FILE"),
-    Option("env_file", None, "FILE", help="read KEY=VALUE lines (systemd's EnvironmentFile "
-           "format: # comments, optional quotes) into the environment first: the "
-           "credentials (ANTHROPIC_API_KEY=…, ANTHROPIC_AUTH_TOKEN=…) and "
-           "ANTHROPIC_BASE_URL. Keep it mode 0600; credentials never go in fstab"),
+    Option(
+        "env_file",
+        None,
+        "FILE",
+        help="read KEY=VALUE lines (systemd's EnvironmentFile "
+        "format: # comments, optional quotes) into the environment first: the "
+        "credentials (ANTHROPIC_API_KEY=…, ANTHROPIC_AUTH_TOKEN=…) and "
+        "ANTHROPIC_BASE_URL. Keep it mode 0600; credentials never go in fstab",
+    ),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 GLOBAL_FLAGS = ("--log-level", "--log-file")  # these go before the word `mount`
@@ -61,12 +71,37 @@ GLOBAL_FLAGS = ("--log-level", "--log-file")  # these go before the word `mount`
 # Generic fstab and mount(8) words that mean nothing more for memfs. A memfs mount is
 # always nosuid,nodev (libfuse's default), keeps no access times of its own and is
 # mounted by the daemon, so asking for suid, dev or an atime policy changes nothing.
-IGNORED = frozenset({
-    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
-    "_netdev", "suid", "nosuid", "dev", "nodev", "exec", "async", "atime", "noatime",
-    "relatime", "norelatime", "strictatime", "nostrictatime", "diratime", "nodiratime",
-    "lazytime", "nolazytime", "default_permissions",
-})
+IGNORED = frozenset(
+    {
+        "defaults",
+        "auto",
+        "noauto",
+        "user",
+        "nouser",
+        "users",
+        "owner",
+        "group",
+        "nofail",
+        "_netdev",
+        "suid",
+        "nosuid",
+        "dev",
+        "nodev",
+        "exec",
+        "async",
+        "atime",
+        "noatime",
+        "relatime",
+        "norelatime",
+        "strictatime",
+        "nostrictatime",
+        "diratime",
+        "nodiratime",
+        "lazytime",
+        "nolazytime",
+        "default_permissions",
+    }
+)
 IGNORED_PREFIXES = ("x-", "comment=")  # x-systemd.*, x-gvfs-*: for other programs
 
 
@@ -139,8 +174,7 @@ def parse(args: Sequence[str]) -> Request:
             if option in IGNORED or option.startswith(IGNORED_PREFIXES):
                 continue
             if sloppy:  # -s: mount(8)'s "tolerate options this filesystem lacks"
-                print(f"memfs: ignoring the unknown mount option {option!r} (-s)",
-                      file=sys.stderr)
+                print(f"memfs: ignoring the unknown mount option {option!r} (-s)", file=sys.stderr)
                 continue
             raise UsageError(f"unknown mount option {option!r} (see {PROG}(8))")
         if (spec.value is None) != (not eq):
@@ -168,8 +202,7 @@ def load_env_file(path: str) -> dict[str, str]:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"env_file: cannot read {path}: {getattr(e, 'strerror', e)}"
-                         ) from None
+        raise UsageError(f"env_file: cannot read {path}: {getattr(e, 'strerror', e)}") from None
     found: dict[str, str] = {}
     for number, line in enumerate(lines, 1):
         text = line.strip()
@@ -208,8 +241,11 @@ def translate(args: Sequence[str]) -> list[str] | int:
         print(f"memfs: {e}", file=sys.stderr)
         return ExitCode.USAGE
     if request.verbose or request.fake:
-        print(f"memfs: {'would run' if request.fake else 'running'}: "
-              f"memfs {shlex.join(request.argv)}", file=sys.stderr)
+        print(
+            f"memfs: {'would run' if request.fake else 'running'}: "
+            f"memfs {shlex.join(request.argv)}",
+            file=sys.stderr,
+        )
     if request.fake:  # -f: mount(8)'s "do everything but the mount"
         return ExitCode.OK
     return request.argv

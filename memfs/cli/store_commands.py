@@ -51,8 +51,9 @@ from memfs.sync.progress import Bar, on_terminal
 PROG = "memfs store"
 IMPORT_CONCURRENCY = 16
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
-CLI_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0,
-                        retry_timeouts=False)
+CLI_RETRY = RetryPolicy(
+    max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0, retry_timeouts=False
+)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -123,8 +124,13 @@ def _emit_json(value: Any) -> None:
 
 async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
     handlers: dict[str, Callable[[StoreClient, argparse.Namespace], Awaitable[int]]] = {
-        "create": _create, "list": _list, "show": _show, "archive": _archive,
-        "delete": _delete, "import": _import, "export": _export,
+        "create": _create,
+        "list": _list,
+        "show": _show,
+        "archive": _archive,
+        "delete": _delete,
+        "import": _import,
+        "export": _export,
     }
     handler = handlers[args.store_command]
     # Bulk copies retry a slow answer too: one timeout among thousands of uploads to a
@@ -146,10 +152,14 @@ async def _get_store(client: StoreClient, store_id: str) -> StoreInfo:
 
 
 def _store_lines(store: StoreInfo) -> list[str]:
-    lines = [f"id:          {store.id}", f"name:        {store.name}",
-             f"description: {store.description}", f"created_at:  {store.created_at}",
-             f"updated_at:  {store.updated_at}",
-             f"archived_at: {store.archived_at or '-'}"]
+    lines = [
+        f"id:          {store.id}",
+        f"name:        {store.name}",
+        f"description: {store.description}",
+        f"created_at:  {store.created_at}",
+        f"updated_at:  {store.updated_at}",
+        f"archived_at: {store.archived_at or '-'}",
+    ]
     for key, value in sorted(store.metadata.items()):
         lines.append(f"metadata.{key}: {value}")
     return [_printable(line) for line in lines]
@@ -210,11 +220,13 @@ async def _delete(client: StoreClient, args: argparse.Namespace) -> int:
     store = await _get_store(client, args.store_id)  # a missing store is said first
     if not args.yes and not sys.stdin.isatty():
         raise CommandFailed(
-            f"refusing to delete {store.id} without --yes (stdin is not a terminal)",
-            ExitCode.USAGE)
+            f"refusing to delete {store.id} without --yes (stdin is not a terminal)", ExitCode.USAGE
+        )
     if not args.yes:
-        prompt = (f"Delete memory store {store.id} ({_printable(store.name)}) with all its "
-                  "memories and versions? This cannot be undone. [y/N] ")
+        prompt = (
+            f"Delete memory store {store.id} ({_printable(store.name)}) with all its "
+            "memories and versions? This cannot be undone. [y/N] "
+        )
         answer = await trio.to_thread.run_sync(_ask, prompt)
         if answer.strip().lower() not in ("y", "yes"):
             raise CommandFailed("not deleted")
@@ -238,8 +250,9 @@ def _ask(prompt: str) -> str:
 class Progress:
     """One line on stderr ("importing 212 of 300 files"), only on a terminal."""
 
-    def __init__(self, label: str, total: int | None, stream: TextIO | None = None,
-                 unit: str = "files") -> None:
+    def __init__(
+        self, label: str, total: int | None, stream: TextIO | None = None, unit: str = "files"
+    ) -> None:
         self.done = 0
         self.bar = Bar(label, total, unit, stream) if on_terminal(stream) else None
 
@@ -319,8 +332,9 @@ def scan_tree(root: str) -> tuple[list[_Candidate], list[dict[str, str]]]:
                     refuse(rel, f"path not allowed: {exc.reason}")
                     continue
                 if info.st_size > MAX_CONTENT_BYTES:
-                    refuse(rel, f"too large ({info.st_size} bytes; the limit is "
-                                f"{MAX_CONTENT_BYTES})")
+                    refuse(
+                        rel, f"too large ({info.st_size} bytes; the limit is {MAX_CONTENT_BYTES})"
+                    )
                     continue
                 candidates.append(_Candidate(rel, entry.path, path))
 
@@ -356,8 +370,7 @@ async def _import(client: StoreClient, args: argparse.Namespace) -> int:
     async def worker(receive: trio.MemoryReceiveChannel[_Candidate]) -> None:
         async with receive:
             async for candidate in receive:
-                await _import_one(client, store.id, candidate, remote.get(candidate.path),
-                                  result)
+                await _import_one(client, store.id, candidate, remote.get(candidate.path), result)
                 progress.advance()
 
     async with trio.open_nursery() as nursery:
@@ -371,23 +384,33 @@ async def _import(client: StoreClient, args: argparse.Namespace) -> int:
 
     result.refused.sort(key=lambda r: r["file"])
     result.failed.sort(key=lambda r: r["file"])
-    summary = {"store_id": store.id, "created": result.created, "updated": result.updated,
-               "unchanged": result.unchanged, "refused": result.refused,
-               "failed": result.failed}
+    summary = {
+        "store_id": store.id,
+        "created": result.created,
+        "updated": result.updated,
+        "unchanged": result.unchanged,
+        "refused": result.refused,
+        "failed": result.failed,
+    }
     if args.json:
         _emit_json(summary)
     else:
-        print(f"{store.id}: {result.created} created, {result.updated} updated, "
-              f"{result.unchanged} unchanged, {len(result.refused)} refused, "
-              f"{len(result.failed)} failed")
+        print(
+            f"{store.id}: {result.created} created, {result.updated} updated, "
+            f"{result.unchanged} unchanged, {len(result.refused)} refused, "
+            f"{len(result.failed)} failed"
+        )
         if result.refused:
-            print(f"{PROG}: refused {plural(len(result.refused), 'file')} the API would "
-                  "reject:", file=sys.stderr)
+            print(
+                f"{PROG}: refused {plural(len(result.refused), 'file')} the API would reject:",
+                file=sys.stderr,
+            )
             for item in result.refused:
                 print(_printable(f"  {item['file']}: {item['reason']}"), file=sys.stderr)
         if result.failed:
-            print(f"{PROG}: {plural(len(result.failed), 'file')} failed to upload:",
-                  file=sys.stderr)
+            print(
+                f"{PROG}: {plural(len(result.failed), 'file')} failed to upload:", file=sys.stderr
+            )
             for item in result.failed:
                 print(_printable(f"  {item['file']}: {item['error']}"), file=sys.stderr)
     if result.unreachable:
@@ -395,8 +418,13 @@ async def _import(client: StoreClient, args: argparse.Namespace) -> int:
     return ExitCode.FAILED if result.refused or result.failed else ExitCode.OK
 
 
-async def _import_one(client: StoreClient, store_id: str, candidate: _Candidate,
-                      remote: RemoteMemory | None, result: _ImportResult) -> None:
+async def _import_one(
+    client: StoreClient,
+    store_id: str,
+    candidate: _Candidate,
+    remote: RemoteMemory | None,
+    result: _ImportResult,
+) -> None:
     shown = _show_path(candidate.rel)
     try:
         data = await trio.to_thread.run_sync(_read_limited, candidate.full)
@@ -416,8 +444,9 @@ async def _import_one(client: StoreClient, store_id: str, candidate: _Candidate,
         if remote is not None and remote.content_sha256 == sha:
             result.unchanged += 1
         elif remote is not None:
-            await client.update_memory(store_id, remote.id, content=text,
-                                       precondition_sha256=remote.content_sha256)
+            await client.update_memory(
+                store_id, remote.id, content=text, precondition_sha256=remote.content_sha256
+            )
             result.updated += 1
         else:
             await client.create_memory(store_id, candidate.path, text)
@@ -448,12 +477,17 @@ def _write_under(root_fd: int, path: str, data: bytes) -> None:
                 os.mkdir(segment, 0o755, dir_fd=fd)
             except FileExistsError:
                 pass
-            nfd = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          dir_fd=fd)
+            nfd = os.open(
+                segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
             os.close(fd)
             fd = nfd
-        out = os.open(segments[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                      | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        out = os.open(
+            segments[-1],
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=fd,
+        )
         try:
             view = memoryview(data)
             while view:
@@ -481,8 +515,9 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
     try:
         root_fd = await trio.to_thread.run_sync(_open_export_root, root)
     except OSError as exc:
-        raise CommandFailed(f"cannot use {root!r} as the export directory: {exc.strerror}",
-                            ExitCode.USAGE) from None
+        raise CommandFailed(
+            f"cannot use {root!r} as the export directory: {exc.strerror}", ExitCode.USAGE
+        ) from None
     written = 0
     total_bytes = 0
     refused: list[dict[str, str]] = []
@@ -520,8 +555,10 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
                 _warn(f"{_show_path(path)!r}: content does not match its content_sha256")
             shown = "/".join(local_name(s) for s in path.split("/"))
             if shown != path:
-                _warn(f"{_show_path(path)!r} has a name longer than {NAME_MAX} bytes; "
-                      f"exported as {_show_path(shown)!r}")
+                _warn(
+                    f"{_show_path(path)!r} has a name longer than {NAME_MAX} bytes; "
+                    f"exported as {_show_path(shown)!r}"
+                )
             batch.append((path, data))
             if len(batch) >= 20:
                 await flush()
@@ -531,15 +568,27 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
         os.close(root_fd)
         progress.close()
     if args.json:
-        _emit_json({"store_id": store.id, "directory": _show_path(root),
-                    "written": written, "bytes": total_bytes, "refused": refused})
+        _emit_json(
+            {
+                "store_id": store.id,
+                "directory": _show_path(root),
+                "written": written,
+                "bytes": total_bytes,
+                "refused": refused,
+            }
+        )
     else:
-        print(f"exported {plural(written, 'memory', 'memories')} "
-              f"({plural(total_bytes, 'byte')}) from {store.id} "
-              f"to {_printable(_show_path(root))}")
+        print(
+            f"exported {plural(written, 'memory', 'memories')} "
+            f"({plural(total_bytes, 'byte')}) from {store.id} "
+            f"to {_printable(_show_path(root))}"
+        )
         if refused:
-            print(f"{PROG}: {plural(len(refused), 'memory', 'memories')} not exported "
-                  "(see warnings above)", file=sys.stderr)
+            print(
+                f"{PROG}: {plural(len(refused), 'memory', 'memories')} not exported "
+                "(see warnings above)",
+                file=sys.stderr,
+            )
     return ExitCode.FAILED if refused else ExitCode.OK
 
 

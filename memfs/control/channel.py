@@ -41,8 +41,10 @@ def runtime_dir() -> Path:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.lstat()
     if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"the runtime directory {path} is not a private directory of "
-                          "this user; remove it or set XDG_RUNTIME_DIR")
+        raise ConfigError(
+            f"the runtime directory {path} is not a private directory of "
+            "this user; remove it or set XDG_RUNTIME_DIR"
+        )
     return path
 
 
@@ -60,8 +62,12 @@ class ControlServer:
         key = mount_key(self.mountpoint)
         self.sock_path = runtime_dir() / f"{key}.sock"
         self.info_path = runtime_dir() / f"{key}.json"
-        self.info = {**info, "mountpoint": self.mountpoint, "pid": os.getpid(),
-                     "socket": str(self.sock_path)}
+        self.info = {
+            **info,
+            "mountpoint": self.mountpoint,
+            "pid": os.getpid(),
+            "socket": str(self.sock_path),
+        }
         self.handler = handler
         self._in_flight = 0
         self._idle = trio.Event()
@@ -71,8 +77,7 @@ class ControlServer:
         """Until every request received so far has had its answer sent."""
         await self._idle.wait()
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                    ) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.sock_path.unlink(missing_ok=True)
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         await sock.bind(str(self.sock_path))
@@ -96,8 +101,11 @@ class ControlServer:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
             # The peer timed out, was interrupted (Ctrl-C) or hung up: its request (a
             # sync pass, an unmount) goes on; only the answer has nowhere to go.
-            log.info("control peer went away before its answer mountpoint=%s error=%s",
-                     self.mountpoint, type(e).__name__)
+            log.info(
+                "control peer went away before its answer mountpoint=%s error=%s",
+                self.mountpoint,
+                type(e).__name__,
+            )
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
@@ -114,8 +122,12 @@ class ControlServer:
                     buf += chunk
             if not buf.endswith(b"\n"):
                 if buf:
-                    log.warning("control request dropped: incomplete or too long "
-                                "mountpoint=%s max_bytes=%d", self.mountpoint, MAX_REQUEST)
+                    log.warning(
+                        "control request dropped: incomplete or too long "
+                        "mountpoint=%s max_bytes=%d",
+                        self.mountpoint,
+                        MAX_REQUEST,
+                    )
                 return
             try:
                 request = json.loads(buf)
@@ -194,8 +206,7 @@ def find_mount(path: str) -> dict[str, Any] | None:
     return _containing(path, live_mounts())
 
 
-def request(info: dict[str, Any], op: str, timeout: float = 60.0, **fields: Any
-            ) -> dict[str, Any]:
+def request(info: dict[str, Any], op: str, timeout: float = 60.0, **fields: Any) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(info["socket"]))

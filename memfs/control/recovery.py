@@ -67,7 +67,8 @@ def dead_mount_at(path: str) -> str | None:
     best: str | None = None
     for mp in fuse_mounts():
         if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
-                best is None or len(mp) > len(best)):
+            best is None or len(mp) > len(best)
+        ):
             best = mp
     return best if best is not None and is_dead_mount(best) else None
 
@@ -99,13 +100,21 @@ def unpushed(cache_dir: str, excludes: list[str]) -> list[str] | None:
 
 def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any]:
     """The `status` answer for a dead mount: what is left and the recovery command."""
-    answer: dict[str, Any] = {"ok": False, "state": "dead", "mountpoint": mountpoint,
-                              "pid": None, "unpushed": {}, "recover": None}
+    answer: dict[str, Any] = {
+        "ok": False,
+        "state": "dead",
+        "mountpoint": mountpoint,
+        "pid": None,
+        "unpushed": {},
+        "recover": None,
+    }
     clear = f"fusermount3 -u -z {shlex.quote(mountpoint)}"
     if info is None:
-        answer["error"] = ("not in this user's registry of mounts (another user, or "
-                           "another XDG_RUNTIME_DIR): clear it, then run the memfs "
-                           "command that started it again")
+        answer["error"] = (
+            "not in this user's registry of mounts (another user, or "
+            "another XDG_RUNTIME_DIR): clear it, then run the memfs "
+            "command that started it again"
+        )
         answer["unpushed"] = None
         answer["recover"] = clear
         return answer
@@ -124,8 +133,10 @@ def dead_summary(answer: dict[str, Any]) -> str:
     """The lines `status` prints for a dead mount (stderr)."""
     mp = answer["mountpoint"]
     pid = f" (pid {answer['pid']})" if answer.get("pid") else ""
-    lines = [f"memfs: the mount at {mp} is dead: its daemon{pid} is gone, and every "
-             "access answers 'Transport endpoint is not connected' (ENOTCONN)"]
+    lines = [
+        f"memfs: the mount at {mp} is dead: its daemon{pid} is gone, and every "
+        "access answers 'Transport endpoint is not connected' (ENOTCONN)"
+    ]
     if answer["unpushed"] is None:
         lines.append(f"memfs: {answer['error']}")
         lines.append(f"memfs: recover with: {answer['recover']}")
@@ -134,9 +145,11 @@ def dead_summary(answer: dict[str, Any]) -> str:
     total = sum(counts.values())
     if total:
         files = "1 changed file is" if total == 1 else f"{total} changed files are"
-        lines.append(f"memfs: {files} in the journal, not yet pushed "
-                     f"({', '.join(f'{k}: {n}' for k, n in counts.items())}); nothing is "
-                     "lost, the next start pushes them")
+        lines.append(
+            f"memfs: {files} in the journal, not yet pushed "
+            f"({', '.join(f'{k}: {n}' for k, n in counts.items())}); nothing is "
+            "lost, the next start pushes them"
+        )
     elif answer["unpushed"]:
         lines.append("memfs: the journal holds no unpushed changes")
     else:
@@ -145,19 +158,29 @@ def dead_summary(answer: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
-                    api_url: str | None) -> str:
+def restart_command(
+    args: Any, mountpoint: str, cache_dirs: dict[str, str], api_url: str | None
+) -> str:
     """The command line that starts this mount again (absolute paths, same options,
     in the background), for a dead mount's recovery hint."""
     if args.command == "session":
-        source = ([os.path.abspath(args.spec)] if args.spec is not None
-                  else ["--session-id", args.session_id])
+        source = (
+            [os.path.abspath(args.spec)]
+            if args.spec is not None
+            else ["--session-id", args.session_id]
+        )
         cmd = ["memfs", "session", *source, "--root", mountpoint]
         if args.cache_dir:
             cmd += ["--cache-dir", os.path.abspath(os.path.expanduser(args.cache_dir))]
     else:
-        cmd = ["memfs", "mount", args.store_id, mountpoint,
-               "--cache-dir", next(iter(cache_dirs.values()))]
+        cmd = [
+            "memfs",
+            "mount",
+            args.store_id,
+            mountpoint,
+            "--cache-dir",
+            next(iter(cache_dirs.values())),
+        ]
         if args.read_only:
             cmd.append("--read-only")
         if getattr(args, "zero_message_opens", False):
@@ -168,8 +191,10 @@ def restart_command(args: Any, mountpoint: str, cache_dirs: dict[str, str],
     for name, default in defaults.items():
         value = getattr(args, name, default)
         if value != default:
-            cmd += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(
-                value, float) else str(value)]
+            cmd += [
+                "--" + name.replace("_", "-"),
+                f"{value:g}" if isinstance(value, float) else str(value),
+            ]
     for pattern in getattr(args, "exclude", None) or ():
         cmd += ["--exclude", pattern]
     if getattr(args, "allow_other", False):

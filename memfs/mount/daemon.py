@@ -105,25 +105,27 @@ class Daemon:
         cache_root = cfg.cache_dir or default_cache_root()
         offline: set[str] = set()
         for spec in cfg.stores:
-            cache_dir = (cache_root if (cfg.single and cfg.cache_dir) else
-                         cache_root / spec.store_id)
+            cache_dir = cache_root if (cfg.single and cfg.cache_dir) else cache_root / spec.store_id
             try:
-                info: StoreInfo | None = await lookup_store(self._start_client(),
-                                                            spec.store_id)
+                info: StoreInfo | None = await lookup_store(self._start_client(), spec.store_id)
             except StartError as e:
                 if e.exit_code != ExitCode.UNREACHABLE:
                     raise
                 if not (cache_dir / JOURNAL_NAME).exists():
-                    raise StartError(f"{e}; there is no local copy of {spec.store_id} in "
-                                     f"{cache_dir} to start offline from", e.exit_code
-                                     ) from None
+                    raise StartError(
+                        f"{e}; there is no local copy of {spec.store_id} in "
+                        f"{cache_dir} to start offline from",
+                        e.exit_code,
+                    ) from None
                 info, reason = None, str(e)
             read_only = spec.read_only
             if info is not None:
                 self.infos[spec.store_id] = info
                 if info.archived_at is not None and not read_only:
-                    log.warning("memory store is archived; mounting it read-only "
-                                "memory_store_id=%s", spec.store_id)
+                    log.warning(
+                        "memory store is archived; mounting it read-only memory_store_id=%s",
+                        spec.store_id,
+                    )
                     read_only = spec.read_only = True
             try:
                 cache = CacheDir(cache_dir, spec.store_id)
@@ -133,22 +135,40 @@ class Daemon:
             self.trail.open(spec.store_id, cache.root)
             if info is None:
                 if cache.never_synced():
-                    raise StartError(f"{reason}; the local copy in {cache_dir} was never "
-                                     "synced, so there is nothing to start offline from",
-                                     ExitCode.UNREACHABLE)
+                    raise StartError(
+                        f"{reason}; the local copy in {cache_dir} was never "
+                        "synced, so there is nothing to start offline from",
+                        ExitCode.UNREACHABLE,
+                    )
                 # A warm cache: serve the journal's tree now, push when the store answers.
-                log.warning("memory store unreachable; starting offline from the local "
-                            "copy; changes are journaled and pushed once it answers "
-                            "memory_store_id=%s cache=%s error=%s",
-                            spec.store_id, cache_dir, reason)
+                log.warning(
+                    "memory store unreachable; starting offline from the local "
+                    "copy; changes are journaled and pushed once it answers "
+                    "memory_store_id=%s cache=%s error=%s",
+                    spec.store_id,
+                    cache_dir,
+                    reason,
+                )
                 offline.add(spec.store_id)
-            state = StoreState(self.tree, spec.store_id, spec.dir_name or "", cache,
-                               read_only=read_only,
-                               parent=None if cfg.single else self.tree.root)
-            sync = StoreSync(state, client, self.notifier, interval=cfg.interval,
-                             deletions=cfg.deletions, excludes=cfg.excludes,
-                             flush_timeout=cfg.flush_timeout,
-                             cache_max_bytes=cfg.cache_max_bytes, trail=self.trail)
+            state = StoreState(
+                self.tree,
+                spec.store_id,
+                spec.dir_name or "",
+                cache,
+                read_only=read_only,
+                parent=None if cfg.single else self.tree.root,
+            )
+            sync = StoreSync(
+                state,
+                client,
+                self.notifier,
+                interval=cfg.interval,
+                deletions=cfg.deletions,
+                excludes=cfg.excludes,
+                flush_timeout=cfg.flush_timeout,
+                cache_max_bytes=cfg.cache_max_bytes,
+                trail=self.trail,
+            )
             self.syncs.append(sync)
             if self._display is not None:
                 self._display.watch(self._label(sync), sync.progress)
@@ -162,11 +182,16 @@ class Daemon:
                     sync.state.cache.mark_listed(_now_iso())
             except MemfsError as e:
                 # Unreachable or failing (5xx after retries): 3; refused credentials: 2.
-                code = (ExitCode.UNREACHABLE if isinstance(e, StoreUnavailable)
-                        else ExitCode.USAGE if isinstance(e, StoreAuthError)
-                        else ExitCode.FAILED)
-                raise StartError(f"failed to download memory store memory_store_id="
-                                 f"{sync.store_id}: {e}", code) from None
+                code = (
+                    ExitCode.UNREACHABLE
+                    if isinstance(e, StoreUnavailable)
+                    else ExitCode.USAGE
+                    if isinstance(e, StoreAuthError)
+                    else ExitCode.FAILED
+                )
+                raise StartError(
+                    f"failed to download memory store memory_store_id={sync.store_id}: {e}", code
+                ) from None
 
         try:
             async with trio.open_nursery() as nursery:
@@ -192,8 +217,7 @@ class Daemon:
 
     def _start_client(self) -> StoreClient:
         assert self.http is not None
-        return StoreClient(self.http, retry=START_RETRY,
-                           first_byte_timeout=INTERACTIVE_FIRST_BYTE)
+        return StoreClient(self.http, retry=START_RETRY, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
 
     def _mount_options(self) -> set[str]:
         options = set(pyfuse3.default_options)
@@ -227,7 +251,8 @@ class Daemon:
         cfg = self.config
         check_fuse()
         mountpoint = self.mountpoint = prepare_mountpoint(
-            cfg.mountpoint, allow_nonempty=not cfg.single)
+            cfg.mountpoint, allow_nonempty=not cfg.single
+        )
         check_outside(mountpoint, "cache directory", cfg.cache_dir or default_cache_root())
         check_outside(mountpoint, "runtime directory", runtime_dir())
         if cfg.metrics_addr is not None:
@@ -242,7 +267,8 @@ class Daemon:
             client = StoreClient(self.http)
             # On a terminal: the listing as it streams, and what the last run left.
             self._display = progress.Display.for_terminal(
-                {"listing": "listing", "pushing": "pushing"})
+                {"listing": "listing", "pushing": "pushing"}
+            )
             try:
                 await self._start_stores(client, signals)
             finally:
@@ -250,10 +276,14 @@ class Daemon:
                     self._display.close()
                     self._display = None
             options = self._mount_options()
-            self.ops = MemFs(self.tree, self, content_timeout=cfg.content_timeout,
-                             own_permissions=self._own_permissions,
-                             read_only_vfs="ro" in options,
-                             zero_message_writes=cfg.zero_message_opens)
+            self.ops = MemFs(
+                self.tree,
+                self,
+                content_timeout=cfg.content_timeout,
+                own_permissions=self._own_permissions,
+                read_only_vfs="ro" in options,
+                zero_message_writes=cfg.zero_message_opens,
+            )
             self.ops.trail = self.trail
             try:
                 pyfuse3.init(self.ops, mountpoint, options)
@@ -262,12 +292,19 @@ class Daemon:
             mounted = True
             self.trail.mount("mounted", self._places())
             total = sum(s.state.statistics().memories for s in self.syncs)
-            log.info("mounted memory stores=%s mountpoint=%s memories=%d",
-                     ",".join(s.store_id for s in self.syncs), mountpoint, total)
+            log.info(
+                "mounted memory stores=%s mountpoint=%s memories=%d",
+                ",".join(s.store_id for s in self.syncs),
+                mountpoint,
+                total,
+            )
             if not self.ops.noflush:
-                log.info("pyfuse3 has no FileInfo.noflush (a stock build); every close of "
-                         "a read-only file costs a FLUSH request mountpoint=%s pyfuse3=%s",
-                         mountpoint, self.ops.statistics().pyfuse3.version)
+                log.info(
+                    "pyfuse3 has no FileInfo.noflush (a stock build); every close of "
+                    "a read-only file costs a FLUSH request mountpoint=%s pyfuse3=%s",
+                    mountpoint,
+                    self.ops.statistics().pyfuse3.version,
+                )
             try:
                 return await self._serve(mountpoint, ready, signals)
             except BaseException:
@@ -307,11 +344,14 @@ class Daemon:
             raise
         if heard:
             log.debug("start abandoned on signal=%s mountpoint=%s", heard[0], self.mountpoint)
-            raise StartError(f"interrupted ({heard[0]}) before the mount was live; "
-                             "nothing was mounted", ExitCode.INTERRUPTED)
+            raise StartError(
+                f"interrupted ({heard[0]}) before the mount was live; nothing was mounted",
+                ExitCode.INTERRUPTED,
+            )
 
-    async def _serve(self, mountpoint: str, ready: Callable[[str], None] | None,
-                     signals: Any) -> int:
+    async def _serve(
+        self, mountpoint: str, ready: Callable[[str], None] | None, signals: Any
+    ) -> int:
         assert self.ops is not None
         control = ControlServer(mountpoint, self._describe(), self._control)
         fuse_gone = trio.Event()
@@ -320,8 +360,11 @@ class Daemon:
             try:
                 await pyfuse3.main()
                 if not self._stop.is_set():
-                    log.info("the mount was unmounted from outside (fusermount3 -u); "
-                             "running the final sync mountpoint=%s", mountpoint)
+                    log.info(
+                        "the mount was unmounted from outside (fusermount3 -u); "
+                        "running the final sync mountpoint=%s",
+                        mountpoint,
+                    )
             finally:
                 fuse_gone.set()
                 self._stop.set()
@@ -359,9 +402,9 @@ class Daemon:
         log.info("unmounted mountpoint=%s", mountpoint)
         return code
 
-    async def _watch_signals(self, signals: Any, *,
-                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                             ) -> None:
+    async def _watch_signals(
+        self, signals: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         task_status.started()
         async for signum in signals:  # open since start-up: no signal is missed
             name = signal.Signals(signum).name
@@ -373,13 +416,24 @@ class Daemon:
             if self._flush_signals == 1:
                 # One more chance: a second Ctrl-C is often impatience, not intent.
                 left = self._unpushed_count()
-                log.warning("the final sync is still pushing; one more signal stops it "
-                            "signal=%s files=%d mountpoint=%s", name, left, self.mountpoint)
-                _say(f"the final sync is still pushing {_files(left)}; press Ctrl-C once "
-                     "more to stop it and keep them in the journal for the next start")
+                log.warning(
+                    "the final sync is still pushing; one more signal stops it "
+                    "signal=%s files=%d mountpoint=%s",
+                    name,
+                    left,
+                    self.mountpoint,
+                )
+                _say(
+                    f"the final sync is still pushing {_files(left)}; press Ctrl-C once "
+                    "more to stop it and keep them in the journal for the next start"
+                )
             elif not self._flush_scope.cancel_called:
-                log.warning("final sync stopped by a signal; what is not pushed stays in "
-                            "the journal signal=%s mountpoint=%s", name, self.mountpoint)
+                log.warning(
+                    "final sync stopped by a signal; what is not pushed stays in "
+                    "the journal signal=%s mountpoint=%s",
+                    name,
+                    self.mountpoint,
+                )
                 self._flush_scope.cancel()
 
     def _unpushed_count(self) -> int:
@@ -392,8 +446,9 @@ class Daemon:
             if sync.state.read_only:
                 continue
             stats = sync.statistics()
-            paths = list(stats.dirty_files) + [p for p in stats.pending_delete_paths
-                                               if p and sync.deletions == "enabled"]
+            paths = list(stats.dirty_files) + [
+                p for p in stats.pending_delete_paths if p and sync.deletions == "enabled"
+            ]
             if paths:
                 left[sync.store_id] = paths
         return left
@@ -427,54 +482,79 @@ class Daemon:
         left = self._left_behind()
         stopped = self._flush_scope.cancelled_caught
         self._flush_report = {
-            "ok": not left, "seconds": round(time.monotonic() - t0, 3),
-            "unpushed": left, "stopped": stopped,
+            "ok": not left,
+            "seconds": round(time.monotonic() - t0, 3),
+            "unpushed": left,
+            "stopped": stopped,
             "outcomes": {k: v.outcome for k, v in results.items()},
         }
         for store_id, paths in left.items():
-            log.warning("memory flush left changed files un-pushed; they stay in the "
-                        "journal for the next start memory_store_id=%s files=%d paths=%s",
-                        store_id, len(paths), ",".join(paths[:20]))
+            log.warning(
+                "memory flush left changed files un-pushed; they stay in the "
+                "journal for the next start memory_store_id=%s files=%d paths=%s",
+                store_id,
+                len(paths),
+                ",".join(paths[:20]),
+            )
         if stopped:
-            _say(f"final sync stopped; {_files(self._unpushed_count())} not pushed, kept "
-                 "in the journal: the next start pushes them")
+            _say(
+                f"final sync stopped; {_files(self._unpushed_count())} not pushed, kept "
+                "in the journal: the next start pushes them"
+            )
             return ExitCode.INTERRUPTED
         return 0 if not left else 1
 
     def _places(self) -> dict[str, str]:
         """Where each store shows in the mount."""
-        return {s.store_id: self.mountpoint if self.config.single else
-                os.path.join(self.mountpoint, s.state.root.name) for s in self.syncs}
+        return {
+            s.store_id: self.mountpoint
+            if self.config.single
+            else os.path.join(self.mountpoint, s.state.root.name)
+            for s in self.syncs
+        }
 
     # -- control ---------------------------------------------------------------------
     def _describe(self) -> dict[str, Any]:
         # The cache directories and the restart command outlive a killed daemon here:
         # `memfs status` reads them to explain a dead mount (memfs/control/recovery.py).
-        return {"mode": "single" if self.config.single else "session",
-                "stores": [s.store_id for s in self.syncs],
-                "caches": {s.store_id: str(c.root.resolve())
-                           for s, c in zip(self.syncs, self.caches, strict=True)},
-                "excludes": list(self.config.excludes),
-                "restart": self.config.restart}
+        return {
+            "mode": "single" if self.config.single else "session",
+            "stores": [s.store_id for s in self.syncs],
+            "caches": {
+                s.store_id: str(c.root.resolve())
+                for s, c in zip(self.syncs, self.caches, strict=True)
+            },
+            "excludes": list(self.config.excludes),
+            "restart": self.config.restart,
+        }
 
     def status(self) -> dict[str, Any]:
         stores = []
         for sync in self.syncs:
             info = self.infos.get(sync.store_id)
-            root = self.mountpoint if self.config.single else os.path.join(
-                self.mountpoint, sync.state.root.name)
-            stores.append({
-                "memory_store_id": sync.store_id,
-                "name": info.name if info else "",
-                "mount_path": root,
-                "access": "read_only" if sync.state.read_only else "read_write",
-                "interval_s": sync.interval,
-                "deletions": sync.deletions,
-                **sync.statistics().as_json(),
-            })
-        return {"ok": True, "mountpoint": self.mountpoint,
-                "pid": os.getpid(), "stores": stores,
-                **(self.ops.statistics().as_json() if self.ops is not None else {})}
+            root = (
+                self.mountpoint
+                if self.config.single
+                else os.path.join(self.mountpoint, sync.state.root.name)
+            )
+            stores.append(
+                {
+                    "memory_store_id": sync.store_id,
+                    "name": info.name if info else "",
+                    "mount_path": root,
+                    "access": "read_only" if sync.state.read_only else "read_write",
+                    "interval_s": sync.interval,
+                    "deletions": sync.deletions,
+                    **sync.statistics().as_json(),
+                }
+            )
+        return {
+            "ok": True,
+            "mountpoint": self.mountpoint,
+            "pid": os.getpid(),
+            "stores": stores,
+            **(self.ops.statistics().as_json() if self.ops is not None else {}),
+        }
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -503,14 +583,16 @@ class Daemon:
                 if sync.state.read_only:
                     return
                 r = await sync.flush_writes()
-                flushed[sync.store_id] = {"outcome": r.outcome, "error": r.error,
-                                          "pushed": r.pushed}
+                flushed[sync.store_id] = {
+                    "outcome": r.outcome,
+                    "error": r.error,
+                    "pushed": r.pushed,
+                }
 
             async with trio.open_nursery() as nursery:
                 for sync in self.syncs:
                     nursery.start_soon(flush_one, sync)
-            return {"ok": all(r["outcome"] == "ok" for r in flushed.values()),
-                    "stores": flushed}
+            return {"ok": all(r["outcome"] == "ok" for r in flushed.values()), "stores": flushed}
         if op == "restore":
             restored: dict[str, int] = {}
             for sync in self.syncs:
@@ -523,15 +605,26 @@ class Daemon:
                             nursery.start_soon(sync.sync_now)
             return {"ok": True, "restored": restored}
         if op == "history":  # memfs log/show/diff/restore (memfs/store/history.py)
-            return await answers.history_answer(request, [s.state for s in self.syncs],
-                                        self.config.single, self._start_client())
+            return await answers.history_answer(
+                request, [s.state for s in self.syncs], self.config.single, self._start_client()
+            )
         if op == "conflicts":  # memfs conflicts (memfs/mount/answers.py)
-            return answers.conflicts_answer(request, self.syncs, self.mountpoint,
-                                            self.config.single)
+            return answers.conflicts_answer(
+                request, self.syncs, self.mountpoint, self.config.single
+            )
         if op == "progress":
-            return {"ok": True, "closing": self._stop.is_set(),
-                    "stores": [{"memory_store_id": s.store_id, "label": self._label(s),
-                                **s.progress.snapshot()} for s in self.syncs]}
+            return {
+                "ok": True,
+                "closing": self._stop.is_set(),
+                "stores": [
+                    {
+                        "memory_store_id": s.store_id,
+                        "label": self._label(s),
+                        **s.progress.snapshot(),
+                    }
+                    for s in self.syncs
+                ],
+            }
         if op == "unmount":
             self._stop.set()
             await self._flushed.wait()
@@ -560,5 +653,3 @@ def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError
             if found is not None:
                 return found
     return None
-
-

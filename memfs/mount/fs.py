@@ -129,8 +129,12 @@ def _fuse_error(handler: str, e: Exception) -> pyfuse3.FUSEError:
         return e
     if isinstance(e, OSError) and e.errno in _CACHE_DISK_ERRNOS:
         # The cache disk: full (ENOSPC, EDQUOT) or failing (EIO). Nothing changed.
-        log.warning("cache disk error handler=%s errno=%s error=%s", handler,
-                    errno.errorcode.get(e.errno, e.errno), e.strerror or e)
+        log.warning(
+            "cache disk error handler=%s errno=%s error=%s",
+            handler,
+            errno.errorcode.get(e.errno, e.errno),
+            e.strerror or e,
+        )
         return pyfuse3.FUSEError(e.errno)
     return _unexpected(handler)
 
@@ -153,17 +157,21 @@ def _unexpected(handler: str) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(errno.EIO)
 
 
-
-
 class MemFs(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, tree: Tree, waiter: ContentWaiter, *, content_timeout: float = 30.0,
-                 own_permissions: bool = False,
-                 negative_timeout: float = NEGATIVE_TIMEOUT,
-                 read_only_vfs: bool = False,
-                 zero_message_writes: bool = False) -> None:
+    def __init__(
+        self,
+        tree: Tree,
+        waiter: ContentWaiter,
+        *,
+        content_timeout: float = 30.0,
+        own_permissions: bool = False,
+        negative_timeout: float = NEGATIVE_TIMEOUT,
+        read_only_vfs: bool = False,
+        zero_message_writes: bool = False,
+    ) -> None:
         super().__init__()
         self.tree = tree
         self.negative_timeout = negative_timeout
@@ -181,8 +189,9 @@ class MemFs(pyfuse3.Operations):
         # trading what OPEN carried (docs/reliability.md, "Zero-message opens").
         self.read_only_vfs = read_only_vfs
         self.zero_message_writes = zero_message_writes
-        self.pass_inode_without_fh = ((read_only_vfs or zero_message_writes)
-                                      and ZERO_MESSAGE_OPENS and not own_permissions)
+        self.pass_inode_without_fh = (
+            (read_only_vfs or zero_message_writes) and ZERO_MESSAGE_OPENS and not own_permissions
+        )
         self.write_context = self.pass_inode_without_fh  # `write` names its writer
         # Zero-message writes: the last writer the trail named per inode, and when it
         # last wrote (one "write" line per burst of one process, as per open before).
@@ -195,8 +204,7 @@ class MemFs(pyfuse3.Operations):
         self._listings: dict[int, list[str]] = {}
         # None: the kernel checks modes (`default_permissions`); else memfs does, after
         # EROFS (session mounts, see memfs/mount/permissions.py).
-        self.perms = (Permissions(tree.uid, tree.gid, self.mode) if own_permissions
-                      else None)
+        self.perms = Permissions(tree.uid, tree.gid, self.mode) if own_permissions else None
         self.waiter = waiter
         self.content_timeout = content_timeout
         self.closing = False  # set at unmount: writes fail with EROFS while we flush
@@ -210,18 +218,27 @@ class MemFs(pyfuse3.Operations):
     def init(self) -> None:
         """At the kernel's INIT (pyfuse3 has read what the kernel can do by now)."""
         self.files_by_inode = self.pass_inode_without_fh and bool(
-            getattr(pyfuse3, "no_open_support", False))
+            getattr(pyfuse3, "no_open_support", False)
+        )
         self.dirs_by_inode = self.pass_inode_without_fh and bool(
-            getattr(pyfuse3, "no_opendir_support", False))
+            getattr(pyfuse3, "no_opendir_support", False)
+        )
         if self.files_by_inode and not self.read_only_vfs:
             self.tree.writers_tracked = False  # no OPEN or RELEASE will say who writes
         elif self.zero_message_writes and not self.read_only_vfs:
-            why = ("session mounts check permissions at open" if self.perms is not None
-                   else "the kernel cannot skip OPEN" if ZERO_MESSAGE_OPENS
-                   else "pyfuse3 is a stock build")
-            log.warning("--zero-message-opens is not available; opens cost requests as "
-                        "without it memory_store_id=%s reason=%s",
-                        ",".join(s.store_id for s in self.stores()), why)
+            why = (
+                "session mounts check permissions at open"
+                if self.perms is not None
+                else "the kernel cannot skip OPEN"
+                if ZERO_MESSAGE_OPENS
+                else "pyfuse3 is a stock build"
+            )
+            log.warning(
+                "--zero-message-opens is not available; opens cost requests as "
+                "without it memory_store_id=%s reason=%s",
+                ",".join(s.store_id for s in self.stores()),
+                why,
+            )
 
     # -- helpers --------------------------------------------------------------------
     def attrs(self, node: Node) -> pyfuse3.EntryAttributes:
@@ -290,8 +307,10 @@ class MemFs(pyfuse3.Operations):
         node = parent.children.get(name)
         if node is None and may_be_alias(name):
             for real, child in parent.children.items():
-                if len(real.encode("utf-8", "surrogateescape")) > NAME_MAX \
-                        and local_name(real) == name:
+                if (
+                    len(real.encode("utf-8", "surrogateescape")) > NAME_MAX
+                    and local_name(real) == name
+                ):
                     return child
         return node
 
@@ -321,9 +340,12 @@ class MemFs(pyfuse3.Operations):
                 await self.waiter.wait_for(store, node)
             data = store.content(node)
             if data is None:
-                log.error("content did not arrive in time memory_store_id=%s path=%s "
-                          "timeout_s=%s", store.store_id, node.store_path(),
-                          self.content_timeout)
+                log.error(
+                    "content did not arrive in time memory_store_id=%s path=%s timeout_s=%s",
+                    store.store_id,
+                    node.store_path(),
+                    self.content_timeout,
+                )
                 raise FsError(errno.EIO, "content not available")
         return data
 
@@ -333,8 +355,9 @@ class MemFs(pyfuse3.Operations):
 
     # -- namespace ------------------------------------------------------------------
     @_guard
-    async def lookup(self, parent_inode: int, name: bytes,
-                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         self._may(parent, ctx, EXEC)
         if name == b".":
@@ -354,7 +377,8 @@ class MemFs(pyfuse3.Operations):
     def _missing(self, parent: Node, shown: str) -> pyfuse3.EntryAttributes:
         """A negative entry the kernel may keep, or ENOENT when it must not."""
         if self.negative_timeout <= 0 or not self.tree.negatives.answer(
-                parent.ino, shown, self.negative_timeout):
+            parent.ino, shown, self.negative_timeout
+        ):
             raise FsError(errno.ENOENT)
         a = pyfuse3.EntryAttributes()
         a.st_ino = 0  # "no such name", cached for entry_timeout
@@ -377,15 +401,23 @@ class MemFs(pyfuse3.Operations):
         node = self.tree.get(inode)
         if mode & os.W_OK:
             self._mutable(node)  # EROFS for everybody, as on a read-only filesystem
-        mask = ((READ if mode & os.R_OK else 0) | (WRITE if mode & os.W_OK else 0)
-                | (EXEC if mode & os.X_OK else 0))
+        mask = (
+            (READ if mode & os.R_OK else 0)
+            | (WRITE if mode & os.W_OK else 0)
+            | (EXEC if mode & os.X_OK else 0)
+        )
         self._may(node, ctx, mask)
         return True
 
     @_guard
-    async def setattr(self, inode: int, attr: pyfuse3.EntryAttributes,
-                      fields: pyfuse3.SetattrFields, fh: int | None,
-                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
         node = self.tree.get(inode)
         store = self._mutable(node)
         if node.kind is Kind.MARKER:
@@ -403,18 +435,27 @@ class MemFs(pyfuse3.Operations):
                 await self._content(node)  # like a write: wait for content on its way
                 store = self._mutable(node)  # re-check after the await
             store.truncate(node, attr.st_size)
-            self.trail.change(store.store_id, "truncate", node.store_path(), ctx.pid,
-                              ctx.uid, size=attr.st_size)
+            self.trail.change(
+                store.store_id, "truncate", node.store_path(), ctx.pid, ctx.uid, size=attr.st_size
+            )
         if fields.update_mode:
             store.set_mode(node, attr.st_mode)
         if fields.update_atime or fields.update_mtime:
-            store.set_times(node, attr.st_atime_ns if fields.update_atime else None,
-                            attr.st_mtime_ns if fields.update_mtime else None)
+            store.set_times(
+                node,
+                attr.st_atime_ns if fields.update_atime else None,
+                attr.st_mtime_ns if fields.update_mtime else None,
+            )
         return self.attrs(node)
 
-    def _may_setattr(self, node: Node, attr: pyfuse3.EntryAttributes,
-                     fields: pyfuse3.SetattrFields, fh: int | None,
-                     ctx: pyfuse3.RequestContext) -> None:
+    def _may_setattr(
+        self,
+        node: Node,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
         """The kernel's setattr_prepare rules, which it skips without default_permissions."""
         assert self.perms is not None
         self._may(node, ctx)
@@ -428,8 +469,10 @@ class MemFs(pyfuse3.Operations):
             # pyfuse3 turns UTIME_NOW into the current time; a writer may set "now",
             # only the owner any other time.
             wall = time.time_ns()
-            times = [attr.st_atime_ns if fields.update_atime else None,
-                     attr.st_mtime_ns if fields.update_mtime else None]
+            times = [
+                attr.st_atime_ns if fields.update_atime else None,
+                attr.st_mtime_ns if fields.update_mtime else None,
+            ]
             is_now = all(t is None or abs(t - wall) < 2_000_000_000 for t in times)
             if not self.perms.owns(ctx):
                 if not is_now:
@@ -441,8 +484,9 @@ class MemFs(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EINVAL)
 
     @_guard
-    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
-                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    async def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         self._name(name)  # ENAMETOOLONG first, as the kernel's own lookup would answer
         store = self._mutable(parent)
@@ -461,8 +505,9 @@ class MemFs(pyfuse3.Operations):
         return node
 
     @_guard
-    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
-                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         store = self._mutable(parent)
         self._may(parent, ctx, WRITE | EXEC)
@@ -498,17 +543,20 @@ class MemFs(pyfuse3.Operations):
         self.trail.change(store.store_id, "rmdir", path, ctx.pid, ctx.uid)
 
     @_guard
-    async def symlink(self, parent_inode: int, name: bytes, target: bytes,
-                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    async def symlink(
+        self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
         return self._refuse_link(parent_inode, name, ctx)
 
     @_guard
-    async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
-                   ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    async def link(
+        self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
         return self._refuse_link(new_parent_inode, new_name, ctx)
 
-    def _refuse_link(self, parent_inode: int, name: bytes,
-                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    def _refuse_link(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         self._name(name)  # ENAMETOOLONG, then EROFS, then EPERM: Linux's order
         self._mutable(parent)
@@ -516,8 +564,15 @@ class MemFs(pyfuse3.Operations):
         raise FsError(errno.EPERM, "links cannot live in a memory store")
 
     @_guard
-    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int,
-                     name_new: bytes, flags: int, ctx: pyfuse3.RequestContext) -> None:
+    async def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
         old_parent = self._dir(parent_inode_old)
         new_parent = self._dir(parent_inode_new)
         old_name = self._name(name_old)
@@ -542,10 +597,16 @@ class MemFs(pyfuse3.Operations):
         if target is not None:
             new_name = target.name  # replacing a file shown under its alias
         old_path = node.store_path()
-        store.rename(old_parent, node.name, new_parent, new_name,
-                     noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
-        self.trail.change(store.store_id, "rename", old_path, ctx.pid, ctx.uid,
-                          to=node.store_path())
+        store.rename(
+            old_parent,
+            node.name,
+            new_parent,
+            new_name,
+            noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE),
+        )
+        self.trail.change(
+            store.store_id, "rename", old_path, ctx.pid, ctx.uid, to=node.store_path()
+        )
         self.tree.negatives.created_here(new_parent.ino, new_name)
 
     # -- files ----------------------------------------------------------------------
@@ -570,28 +631,33 @@ class MemFs(pyfuse3.Operations):
             handle.pid, handle.uid, handle.comm = ctx.pid, ctx.uid, command_name(ctx.pid)
             if flags & os.O_TRUNC:
                 store.truncate(node, 0)
-                self.trail.change(store.store_id, "truncate", node.store_path(), ctx.pid,
-                                  ctx.uid, handle.comm, size=0)
+                self.trail.change(
+                    store.store_id,
+                    "truncate",
+                    node.store_path(),
+                    ctx.pid,
+                    ctx.uid,
+                    handle.comm,
+                    size=0,
+                )
         assert node.store is not None
         node.store.opened(node, writing=writing)
         if not writing and self.noflush:
             # flush() does nothing for a reader: nothing is given up by skipping it.
-            info: pyfuse3.FileInfo = _FileInfo(fh=self._fh(handle), keep_cache=True,
-                                               noflush=True)
+            info: pyfuse3.FileInfo = _FileInfo(fh=self._fh(handle), keep_cache=True, noflush=True)
             return info
         return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
 
     @_guard
-    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
-                     ctx: pyfuse3.RequestContext
-                     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._dir(parent_inode)
         store = self._mutable(parent)
         self._may(parent, ctx, WRITE | EXEC)
         node = self._new_file(store, parent, name, mode)
         comm = command_name(ctx.pid)
-        self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid,
-                          comm)
+        self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid, comm)
         if self.files_by_inode:
             # fh 0, like every other open here: the kernel sends no RELEASE without
             # OPEN, so a handle would never be closed. Writes then carry the inode.
@@ -604,27 +670,29 @@ class MemFs(pyfuse3.Operations):
     async def read(self, fh: int, off: int, size: int) -> bytes:
         node = self.tree.get(fh) if self.files_by_inode else self._file(fh).node
         data = await self._content(node)
-        return data[off:off + size]
+        return data[off : off + size]
 
     @_guard
-    async def write(self, fh: int, off: int, buf: bytes,
-                    ctx: pyfuse3.RequestContext | None = None) -> int:
+    async def write(
+        self, fh: int, off: int, buf: bytes, ctx: pyfuse3.RequestContext | None = None
+    ) -> int:
         if self.files_by_inode:
             return await self._write_by_inode(self.tree.get(fh), off, buf, ctx)
         handle = self._file(fh)
         node = handle.node
         if not handle.writable:
             raise FsError(errno.EBADF)
-        store, written = await self._store_write(node, node.size if handle.append else off,
-                                                 buf)
+        store, written = await self._store_write(node, node.size if handle.append else off, buf)
         if not handle.wrote:  # one line per open, before the first write is answered
             handle.wrote = True
-            self.trail.change(store.store_id, "write", node.store_path(), handle.pid,
-                              handle.uid, handle.comm)
+            self.trail.change(
+                store.store_id, "write", node.store_path(), handle.pid, handle.uid, handle.comm
+            )
         return written
 
-    async def _write_by_inode(self, node: Node, off: int, buf: bytes,
-                              ctx: pyfuse3.RequestContext | None) -> int:
+    async def _write_by_inode(
+        self, node: Node, off: int, buf: bytes, ctx: pyfuse3.RequestContext | None
+    ) -> int:
         """A write with no open behind it: what `open` refused is refused here, O_APPEND
         came with the kernel's size as `off`, and the trail names the WRITE's sender."""
         if node.kind is Kind.MARKER:
@@ -635,8 +703,14 @@ class MemFs(pyfuse3.Operations):
             now = time.monotonic()
             last = self._writers.get(node.ino)
             if last is None or last[0] != ctx.pid or now - last[1] >= WRITER_BURST_S:
-                self.trail.change(store.store_id, "write", node.store_path(), ctx.pid,
-                                  ctx.uid, command_name(ctx.pid))
+                self.trail.change(
+                    store.store_id,
+                    "write",
+                    node.store_path(),
+                    ctx.pid,
+                    ctx.uid,
+                    command_name(ctx.pid),
+                )
             self._writers[node.ino] = (ctx.pid, now)
         return written
 
@@ -723,8 +797,9 @@ class MemFs(pyfuse3.Operations):
                     continue
                 child = current
             shown = name if dots else local_name(name)
-            if not pyfuse3.readdir_reply(token, shown.encode("utf-8", "surrogateescape"),
-                                         self.attrs(child), index + 1):
+            if not pyfuse3.readdir_reply(
+                token, shown.encode("utf-8", "surrogateescape"), self.attrs(child), index + 1
+            ):
                 return
             if not dots:  # the kernel takes no reference for . and ..
                 child.lookups += 1
@@ -734,8 +809,11 @@ class MemFs(pyfuse3.Operations):
     @staticmethod
     def _names(node: Node) -> list[str]:
         assert node.children is not None
-        return [".", "..", *sorted(node.children,
-                                   key=lambda n: n.encode("utf-8", "surrogateescape"))]
+        return [
+            ".",
+            "..",
+            *sorted(node.children, key=lambda n: n.encode("utf-8", "surrogateescape")),
+        ]
 
     @_guard
     async def releasedir(self, fh: int) -> None:
@@ -774,13 +852,17 @@ class MemFs(pyfuse3.Operations):
         """What `memfs status` shows of the FUSE side (mount-wide)."""
         return FuseStatistics(
             fuse_requests=dict(sorted(self.requests.items())),
-            pyfuse3=Pyfuse3Statistics(version=_pyfuse3_version(), noflush=NOFLUSH,
-                                      cache_readdir=CACHE_READDIR,
-                                      zero_message_opens=ZERO_MESSAGE_OPENS,
-                                      noflush_used=self.noflush,
-                                      cache_readdir_used=self.cache_readdir,
-                                      zero_message_opens_used=self.files_by_inode),
-            negative_entries=self.tree.negatives.statistics())
+            pyfuse3=Pyfuse3Statistics(
+                version=_pyfuse3_version(),
+                noflush=NOFLUSH,
+                cache_readdir=CACHE_READDIR,
+                zero_message_opens=ZERO_MESSAGE_OPENS,
+                noflush_used=self.noflush,
+                cache_readdir_used=self.cache_readdir,
+                zero_message_opens_used=self.files_by_inode,
+            ),
+            negative_entries=self.tree.negatives.statistics(),
+        )
 
     def stores(self) -> list[StoreState]:
         if self.tree.root.store is not None:
@@ -825,8 +907,9 @@ class MemFs(pyfuse3.Operations):
         return values
 
     @_guard
-    async def setxattr(self, inode: int, name: bytes, value: bytes,
-                       ctx: pyfuse3.RequestContext) -> None:
+    async def setxattr(
+        self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
+    ) -> None:
         node = self.tree.get(inode)
         self._mutable(node)
         self._may(node, ctx, WRITE if name.startswith(b"user.") else 0)

@@ -58,11 +58,13 @@ def _abort_start(pid: int, read_fd: int, config: MountConfig) -> int:
         os.waitpid(pid, 0)
         clear_dead_mount(config.mountpoint)
     if message.startswith(b"ok "):
-        print("memfs: interrupted; the mount had just gone live and was stopped again "
-              "(final sync done)", file=sys.stderr)
+        print(
+            "memfs: interrupted; the mount had just gone live and was stopped again "
+            "(final sync done)",
+            file=sys.stderr,
+        )
     else:
-        print("memfs: interrupted before the mount was live; nothing was mounted",
-              file=sys.stderr)
+        print("memfs: interrupted before the mount was live; nothing was mounted", file=sys.stderr)
     return ExitCode.INTERRUPTED
 
 
@@ -70,9 +72,13 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
     """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
     os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
     if not daemonize:
+
         def say_ready(mountpoint: str) -> None:
-            print(f"memfs: mounted at {mountpoint}; stop with Ctrl-C or "
-                  f"`memfs unmount {mountpoint}`", file=sys.stderr, flush=True)
+            print(
+                f"memfs: mounted at {mountpoint}; stop with Ctrl-C or `memfs unmount {mountpoint}`",
+                file=sys.stderr,
+                flush=True,
+            )
             systemd.notify(f"READY=1\nSTATUS=mounted at {mountpoint}")  # Type=notify
 
         daemon = Daemon(config)
@@ -102,12 +108,10 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
         message = b"".join(chunks).decode(errors="replace")
         if message.startswith("ok "):
             where = config.log_file or (config.cache_dir or default_cache_root()) / "memfs.log"
-            print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}",
-                  file=sys.stderr)
+            print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}", file=sys.stderr)
             return 0
         exit_word, _, text = message.partition(" ")
-        print(f"memfs: {text or 'the daemon exited before the mount was live'}",
-              file=sys.stderr)
+        print(f"memfs: {text or 'the daemon exited before the mount was live'}", file=sys.stderr)
         return int(exit_word) if exit_word.isdigit() else 1
 
     # The daemon child: its own session, no terminal, reports readiness through the pipe.
@@ -119,8 +123,7 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
     if config.log_file is None:  # stderr is gone: keep the logs where a user finds them
         log_path = (config.cache_dir or default_cache_root()) / "memfs.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        logs.configure(logging.getLevelName(logging.getLogger().level).lower(),
-                       str(log_path))
+        logs.configure(logging.getLevelName(logging.getLogger().level).lower(), str(log_path))
 
     def signal_ready(mountpoint: str) -> None:
         os.write(write_fd, f"ok {mountpoint}".encode())

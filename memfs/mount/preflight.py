@@ -23,14 +23,19 @@ log = logging.getLogger("memfs.daemon")
 
 def check_fuse() -> None:
     if not os.path.exists("/dev/fuse"):
-        raise StartError("FUSE is unavailable: /dev/fuse does not exist (load the fuse "
-                         "module, or give the container --device /dev/fuse)", 2)
+        raise StartError(
+            "FUSE is unavailable: /dev/fuse does not exist (load the fuse "
+            "module, or give the container --device /dev/fuse)",
+            2,
+        )
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        raise StartError("FUSE is unavailable: /dev/fuse is not readable and writable by "
-                         "this user", 2)
+        raise StartError(
+            "FUSE is unavailable: /dev/fuse is not readable and writable by this user", 2
+        )
     if os.getuid() != 0 and shutil.which("fusermount3") is None:
-        raise StartError("FUSE is unavailable: fusermount3 is not installed "
-                         "(apt-get install fuse3)", 2)
+        raise StartError(
+            "FUSE is unavailable: fusermount3 is not installed (apt-get install fuse3)", 2
+        )
 
 
 def _dead_memfs_mount(path: str) -> bool:
@@ -91,8 +96,9 @@ def check_outside(mountpoint: str, what: str, path: Path) -> None:
     would be a request to itself from the event loop, a deadlock."""
     real = os.path.realpath(path)
     if real == mountpoint or real.startswith(mountpoint.rstrip("/") + "/"):
-        raise StartError(f"the {what} {path} is inside the mount point {mountpoint}; "
-                         "choose one outside it", 2)
+        raise StartError(
+            f"the {what} {path} is inside the mount point {mountpoint}; choose one outside it", 2
+        )
 
 
 async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
@@ -102,13 +108,16 @@ async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
     except NotFound:
         raise StartError(missing_store(store_id)) from None
     except StoreUnavailable as e:
-        raise StartError(f"{e} (is the server running? check --api-url or "
-                         "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
+        raise StartError(
+            f"{e} (is the server running? check --api-url or ANTHROPIC_BASE_URL)",
+            ExitCode.UNREACHABLE,
+        ) from None
     except StoreAuthError as e:
         raise StartError(str(e), 2) from None
 
 
 # Someone waits for a mount to start: a hung or down server is reported in seconds
 # (one first-byte bound; refused connections get two quick retries), not a minute.
-START_RETRY = RetryPolicy(max_attempts=3, base_delay=0.25, max_delay=2.0, deadline=10.0,
-                          retry_timeouts=False)
+START_RETRY = RetryPolicy(
+    max_attempts=3, base_delay=0.25, max_delay=2.0, deadline=10.0, retry_timeouts=False
+)

@@ -47,12 +47,16 @@ def no_credentials(base_url: str) -> str:
     """The refusal without credentials, in the words of whoever runs that server: a
     local `memfs serve` user has no work item, only (maybe) a key."""
     if is_loopback(base_url):
-        return (f"no credentials for the store server at {base_url}: set "
-                "ANTHROPIC_API_KEY (a `memfs serve` started without --api-key accepts any "
-                "value, e.g. ANTHROPIC_API_KEY=local)")
-    return (f"no credentials for the store server at {base_url}: set ANTHROPIC_API_KEY "
-            "or ANTHROPIC_AUTH_TOKEN, or on an agent host forward the work item's secret "
-            "as ANTHROPIC_WORK_SECRET (an environment key alone is not accepted)")
+        return (
+            f"no credentials for the store server at {base_url}: set "
+            "ANTHROPIC_API_KEY (a `memfs serve` started without --api-key accepts any "
+            "value, e.g. ANTHROPIC_API_KEY=local)"
+        )
+    return (
+        f"no credentials for the store server at {base_url}: set ANTHROPIC_API_KEY "
+        "or ANTHROPIC_AUTH_TOKEN, or on an agent host forward the work item's secret "
+        "as ANTHROPIC_WORK_SECRET (an environment key alone is not accepted)"
+    )
 
 
 @dataclass
@@ -76,27 +80,41 @@ def parse_spec(data: Any) -> list[Attachment]:
             raise StartError(f"resource #{index} of the session spec is not an object", 2)
         kind = resource.get("type", "memory_store")
         if kind != "memory_store":
-            log.info("ignoring a session resource that is not a memory store type=%s id=%s",
-                     kind, resource.get("id") or resource.get("file_id") or "-")
+            log.info(
+                "ignoring a session resource that is not a memory store type=%s id=%s",
+                kind,
+                resource.get("id") or resource.get("file_id") or "-",
+            )
             continue
         store_id = resource.get("memory_store_id")
         if not isinstance(store_id, str) or not store_id:
             raise StartError(f"resource #{index} has no memory_store_id", 2)
         access = resource.get("access", "read_write")
         if access not in ("read_write", "read_only"):
-            raise StartError(f"memory store {store_id} has an unknown access {access!r} "
-                             "(read_write or read_only)", 2)
+            raise StartError(
+                f"memory store {store_id} has an unknown access {access!r} "
+                "(read_write or read_only)",
+                2,
+            )
         mount_path = resource.get("mount_path")
         if mount_path is not None and not isinstance(mount_path, str):
-            raise StartError(f"memory store {store_id} has a mount_path that is not a "
-                             "string", 2)
+            raise StartError(f"memory store {store_id} has a mount_path that is not a string", 2)
         name = resource.get("name")
-        attachments.append(Attachment(store_id, access == "read_only",
-                                      name if isinstance(name, str) else None, mount_path,
-                                      str(resource.get("instructions") or "")))
+        attachments.append(
+            Attachment(
+                store_id,
+                access == "read_only",
+                name if isinstance(name, str) else None,
+                mount_path,
+                str(resource.get("instructions") or ""),
+            )
+        )
     if len(attachments) > MAX_STORES_PER_SESSION:
-        raise StartError(f"a session can attach at most {MAX_STORES_PER_SESSION} memory "
-                         f"stores; this one attaches {len(attachments)}", 2)
+        raise StartError(
+            f"a session can attach at most {MAX_STORES_PER_SESSION} memory "
+            f"stores; this one attaches {len(attachments)}",
+            2,
+        )
     seen: set[str] = set()
     for a in attachments:
         if a.store_id in seen:
@@ -128,8 +146,11 @@ def check_root(root: str) -> str:
     try:
         st = os.stat(root)
     except FileNotFoundError:
-        raise StartError(f"the session root {root} does not exist; prepare the host with: "
-                         f"sudo mkdir -p {root} && sudo chown \"$USER\" {root}", 2) from None
+        raise StartError(
+            f"the session root {root} does not exist; prepare the host with: "
+            f'sudo mkdir -p {root} && sudo chown "$USER" {root}',
+            2,
+        ) from None
     except OSError as e:
         if e.errno == errno.ENOTCONN and clear_dead_mount(root):
             return check_root(root)
@@ -139,12 +160,18 @@ def check_root(root: str) -> str:
     if os.path.ismount(root):
         if clear_dead_mount(root):
             return check_root(root)
-        raise StartError(f"the session root {root} is already a mount (is another session "
-                         "running? see `memfs status`)", 2)
+        raise StartError(
+            f"the session root {root} is already a mount (is another session "
+            "running? see `memfs status`)",
+            2,
+        )
     if not os.access(root, os.W_OK | os.X_OK):
-        raise StartError(f"cannot create the memory store's folder under {root}: "
-                         "permission denied; the worker host must make this mount path "
-                         f"writable (sudo chown \"$USER\" {root})", 2)
+        raise StartError(
+            f"cannot create the memory store's folder under {root}: "
+            "permission denied; the worker host must make this mount path "
+            f'writable (sudo chown "$USER" {root})',
+            2,
+        )
     return os.path.realpath(root)
 
 
@@ -156,18 +183,24 @@ def check_mount_path(mount_path: str, roots: tuple[str, ...], store_id: str) -> 
     """
     clean = posixpath.normpath(mount_path)
     name = posixpath.basename(clean)
-    if (not mount_path.startswith("/") or clean != mount_path
-            or posixpath.dirname(clean) not in roots or not name
-            or len(name.encode("utf-8", "surrogatepass")) > 255
-            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)):
-        raise StartError(f"memory store mount_path is not a clean absolute path: "
-                         f"'{mount_path}' (memory_store_id={store_id}); it must be "
-                         f"{roots[0]}/<name>", 2)
+    if (
+        not mount_path.startswith("/")
+        or clean != mount_path
+        or posixpath.dirname(clean) not in roots
+        or not name
+        or len(name.encode("utf-8", "surrogatepass")) > 255
+        or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+    ):
+        raise StartError(
+            f"memory store mount_path is not a clean absolute path: "
+            f"'{mount_path}' (memory_store_id={store_id}); it must be "
+            f"{roots[0]}/<name>",
+            2,
+        )
     return name
 
 
-async def fetch_stores(attachments: list[Attachment], config: ClientConfig
-                       ) -> dict[str, StoreInfo]:
+async def fetch_stores(attachments: list[Attachment], config: ClientConfig) -> dict[str, StoreInfo]:
     """Look every attached store up; a missing or unreachable one refuses the session."""
     infos: dict[str, StoreInfo] = {}
     async with make_http_client(config) as http:
@@ -178,8 +211,12 @@ async def fetch_stores(attachments: list[Attachment], config: ClientConfig
     return infos
 
 
-def build_specs(attachments: list[Attachment], infos: dict[str, StoreInfo], root: str,
-                given_root: str | None = None) -> list[StoreSpec]:
+def build_specs(
+    attachments: list[Attachment],
+    infos: dict[str, StoreInfo],
+    root: str,
+    given_root: str | None = None,
+) -> list[StoreSpec]:
     """Decide each store's directory and access; refuse clashes before anything mounts."""
     roots = tuple(dict.fromkeys([posixpath.normpath(given_root or root), root]))
     specs: list[StoreSpec] = []
@@ -190,21 +227,35 @@ def build_specs(attachments: list[Attachment], infos: dict[str, StoreInfo], root
         dir_name = check_mount_path(mount_path, roots, a.store_id)
         other = by_dir.get(dir_name.lower())
         if other is not None:
-            raise StartError(f"memory stores {other} and {a.store_id} would share the "
-                             f"mount path {mount_path} (paths may not differ only in "
-                             "case)", 2)
+            raise StartError(
+                f"memory stores {other} and {a.store_id} would share the "
+                f"mount path {mount_path} (paths may not differ only in "
+                "case)",
+                2,
+            )
         by_dir[dir_name.lower()] = a.store_id
         if os.path.lexists(os.path.join(root, dir_name)):
-            raise StartError(f"something already exists at the memory store's path: "
-                             f"{root}/{dir_name} (memory_store_id={a.store_id}); it must "
-                             "not exist when the session starts", 2)
+            raise StartError(
+                f"something already exists at the memory store's path: "
+                f"{root}/{dir_name} (memory_store_id={a.store_id}); it must "
+                "not exist when the session starts",
+                2,
+            )
         read_only = a.read_only
         if info.archived_at is not None and not read_only:
-            log.warning("memory store is archived; mounting it read-only "
-                        "memory_store_id=%s", a.store_id)
+            log.warning(
+                "memory store is archived; mounting it read-only memory_store_id=%s", a.store_id
+            )
             read_only = True
-        specs.append(StoreSpec(a.store_id, read_only=read_only, dir_name=dir_name,
-                               name=info.name, instructions=a.instructions))
+        specs.append(
+            StoreSpec(
+                a.store_id,
+                read_only=read_only,
+                dir_name=dir_name,
+                name=info.name,
+                instructions=a.instructions,
+            )
+        )
     return specs
 
 
@@ -215,22 +266,31 @@ async def fetch_session(session_id: str, config: ClientConfig) -> Any:
         try:
             return await client.retrieve_session(session_id)
         except NotFound:
-            raise StartError(f"session {session_id} does not exist (GET /v1/sessions/"
-                             f"{session_id} answered 404 at {config.base_url})",
-                             ExitCode.USAGE) from None
+            raise StartError(
+                f"session {session_id} does not exist (GET /v1/sessions/"
+                f"{session_id} answered 404 at {config.base_url})",
+                ExitCode.USAGE,
+            ) from None
         except StoreUnavailable as e:
-            raise StartError(f"{e} (is the server running? check --api-url or "
-                             "ANTHROPIC_BASE_URL)", ExitCode.UNREACHABLE) from None
+            raise StartError(
+                f"{e} (is the server running? check --api-url or ANTHROPIC_BASE_URL)",
+                ExitCode.UNREACHABLE,
+            ) from None
         except StoreAuthError as e:
-            raise StartError(f"the sessions API refused the credentials: {e}",
-                             ExitCode.USAGE) from None
+            raise StartError(
+                f"the sessions API refused the credentials: {e}", ExitCode.USAGE
+            ) from None
         except StoreError as e:
             raise StartError(f"cannot read session {session_id}: {e}") from None
 
 
-def prepare(spec_path: str | None, root: str, api_url: str | None,
-            environ: dict[str, str], session_id: str | None = None
-            ) -> tuple[str, list[StoreSpec]]:
+def prepare(
+    spec_path: str | None,
+    root: str,
+    api_url: str | None,
+    environ: dict[str, str],
+    session_id: str | None = None,
+) -> tuple[str, list[StoreSpec]]:
     """Validate everything a session needs; returns the real root and the store specs.
 
     The attachments come from the spec file, or, with `session_id`, from the session
@@ -239,8 +299,10 @@ def prepare(spec_path: str | None, root: str, api_url: str | None,
     mount point.
     """
     if spec_path is None and not session_id:
-        raise StartError("no session to mount: give SPEC.json, --session-id ID, or set "
-                         "ANTHROPIC_SESSION_ID", ExitCode.USAGE)
+        raise StartError(
+            "no session to mount: give SPEC.json, --session-id ID, or set ANTHROPIC_SESSION_ID",
+            ExitCode.USAGE,
+        )
     root = os.path.abspath(root)
     attachments = load_spec(spec_path) if spec_path is not None else None
     real_root = check_root(root)
@@ -256,7 +318,6 @@ def prepare(spec_path: str | None, root: str, api_url: str | None,
         assert session_id
         attachments = parse_spec(trio.run(fetch_session, session_id, config))
         if not attachments:
-            raise StartError(f"session {session_id} attaches no memory stores; nothing to "
-                             "mount", 2)
+            raise StartError(f"session {session_id} attaches no memory stores; nothing to mount", 2)
     infos = trio.run(fetch_stores, attachments, config)
     return real_root, build_specs(attachments, infos, real_root, root)

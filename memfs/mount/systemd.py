@@ -26,7 +26,10 @@ def notify(state: str) -> bool:
             s.connect(address)
             s.sendall(state.encode())
     except OSError as e:
-        log.warning("cannot tell the service manager the mount is ready socket=%s "
-                    "error=%s", os.environ.get("NOTIFY_SOCKET"), e.strerror or e)
+        log.warning(
+            "cannot tell the service manager the mount is ready socket=%s error=%s",
+            os.environ.get("NOTIFY_SOCKET"),
+            e.strerror or e,
+        )
         return False
     return True

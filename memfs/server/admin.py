@@ -48,16 +48,20 @@ def run_token(args: argparse.Namespace) -> int:
                 print(json.dumps(record, indent=2))
             else:
                 print(record["token"])
-                print(f"memfs serve: token {record['id']} expires {record['expires_at']}",
-                      file=sys.stderr)
+                print(
+                    f"memfs serve: token {record['id']} expires {record['expires_at']}",
+                    file=sys.stderr,
+                )
             return ExitCode.OK
         if args.token_command == "list":
             listed = db.list_tokens()
             if args.json:
                 print(json.dumps(listed, indent=2))
             for item in () if args.json else listed:
-                shown = " ".join(f"{k}:{'ro' if v == tokens.READ_ONLY else 'rw'}"
-                                  for k, v in sorted(item["scopes"].items()))
+                shown = " ".join(
+                    f"{k}:{'ro' if v == tokens.READ_ONLY else 'rw'}"
+                    for k, v in sorted(item["scopes"].items())
+                )
                 state = "revoked" if item["revoked_at"] else f"expires {item['expires_at']}"
                 print(f"{item['id']}  {state}  {shown}")
             return ExitCode.OK
@@ -85,9 +89,11 @@ def run_copy(args: argparse.Namespace) -> int:
         except ApiError as exc:
             return _fail(exc.message, ExitCode.FAILED)
         c = report.counts
-        print(f"memfs serve: copied {c['stores']} stores, {c['memories']} memories, "
-              f"{c['versions']} versions, {c['tokens']} tokens to "
-              f"{describe_spec(args.target)}; verified sha256={report.digest}")
+        print(
+            f"memfs serve: copied {c['stores']} stores, {c['memories']} memories, "
+            f"{c['versions']} versions, {c['tokens']} tokens to "
+            f"{describe_spec(args.target)}; verified sha256={report.digest}"
+        )
         return ExitCode.OK
     finally:
         for db in opened:
@@ -100,25 +106,44 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     token = sub.add_parser("token", help="issue, list and revoke scoped bearer tokens")
     tsub = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     create = tsub.add_parser("create", help="issue a token bound to stores; prints it")
-    create.add_argument("--store", action="append", required=True, metavar="ID[:ro]",
-                        help="a store the token opens, read_write, or read_only with :ro "
-                        "(repeatable)")
+    create.add_argument(
+        "--store",
+        action="append",
+        required=True,
+        metavar="ID[:ro]",
+        help="a store the token opens, read_write, or read_only with :ro (repeatable)",
+    )
     create.add_argument("--ttl", default="8h", help="lifetime, e.g. 30m, 8h, 7d (default 8h)")
-    create.add_argument("--json", action="store_true",
-                        help="print the token record as JSON")
+    create.add_argument("--json", action="store_true", help="print the token record as JSON")
     listing = tsub.add_parser("list", help="every token's id, scopes and expiry")
     listing.add_argument("--json", action="store_true", help="print JSON for scripts")
     revoke = tsub.add_parser("revoke", help="revoke a token by id (tok_…)")
     revoke.add_argument("token_id", metavar="TOKEN_ID", help="the token's id (tok_…)")
     for p in (create, listing, revoke):
-        p.add_argument("--db", default=argparse.SUPPRESS,
-                       help="SQLite file or postgresql:// URL (as for serve)")
-    copy = sub.add_parser("copy", help="copy every store, memory, version and token "
-                          "into an empty database (any backend to any backend)")
-    copy.add_argument("--from", dest="source", required=True, metavar="DB",
-                      help="the database to read: SQLite file or postgresql:// URL")
-    copy.add_argument("--to", dest="target", required=True, metavar="DB",
-                      help="the empty database to fill: SQLite file or postgresql:// URL")
+        p.add_argument(
+            "--db",
+            default=argparse.SUPPRESS,
+            help="SQLite file or postgresql:// URL (as for serve)",
+        )
+    copy = sub.add_parser(
+        "copy",
+        help="copy every store, memory, version and token "
+        "into an empty database (any backend to any backend)",
+    )
+    copy.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="DB",
+        help="the database to read: SQLite file or postgresql:// URL",
+    )
+    copy.add_argument(
+        "--to",
+        dest="target",
+        required=True,
+        metavar="DB",
+        help="the empty database to fill: SQLite file or postgresql:// URL",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

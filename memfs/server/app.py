@@ -124,8 +124,12 @@ class Gate:
             level = logging.WARNING if status >= 500 or status == 0 else logging.DEBUG
             if log.isEnabledFor(level):
                 log.log(
-                    level, "request_id=%s method=%s path=%s status=%d ms=%.1f",
-                    request_id, scope["method"], scope["path"], status,
+                    level,
+                    "request_id=%s method=%s path=%s status=%d ms=%.1f",
+                    request_id,
+                    scope["method"],
+                    scope["path"],
+                    status,
                     (time.perf_counter() - started) * 1000,
                 )
 
@@ -193,9 +197,7 @@ def _credentials(headers: Headers) -> tuple[str | None, str | None]:
 
 def _check_beta(headers: Headers) -> None:
     values = {
-        part.strip()
-        for value in headers.getlist("anthropic-beta")
-        for part in value.split(",")
+        part.strip() for value in headers.getlist("anthropic-beta") for part in value.split(",")
     }
     present = [beta for beta in _BETAS if beta in values]
     if not present:
@@ -234,8 +236,13 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _on_crash(request: Request, exc: Exception) -> Response:
-    log.error("unhandled error request_id=%s method=%s path=%s", _request_id(request),
-              request.method, request.url.path, exc_info=exc)
+    log.error(
+        "unhandled error request_id=%s method=%s path=%s",
+        _request_id(request),
+        request.method,
+        request.url.path,
+        exc_info=exc,
+    )
     return _error_response(errors.internal(), _request_id(request))
 
 
@@ -472,14 +479,17 @@ class Handlers:
         body = await _read_json(request, required=False)
         _only(body, ("name", "description", "metadata"))
         name = None if body.get("name") is None else _store_name(body["name"])
-        description = None if body.get("description") is None else _description(
-            body["description"]
-        )
+        description = None if body.get("description") is None else _description(body["description"])
         patch = None if body.get("metadata") is None else _metadata(body["metadata"], patch=True)
-        return _ok(await self._run(
-            self.db.update_store, request.path_params["store_id"],
-            name=name, description=description, metadata_patch=patch,
-        ))
+        return _ok(
+            await self._run(
+                self.db.update_store,
+                request.path_params["store_id"],
+                name=name,
+                description=description,
+                metadata_patch=patch,
+            )
+        )
 
     async def archive_store(self, request: Request) -> Response:
         return _ok(await self._run(self.db.archive_store, request.path_params["store_id"]))
@@ -499,10 +509,16 @@ class Handlers:
             raise errors.invalid('content: field required (pass "" for an empty memory)')
         path = _text(body["path"], "path")
         content = _content(body["content"])
-        return _ok(await self._run(
-            self.db.create_memory, request.path_params["store_id"], path, content,
-            _actor(request), full=full,
-        ))
+        return _ok(
+            await self._run(
+                self.db.create_memory,
+                request.path_params["store_id"],
+                path,
+                content,
+                _actor(request),
+                full=full,
+            )
+        )
 
     async def list_memories(self, request: Request) -> Response:
         full = _view(request, "basic")
@@ -520,18 +536,26 @@ class Handlers:
         if depth_raw not in ("0", "1"):
             raise errors.invalid("depth must be 0 or 1")
         items, next_page = await self._read(
-            self.db.list_memories, request.path_params["store_id"],
-            path_prefix=prefix, depth=int(depth_raw), limit=limit, page=_page(request),
+            self.db.list_memories,
+            request.path_params["store_id"],
+            path_prefix=prefix,
+            depth=int(depth_raw),
+            limit=limit,
+            page=_page(request),
             full=full,
         )
         return _page_response(items, next_page)
 
     async def get_memory(self, request: Request) -> Response:
         full = _view(request, "full")
-        return _ok(await self._read(
-            self.db.get_memory, request.path_params["store_id"],
-            request.path_params["memory_id"], full=full,
-        ))
+        return _ok(
+            await self._read(
+                self.db.get_memory,
+                request.path_params["store_id"],
+                request.path_params["memory_id"],
+                full=full,
+            )
+        )
 
     async def update_memory(self, request: Request) -> Response:
         full = _view(request, "basic")
@@ -540,19 +564,31 @@ class Handlers:
         content = None if body.get("content") is None else _content(body["content"])
         path = _optional_text(body, "path")
         precondition = _precondition(body.get("precondition"))
-        return _ok(await self._run(
-            self.db.update_memory, request.path_params["store_id"],
-            request.path_params["memory_id"], content=content, path=path,
-            precondition_sha=precondition, actor=_actor(request), full=full,
-        ))
+        return _ok(
+            await self._run(
+                self.db.update_memory,
+                request.path_params["store_id"],
+                request.path_params["memory_id"],
+                content=content,
+                path=path,
+                precondition_sha=precondition,
+                actor=_actor(request),
+                full=full,
+            )
+        )
 
     async def delete_memory(self, request: Request) -> Response:
         raw = request.query_params.get("expected_content_sha256") or None
         expected = None if raw is None else _sha_value(raw, "expected_content_sha256")
-        return _ok(await self._run(
-            self.db.delete_memory, request.path_params["store_id"],
-            request.path_params["memory_id"], expected_sha=expected, actor=_actor(request),
-        ))
+        return _ok(
+            await self._run(
+                self.db.delete_memory,
+                request.path_params["store_id"],
+                request.path_params["memory_id"],
+                expected_sha=expected,
+                actor=_actor(request),
+            )
+        )
 
     # versions
 
@@ -574,25 +610,40 @@ class Handlers:
                 actors.append((actor_type, value))
         gte, lte = _created_range(request)
         items, next_page = await self._read(
-            self.db.list_versions, request.path_params["store_id"],
-            memory_id=q.get("memory_id") or None, operation=operation, actor_filters=actors,
-            created_gte=gte, created_lte=lte, limit=limit, page=_page(request), full=full,
+            self.db.list_versions,
+            request.path_params["store_id"],
+            memory_id=q.get("memory_id") or None,
+            operation=operation,
+            actor_filters=actors,
+            created_gte=gte,
+            created_lte=lte,
+            limit=limit,
+            page=_page(request),
+            full=full,
         )
         return _page_response(items, next_page)
 
     async def get_version(self, request: Request) -> Response:
         full = _view(request, "full")
-        return _ok(await self._read(
-            self.db.get_version, request.path_params["store_id"],
-            request.path_params["version_id"], full=full,
-        ))
+        return _ok(
+            await self._read(
+                self.db.get_version,
+                request.path_params["store_id"],
+                request.path_params["version_id"],
+                full=full,
+            )
+        )
 
     async def redact_version(self, request: Request) -> Response:
         await _read_json(request, required=False)
-        return _ok(await self._run(
-            self.db.redact_version, request.path_params["store_id"],
-            request.path_params["version_id"], _actor(request),
-        ))
+        return _ok(
+            await self._run(
+                self.db.redact_version,
+                request.path_params["store_id"],
+                request.path_params["version_id"],
+                _actor(request),
+            )
+        )
 
 
 class Health:

@@ -16,11 +16,12 @@ from typing import Any
 from memfs.paths import sha256_hex
 from memfs.server.db import Conn, Storage
 
-STORE_COLS = ("id, name, description, metadata, created_at, updated_at, archived_at, "
-              "last_version_at")
+STORE_COLS = "id, name, description, metadata, created_at, updated_at, archived_at, last_version_at"
 MEMORY_COLS = "id, store_id, path, sha, size, version_id, created_at, updated_at, content"
-VERSION_COLS = ("id, store_id, memory_id, operation, path, sha, size, actor_type, actor_id, "
-                "created_at, redacted_at, redactor_type, redactor_id, content")
+VERSION_COLS = (
+    "id, store_id, memory_id, operation, path, sha, size, actor_type, actor_id, "
+    "created_at, redacted_at, redactor_type, redactor_id, content"
+)
 TOKEN_COLS = "id, hash, scopes, created_at, expires_at, revoked_at"
 TABLES = (
     ("stores", STORE_COLS, "seq", None),
@@ -86,6 +87,5 @@ def copy_database(source: Storage, target: Storage) -> CopyReport:
                 dst.execute(sql, fields)
     before, after = digest(source), digest(target)
     if before != after:
-        raise CopyRefused(f"the copy does not match the source ({before.counts} vs "
-                          f"{after.counts})")
+        raise CopyRefused(f"the copy does not match the source ({before.counts} vs {after.counts})")
     return after

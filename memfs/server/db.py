@@ -305,11 +305,21 @@ class Storage:
             conn.execute(
                 "INSERT INTO tokens (id, hash, scopes, created_at, expires_at) "
                 "VALUES (?, ?, ?, ?, ?)",
-                (token_id, tokens.token_hash(token), json.dumps(scopes, sort_keys=True),
-                 created, expires),
+                (
+                    token_id,
+                    tokens.token_hash(token),
+                    json.dumps(scopes, sort_keys=True),
+                    created,
+                    expires,
+                ),
             )
-        return {"id": token_id, "token": token, "scopes": scopes, "created_at": created,
-                "expires_at": expires}
+        return {
+            "id": token_id,
+            "token": token,
+            "scopes": scopes,
+            "created_at": created,
+            "expires_at": expires,
+        }
 
     def token_record(self, token_id: str) -> dict[str, Any] | None:
         with self._read() as conn:
@@ -327,14 +337,21 @@ class Storage:
                 "SELECT id, scopes, created_at, expires_at, revoked_at FROM tokens "
                 "ORDER BY created_at, id"
             ).fetchall()
-        return [{"id": r[0], "scopes": json.loads(r[1]), "created_at": r[2],
-                 "expires_at": r[3], "revoked_at": r[4]} for r in rows]
+        return [
+            {
+                "id": r[0],
+                "scopes": json.loads(r[1]),
+                "created_at": r[2],
+                "expires_at": r[3],
+                "revoked_at": r[4],
+            }
+            for r in rows
+        ]
 
     def revoke_token(self, token_id: str) -> bool:
         """False when there is no such token; revoking twice keeps the first time."""
         with self._write() as conn:
-            row = conn.execute("SELECT revoked_at FROM tokens WHERE id = ?",
-                               (token_id,)).fetchone()
+            row = conn.execute("SELECT revoked_at FROM tokens WHERE id = ?", (token_id,)).fetchone()
             if row is None:
                 return False
             if row[0] is None:
@@ -343,9 +360,7 @@ class Storage:
 
     # --------------------------------------------------------------- memories
 
-    def _memory_row(
-        self, conn: Conn, store_id: str, memory_id: str
-    ) -> tuple[Any, ...]:
+    def _memory_row(self, conn: Conn, store_id: str, memory_id: str) -> tuple[Any, ...]:
         row = conn.execute(
             f"SELECT {_MEM_FULL} FROM memories WHERE id = ? AND store_id = ?",
             (memory_id, store_id),
@@ -407,8 +422,18 @@ class Storage:
         conn.execute(
             "INSERT INTO versions (id, store_id, memory_id, operation, path, sha, size, "
             "actor_type, actor_id, created_at, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (version_id, store_id, memory_id, operation, path, sha, size, *actor, ts,
-             None if content is None else self._blob(content)),
+            (
+                version_id,
+                store_id,
+                memory_id,
+                operation,
+                path,
+                sha,
+                size,
+                *actor,
+                ts,
+                None if content is None else self._blob(content),
+            ),
         )
         return version_id
 
@@ -442,12 +467,22 @@ class Storage:
         sha, size = _sha256(content)
         ts = self._stamp(conn, store_id)
         version_id = self._insert_version(
-            conn, store_id=store_id, memory_id=memory_id, operation="created", path=path,
-            content=content, sha=sha, size=size, actor=actor, ts=ts,
+            conn,
+            store_id=store_id,
+            memory_id=memory_id,
+            operation="created",
+            path=path,
+            content=content,
+            sha=sha,
+            size=size,
+            actor=actor,
+            ts=ts,
         )
         row = (memory_id, store_id, path, sha, size, version_id, ts, ts, content)
-        conn.execute(f"INSERT INTO memories ({_MEM_FULL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     (*row[:8], self._blob(content)))
+        conn.execute(
+            f"INSERT INTO memories ({_MEM_FULL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*row[:8], self._blob(content)),
+        )
         return row
 
     def create_memory(
@@ -588,16 +623,33 @@ class Storage:
             sha, size = _sha256(new_content)
             ts = self._stamp(conn, store_id)
             version_id = self._insert_version(
-                conn, store_id=store_id, memory_id=memory_id, operation="modified",
-                path=new_path, content=new_content, sha=sha, size=size, actor=actor, ts=ts,
+                conn,
+                store_id=store_id,
+                memory_id=memory_id,
+                operation="modified",
+                path=new_path,
+                content=new_content,
+                sha=sha,
+                size=size,
+                actor=actor,
+                ts=ts,
             )
             conn.execute(
                 "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, "
                 "updated_at = ? WHERE id = ?",
                 (new_path, self._blob(new_content), sha, size, version_id, ts, memory_id),
             )
-            new_row = (memory_id, store_id, new_path, sha, size, version_id, row[6], ts,
-                       new_content)
+            new_row = (
+                memory_id,
+                store_id,
+                new_path,
+                sha,
+                size,
+                version_id,
+                row[6],
+                ts,
+                new_content,
+            )
             return _memory_obj(new_row, full)
 
     def delete_memory(
@@ -611,8 +663,16 @@ class Storage:
                     f"memory {memory_id} no longer has content_sha256 {expected_sha}"
                 )
             self._insert_version(
-                conn, store_id=store_id, memory_id=memory_id, operation="deleted", path=row[2],
-                content=None, sha=None, size=None, actor=actor, ts=self._stamp(conn, store_id),
+                conn,
+                store_id=store_id,
+                memory_id=memory_id,
+                operation="deleted",
+                path=row[2],
+                content=None,
+                sha=None,
+                size=None,
+                actor=actor,
+                ts=self._stamp(conn, store_id),
             )
             conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
         return {"id": memory_id, "type": "memory_deleted"}
@@ -666,9 +726,7 @@ class Storage:
         next_page = encode_cursor("versions", [rows[-1][9], rows[-1][13]]) if more else None
         return [_version_obj(r, full) for r in rows], next_page
 
-    def _version_row(
-        self, conn: Conn, store_id: str, version_id: str
-    ) -> tuple[Any, ...]:
+    def _version_row(self, conn: Conn, store_id: str, version_id: str) -> tuple[Any, ...]:
         row = conn.execute(
             f"SELECT {_VER_FULL} FROM versions WHERE id = ? AND store_id = ?",
             (version_id, store_id),

@@ -12,9 +12,7 @@ from typing import Any
 class ApiError(Exception):
     """One error response; `extra` lands inside the `error` object (e.g. conflict fields)."""
 
-    def __init__(
-        self, status: int, error_type: str, message: str, **extra: Any
-    ) -> None:
+    def __init__(self, status: int, error_type: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status = status
         self.error_type = error_type

@@ -27,8 +27,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("memfs.server.faults")
 
-_TRANSIENT = ((500, "api_error"), (429, "rate_limit_error"), (503, "api_error"),
-              (529, "overloaded_error"))
+_TRANSIENT = (
+    (500, "api_error"),
+    (429, "rate_limit_error"),
+    (503, "api_error"),
+    (529, "overloaded_error"),
+)
 
 
 @dataclass
@@ -83,11 +87,16 @@ class FaultInjector:
         if roll < spec.error:
             status, kind = rng.choice(_TRANSIENT)
             log.info("fault=error status=%d method=%s path=%s", status, method, path)
-            body = json.dumps({"type": "error", "error": {"type": kind,
-                               "message": "injected fault"}}).encode()
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"retry-after", b"0")]})
+            body = json.dumps(
+                {"type": "error", "error": {"type": kind, "message": "injected fault"}}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"retry-after", b"0")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         roll -= spec.error
@@ -110,8 +119,12 @@ class FaultInjector:
 
 async def _cut(send: Send) -> None:
     """Promise a body, send part of it, and stop: the client sees a broken answer."""
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", b"1000")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"1000")],
+        }
+    )
     await send({"type": "http.response.body", "body": b'{"type":', "more_body": True})
     raise _Dropped("injected connection drop")

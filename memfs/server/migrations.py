@@ -165,9 +165,7 @@ def pending(current: int, steps: tuple[str, ...]) -> list[tuple[int, str]]:
     return [(n, steps[n - 1]) for n in range(current + 1, len(steps) + 1)]
 
 
-def apply(
-    execute: Callable[[str], object], current: int, steps: tuple[str, ...]
-) -> list[int]:
+def apply(execute: Callable[[str], object], current: int, steps: tuple[str, ...]) -> list[int]:
     """Run the pending steps with `execute` (inside the caller's transaction)."""
     done = []
     for number, step in pending(current, steps):
@@ -177,8 +175,14 @@ def apply(
     return done
 
 
-def bring_up(execute: Callable[..., object], current: int, steps: tuple[str, ...], *,
-             migrate: bool, placeholder: str) -> None:
+def bring_up(
+    execute: Callable[..., object],
+    current: int,
+    steps: tuple[str, ...],
+    *,
+    migrate: bool,
+    placeholder: str,
+) -> None:
     """`migrate`: apply the pending steps and record the version (inside the caller's
     transaction); else only check the schema is not newer than this memfs knows
     (`SchemaTooNew`)."""
@@ -186,5 +190,8 @@ def bring_up(execute: Callable[..., object], current: int, steps: tuple[str, ...
         pending(current, steps)
         return
     apply(execute, current, steps)
-    execute("INSERT INTO meta (key, value) VALUES ('schema_version', " + placeholder + ") "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(LATEST),))
+    execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', " + placeholder + ") "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(LATEST),),
+    )

@@ -116,8 +116,13 @@ class PostgresDatabase(Storage):
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 current = _pg_schema_version(conn)
-                migrations.bring_up(conn.execute, current, migrations.POSTGRES_STEPS,
-                                    migrate=migrate, placeholder="%s")
+                migrations.bring_up(
+                    conn.execute,
+                    current,
+                    migrations.POSTGRES_STEPS,
+                    migrate=migrate,
+                    placeholder="%s",
+                )
         except migrations.SchemaTooNew as exc:
             raise DatabaseUnavailable(str(exc)) from exc
         except psycopg.Error as exc:

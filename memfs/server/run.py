@@ -37,9 +37,7 @@ def _refuse(message: str) -> int:
 
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind and listen ourselves, so a taken port is a clear error before serving."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM
-    )[0]
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -58,8 +56,9 @@ def _url(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
-async def _serve(config: Config, app: Any, url: str,
-                 metrics_sock: socket.socket | None = None) -> None:
+async def _serve(
+    config: Config, app: Any, url: str, metrics_sock: socket.socket | None = None
+) -> None:
     if metrics_sock is not None:
         metrics.start(metrics_sock)
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
@@ -148,8 +147,9 @@ def run_server(
             app = FaultInjector(app, fault_spec)
         if metrics_sock is not None:
             app = metrics.ServerMetrics(app)
-        log.info("serving backend=%s db=%s url=%s pool_size=%d", database.backend, where, url,
-                 pool_size)
+        log.info(
+            "serving backend=%s db=%s url=%s pool_size=%d", database.backend, where, url, pool_size
+        )
         # Ignored outside the serving loop: trio's receiver re-raises a signal still
         # pending when it closes, and a second Ctrl-C must not turn into a traceback.
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}

@@ -52,8 +52,9 @@ class Database(Storage):
                 raise DatabaseUnavailable(f"cannot switch the database to WAL mode ({mode})")
             conn.execute("BEGIN IMMEDIATE")
             current = _sqlite_schema_version(conn)
-            migrations.bring_up(conn.execute, current, migrations.SQLITE_STEPS,
-                                migrate=migrate, placeholder="?")
+            migrations.bring_up(
+                conn.execute, current, migrations.SQLITE_STEPS, migrate=migrate, placeholder="?"
+            )
             conn.execute("COMMIT")
         except (sqlite3.Error, OSError) as exc:
             conn.close()

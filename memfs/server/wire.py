@@ -105,7 +105,7 @@ def decode_cursor(token: str, kind: str) -> list[Any]:
     bad = errors.invalid("page is not a valid cursor for this listing")
     if not token.startswith(PAGE_PREFIX):
         raise bad
-    body = token[len(PAGE_PREFIX):]
+    body = token[len(PAGE_PREFIX) :]
     try:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         data = json.loads(raw.decode("utf-8"))

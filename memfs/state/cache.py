@@ -334,13 +334,15 @@ class Journal:
         return shas
 
     def evicted(self) -> dict[str, int]:
-        return {str(sha): int(size)
-                for sha, size in self._db.execute("SELECT sha, size FROM evicted")}
+        return {
+            str(sha): int(size) for sha, size in self._db.execute("SELECT sha, size FROM evicted")
+        }
 
     def set_evicted(self, added: dict[str, int], dropped: set[str]) -> None:
         with self.transaction():
-            self._db.executemany("INSERT OR REPLACE INTO evicted(sha, size) VALUES (?, ?)",
-                                 list(added.items()))
+            self._db.executemany(
+                "INSERT OR REPLACE INTO evicted(sha, size) VALUES (?, ?)", list(added.items())
+            )
             self._db.executemany("DELETE FROM evicted WHERE sha=?", [(s,) for s in dropped])
 
     def transaction(self) -> _Transaction:
@@ -417,9 +419,7 @@ class CacheDir:
             self.journal.set_meta("memory_store_id", store_id)
         elif known != store_id:
             self.close()
-            raise ConfigError(
-                f"cache directory {root} belongs to store {known}, not {store_id}"
-            )
+            raise ConfigError(f"cache directory {root} belongs to store {known}, not {store_id}")
 
     def never_synced(self) -> bool:
         """No start ever merged the store's listing here, and nothing is journaled."""

@@ -28,24 +28,32 @@ log = logging.getLogger("memfs.cachegc")
 
 @dataclass
 class Collected:
-    objects: int = 0         # object files found
-    removed: int = 0         # garbage: named by nothing
+    objects: int = 0  # object files found
+    removed: int = 0  # garbage: named by nothing
     removed_bytes: int = 0
-    evicted: int = 0         # clean contents dropped to fit --cache-max-size
+    evicted: int = 0  # clean contents dropped to fit --cache-max-size
     evicted_bytes: int = 0
-    kept_bytes: int = 0      # what the objects hold afterwards
+    kept_bytes: int = 0  # what the objects hold afterwards
 
 
 def _evictable(node: Node) -> bool:
     """Clean, synced, closed content the store can give back byte for byte."""
-    return (node.kind is Kind.FILE and node.linked and not node.dirty
-            and node.data is None and node.open_handles == 0
-            and node.memory_id is not None and node.sha is not None
-            and node.sha == node.base_sha and node.sent_sha is None)
+    return (
+        node.kind is Kind.FILE
+        and node.linked
+        and not node.dirty
+        and node.data is None
+        and node.open_handles == 0
+        and node.memory_id is not None
+        and node.sha is not None
+        and node.sha == node.base_sha
+        and node.sent_sha is None
+    )
 
 
-def collect(state: StoreState, found: list[tuple[str, int, float]], *,
-            max_clean_bytes: int | None = None) -> Collected:
+def collect(
+    state: StoreState, found: list[tuple[str, int, float]], *, max_clean_bytes: int | None = None
+) -> Collected:
     """Remove garbage among `found` (objects.scan()), then evict clean contents beyond
     `max_clean_bytes`. Synchronous: the caller holds the store's pass lock."""
     objects = state.objects
@@ -92,8 +100,14 @@ def collect(state: StoreState, found: list[tuple[str, int, float]], *,
     if evict or dropped:
         state.journal.set_evicted(evict, dropped)
     if result.removed or result.evicted:
-        log.info("object cache collected memory_store_id=%s removed=%d removed_bytes=%d "
-                 "evicted=%d evicted_bytes=%d kept_bytes=%d", state.store_id,
-                 result.removed, result.removed_bytes, result.evicted,
-                 result.evicted_bytes, result.kept_bytes)
+        log.info(
+            "object cache collected memory_store_id=%s removed=%d removed_bytes=%d "
+            "evicted=%d evicted_bytes=%d kept_bytes=%d",
+            state.store_id,
+            result.removed,
+            result.removed_bytes,
+            result.evicted,
+            result.evicted_bytes,
+            result.kept_bytes,
+        )
     return result

@@ -55,17 +55,42 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def record(store_id: str, copy: Path, *, path: str, memory_id: str | None,
-           local_sha: str, size: int, remote_sha: str | None, remote_version: str) -> None:
+def record(
+    store_id: str,
+    copy: Path,
+    *,
+    path: str,
+    memory_id: str | None,
+    local_sha: str,
+    size: int,
+    remote_sha: str | None,
+    remote_version: str,
+) -> None:
     """Describe a copy just saved (fsync'd like the copy: a conflict is rare). Best
     effort: the copy itself is what must not be lost, and it is already on disk."""
-    kept = Kept(conflict_id(store_id, copy.name), store_id, path, _now(), str(copy), size,
-                memory_id, local_sha, remote_sha, remote_version or None)
+    kept = Kept(
+        conflict_id(store_id, copy.name),
+        store_id,
+        path,
+        _now(),
+        str(copy),
+        size,
+        memory_id,
+        local_sha,
+        remote_sha,
+        remote_version or None,
+    )
     try:
         _write(kept)
     except OSError as e:
-        log.warning("could not describe a conflict copy; it is listed by its name only "
-                    "memory_store_id=%s path=%s copy=%s error=%s", store_id, path, copy, e)
+        log.warning(
+            "could not describe a conflict copy; it is listed by its name only "
+            "memory_store_id=%s path=%s copy=%s error=%s",
+            store_id,
+            path,
+            copy,
+            e,
+        )
 
 
 def _write(kept: Kept) -> None:
@@ -81,8 +106,11 @@ def _write(kept: Kept) -> None:
 def kept_copies(store_id: str, directory: Path) -> list[Kept]:
     """Every copy in a store's `conflicts/`, oldest first."""
     try:
-        names = sorted(e.name for e in os.scandir(directory)
-                       if not e.name.startswith(".") and e.is_file(follow_symlinks=False))
+        names = sorted(
+            e.name
+            for e in os.scandir(directory)
+            if not e.name.startswith(".") and e.is_file(follow_symlinks=False)
+        )
     except FileNotFoundError:
         return []
     found = []
@@ -97,12 +125,23 @@ def kept_copies(store_id: str, directory: Path) -> list[Kept]:
         # A copy from before records: its name says when and (flattened) where.
         match = _STAMP.fullmatch(name)
         stamp, flat = (match[1], match[2]) if match else ("", name)
-        at = (f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:"
-              f"{stamp[13:15]}Z") if stamp else ""
+        at = (
+            (f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z")
+            if stamp
+            else ""
+        )
         try:
             size = copy.stat().st_size
         except OSError:
             continue
-        found.append(Kept(conflict_id(store_id, name), store_id,
-                          "/" + flat.replace("__", "/"), at, str(copy), size))
+        found.append(
+            Kept(
+                conflict_id(store_id, name),
+                store_id,
+                "/" + flat.replace("__", "/"),
+                at,
+                str(copy),
+                size,
+            )
+        )
     return found

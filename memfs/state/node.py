@@ -42,15 +42,47 @@ class Node:
     """A file, directory or the marker. File fields are unused on directories."""
 
     __slots__ = (
-        "atime_ns", "base_path", "base_sha", "children", "conflict", "ctime_ns", "data",
-        "dirty", "dirty_since", "entry_id", "ino", "kind", "linked", "lookups", "memory_id",
-        "mode", "mtime_ns", "name", "open_handles", "open_writers", "parent",
-        "refused_sha", "refused_why", "sent_path", "sent_sha", "sha", "size", "store",
+        "atime_ns",
+        "base_path",
+        "base_sha",
+        "children",
+        "conflict",
+        "ctime_ns",
+        "data",
+        "dirty",
+        "dirty_since",
+        "entry_id",
+        "ino",
+        "kind",
+        "linked",
+        "lookups",
+        "memory_id",
+        "mode",
+        "mtime_ns",
+        "name",
+        "open_handles",
+        "open_writers",
+        "parent",
+        "refused_sha",
+        "refused_why",
+        "sent_path",
+        "sent_sha",
+        "sha",
+        "size",
+        "store",
         "version",
     )
 
-    def __init__(self, ino: int, kind: Kind, name: str, parent: Node | None,
-                 store: StoreState | None, mode: int, mtime_ns: int) -> None:
+    def __init__(
+        self,
+        ino: int,
+        kind: Kind,
+        name: str,
+        parent: Node | None,
+        store: StoreState | None,
+        mode: int,
+        mtime_ns: int,
+    ) -> None:
         self.ino = ino
         self.kind = kind
         self.name = name
@@ -60,8 +92,8 @@ class Node:
         self.mode = mode
         self.mtime_ns = self.ctime_ns = self.atime_ns = mtime_ns
         self.entry_id: int | None = None
-        self.data: bytearray | None = None   # authoritative content when set
-        self.sha: str | None = None          # content sha when `data` is None
+        self.data: bytearray | None = None  # authoritative content when set
+        self.sha: str | None = None  # content sha when `data` is None
         self.size = 0
         self.dirty = False
         self.dirty_since: float | None = None

@@ -40,8 +40,15 @@ class SyncRecords:
     generation: int
 
     if TYPE_CHECKING:
-        def adopt_identity(self, node: Node, memory_id: str, base_sha: str | None,
-                           base_path: str | None, sent_sha: str | None = None) -> None: ...
+
+        def adopt_identity(
+            self,
+            node: Node,
+            memory_id: str,
+            base_sha: str | None,
+            base_path: str | None,
+            sent_sha: str | None = None,
+        ) -> None: ...
 
         def bury(self, node: Node) -> None: ...
 
@@ -73,8 +80,12 @@ class SyncRecords:
         node.open_handles -= 1
         if writing:
             node.open_writers -= 1
-        if (node.open_handles == 0 and not node.dirty and node.data is not None
-                and node.sha is not None):
+        if (
+            node.open_handles == 0
+            and not node.dirty
+            and node.data is not None
+            and node.sha is not None
+        ):
             node.data = None  # clean content lives in the object store, not in RAM
 
     # -- identities and baselines ---------------------------------------------------
@@ -121,9 +132,17 @@ class SyncRecords:
         node.dirty = False
         node.dirty_since = None
         if node.entry_id is not None:
-            self.journal.update(node.entry_id, sha=sha, data=None, dirty=0,
-                                base_sha=node.base_sha, base_path=node.base_path,
-                                memory_id=node.memory_id, sent_sha=None, sent_path=None)
+            self.journal.update(
+                node.entry_id,
+                sha=sha,
+                data=None,
+                dirty=0,
+                base_sha=node.base_sha,
+                base_path=node.base_path,
+                memory_id=node.memory_id,
+                sent_sha=None,
+                sent_path=None,
+            )
 
     def forget_identity(self, node: Node) -> None:
         """The file is no memory any more: the next pass creates it anew."""
@@ -133,8 +152,15 @@ class SyncRecords:
         node.sent_sha = node.sent_path = None
         node.dirty = True
         if node.entry_id is not None:
-            self.journal.update(node.entry_id, memory_id=None, base_sha=None,
-                                base_path=None, sent_sha=None, sent_path=None, dirty=1)
+            self.journal.update(
+                node.entry_id,
+                memory_id=None,
+                base_sha=None,
+                base_path=None,
+                sent_sha=None,
+                sent_path=None,
+                dirty=1,
+            )
 
     def set_base_path(self, node: Node, path: str) -> None:
         """The store now has the memory at `path` (a merged move, a memory parked)."""
@@ -154,8 +180,7 @@ class SyncRecords:
         """A new file where a deleted memory was (vim's save) continues that memory."""
         assert tomb.memory_id is not None
         self.drop_tombstone(tomb)
-        self.adopt_identity(node, tomb.memory_id, tomb.base_sha, tomb.base_path,
-                            tomb.sent_sha)
+        self.adopt_identity(node, tomb.memory_id, tomb.base_sha, tomb.base_path, tomb.sent_sha)
 
     def bury_unlinked_create(self, node: Node, memory_id: str) -> None:
         """A file unlinked during its own upload: the memory exists now, delete it later."""
@@ -248,11 +273,13 @@ class SyncRecords:
         node.version += 1
         inodes.append(node.ino)
         if node.entry_id is not None:
-            self.journal.update(node.entry_id, base_sha=r.content_sha256,
-                                sha=r.content_sha256, data=None, dirty=0)
+            self.journal.update(
+                node.entry_id, base_sha=r.content_sha256, sha=r.content_sha256, data=None, dirty=0
+            )
 
-    def land(self, r: RemoteMemory, node: Node | None, parent: Node, name: str,
-             inodes: list[int]) -> Node:
+    def land(
+        self, r: RemoteMemory, node: Node | None, parent: Node, name: str, inodes: list[int]
+    ) -> Node:
         """Make `parent/name` show remote memory `r` (content, identity); `node`, if
         given, is already placed there. Returns the file."""
         fresh = node is None
@@ -276,13 +303,29 @@ class SyncRecords:
         node.sent_sha = node.sent_path = None
         if fresh:  # one insert with every field (a cold start lands thousands)
             node.entry_id = self.journal.insert(
-                path=r.path, kind="file", mode=node.mode, mtime_ns=node.mtime_ns,
-                memory_id=r.id, base_sha=r.content_sha256, base_path=r.path,
-                sha=r.content_sha256, dirty=0)
+                path=r.path,
+                kind="file",
+                mode=node.mode,
+                mtime_ns=node.mtime_ns,
+                memory_id=r.id,
+                base_sha=r.content_sha256,
+                base_path=r.path,
+                sha=r.content_sha256,
+                dirty=0,
+            )
         elif node.entry_id is not None:
-            self.journal.update(node.entry_id, memory_id=r.id, base_sha=r.content_sha256,
-                                base_path=r.path, sha=r.content_sha256, data=None, dirty=0,
-                                sent_sha=None, sent_path=None, mtime_ns=node.mtime_ns)
+            self.journal.update(
+                node.entry_id,
+                memory_id=r.id,
+                base_sha=r.content_sha256,
+                base_path=r.path,
+                sha=r.content_sha256,
+                data=None,
+                dirty=0,
+                sent_sha=None,
+                sent_path=None,
+                mtime_ns=node.mtime_ns,
+            )
         return node
 
     # -- uploads ----------------------------------------------------------------------
@@ -292,8 +335,16 @@ class SyncRecords:
         if node.entry_id is not None:
             self.journal.update(node.entry_id, sent_sha=sha, sent_path=path)
 
-    def record_pushed(self, node: Node, sha: str, path: str, version: int, *,
-                      base_sha: str | None = None, base_path: str | None = None) -> None:
+    def record_pushed(
+        self,
+        node: Node,
+        sha: str,
+        path: str,
+        version: int,
+        *,
+        base_sha: str | None = None,
+        base_path: str | None = None,
+    ) -> None:
         """After an upload the store accepted: the new baseline (`base_*`, when given),
         and clean if the file did not change meanwhile (same version, path, linked)."""
         if base_sha is not None:
@@ -308,14 +359,20 @@ class SyncRecords:
                     self.journal.update(node.entry_id, conflict=None)
             self.make_clean(node, sha)
         elif node.entry_id is not None:
-            self.journal.update(node.entry_id, base_sha=node.base_sha,
-                                base_path=node.base_path, sent_sha=None, sent_path=None)
+            self.journal.update(
+                node.entry_id,
+                base_sha=node.base_sha,
+                base_path=node.base_path,
+                sent_sha=None,
+                sent_path=None,
+            )
 
     def refuse(self, node: Node, sha: str, why: str) -> None:
         """The store rejected this content (400/413): held back until it changes."""
         node.refused_sha = sha
         node.refused_why = why
         if node.entry_id is not None:
-            self.journal.update(node.entry_id, refused_sha=sha, refused_why=why,
-                                sent_sha=None, sent_path=None)
+            self.journal.update(
+                node.entry_id, refused_sha=sha, refused_why=why, sent_sha=None, sent_path=None
+            )
         node.sent_sha = node.sent_path = None

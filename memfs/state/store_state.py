@@ -58,16 +58,24 @@ class StoreState(SyncRecords):
     here, sync results through those of `SyncRecords` (memfs/state/records.py).
     """
 
-    def __init__(self, tree: Tree, store_id: str, name: str, cache: CacheDir, *,
-                 read_only: bool, parent: Node | None = None) -> None:
+    def __init__(
+        self,
+        tree: Tree,
+        store_id: str,
+        name: str,
+        cache: CacheDir,
+        *,
+        read_only: bool,
+        parent: Node | None = None,
+    ) -> None:
         self.tree = tree
         self.store_id = store_id
         self.read_only = read_only
         self.cache = cache
         self.journal = cache.journal
         self.objects = cache.objects
-        self.by_memory: dict[str, Node] = {}     # linked files with a memory id
-        self.tombstones: dict[str, Node] = {}    # unlinked files with a memory id
+        self.by_memory: dict[str, Node] = {}  # linked files with a memory id
+        self.tombstones: dict[str, Node] = {}  # unlinked files with a memory id
         now = time.time_ns()
         if parent is None:
             self.root = tree.root
@@ -184,8 +192,7 @@ class StoreState(SyncRecords):
 
     def new_file(self, parent: Node, name: str) -> Node:
         """A file node arriving from the store (its journal row is the caller's)."""
-        return self.tree.new_node(Kind.FILE, name, parent, self, self.file_mode(),
-                                  time.time_ns())
+        return self.tree.new_node(Kind.FILE, name, parent, self, self.file_mode(), time.time_ns())
 
     def file_mode(self) -> int:
         return 0o444 if self.read_only else FILE_MODE
@@ -224,8 +231,9 @@ class StoreState(SyncRecords):
         now = time.time_ns()
         mode = (mode & 0o777) | 0o600
         # The row first: a create the journal cannot hold (a full disk) leaves nothing.
-        entry_id = self.journal.insert(path=path, kind="file", mode=mode, mtime_ns=now,
-                                       data=b"", dirty=1)
+        entry_id = self.journal.insert(
+            path=path, kind="file", mode=mode, mtime_ns=now, data=b"", dirty=1
+        )
         node = self.tree.new_node(Kind.FILE, name, parent, self, mode, now)
         node.entry_id = entry_id
         node.data = bytearray()
@@ -296,17 +304,22 @@ class StoreState(SyncRecords):
                 self.journal.update(node.entry_id, refused_sha=sha, refused_why=why)
             except OSError:
                 pass  # a full cache disk: held back in memory, for this daemon's life
-        log.warning("a write was refused, so the file is held back from the store until a "
-                    "write or truncate succeeds memory_store_id=%s path=%s why=%s",
-                    self.store_id, node.store_path(), why)
+        log.warning(
+            "a write was refused, so the file is held back from the store until a "
+            "write or truncate succeeds memory_store_id=%s path=%s why=%s",
+            self.store_id,
+            node.store_path(),
+            why,
+        )
 
     def truncate(self, node: Node, size: int) -> None:
         self.writable()
         limit = self.size_limit(node)
         if size > limit:
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
-        data = bytearray() if node.data is None and size == 0 else \
-            bytearray(self.load_for_write(node))
+        data = (
+            bytearray() if node.data is None and size == 0 else bytearray(self.load_for_write(node))
+        )
         if size < len(data):
             del data[size:]
         else:
@@ -319,8 +332,7 @@ class StoreState(SyncRecords):
         refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
         close."""
         now = time.time_ns()
-        fields: EntryFields = {"data": bytes(data), "dirty": 1, "sha": None,
-                               "mtime_ns": now}
+        fields: EntryFields = {"data": bytes(data), "dirty": 1, "sha": None, "mtime_ns": now}
         if node.refused_sha is not None:
             fields["refused_sha"] = fields["refused_why"] = None
         if node.entry_id is not None:
@@ -396,8 +408,14 @@ class StoreState(SyncRecords):
             self.journal.update(node.entry_id, path=None)
         else:  # unlinked before its memory existed: the tombstone needs its own row
             node.entry_id = self.journal.insert(
-                path=None, kind="file", mode=node.mode, mtime_ns=node.mtime_ns,
-                memory_id=node.memory_id, base_sha=node.base_sha, base_path=node.base_path)
+                path=None,
+                kind="file",
+                mode=node.mode,
+                mtime_ns=node.mtime_ns,
+                memory_id=node.memory_id,
+                base_sha=node.base_sha,
+                base_path=node.base_path,
+            )
 
     def rmdir(self, parent: Node, name: str) -> Node:
         self.generation += 1
@@ -420,8 +438,9 @@ class StoreState(SyncRecords):
         self.tree.maybe_drop(node)
         return node
 
-    def rename(self, old_parent: Node, old_name: str, new_parent: Node, new_name: str,
-               *, noreplace: bool) -> Node | None:
+    def rename(
+        self, old_parent: Node, old_name: str, new_parent: Node, new_name: str, *, noreplace: bool
+    ) -> Node | None:
         """Move an entry; returns the node it replaced, if any.
 
         Replacing a synced file with a new one (an editor's atomic save) hands the
@@ -476,8 +495,7 @@ class StoreState(SyncRecords):
         return target
 
     def _replace_file(self, node: Node, target: Node) -> None:
-        inherit = (node.kind is Kind.FILE and node.memory_id is None
-                   and target.memory_id is not None)
+        inherit = node.kind is Kind.FILE and node.memory_id is None and target.memory_id is not None
         memory_id, base_sha, base_path = target.memory_id, target.base_sha, target.base_path
         sent_sha = target.sent_sha
         self.remove_file(target)
@@ -489,8 +507,14 @@ class StoreState(SyncRecords):
                 old.entry_id = None
             self.adopt_identity(node, memory_id, base_sha, base_path, sent_sha)
 
-    def adopt_identity(self, node: Node, memory_id: str, base_sha: str | None,
-                       base_path: str | None, sent_sha: str | None = None) -> None:
+    def adopt_identity(
+        self,
+        node: Node,
+        memory_id: str,
+        base_sha: str | None,
+        base_path: str | None,
+        sent_sha: str | None = None,
+    ) -> None:
         """Give a new local file an existing memory's identity (keeps id and history)."""
         node.memory_id = memory_id
         node.base_sha = base_sha
@@ -502,16 +526,21 @@ class StoreState(SyncRecords):
             node.dirty = True
             node.dirty_since = time.monotonic()
         if node.entry_id is not None:
-            self.journal.update(node.entry_id, memory_id=memory_id, base_sha=base_sha,
-                                base_path=base_path, sent_sha=sent_sha,
-                                dirty=int(node.dirty))
+            self.journal.update(
+                node.entry_id,
+                memory_id=memory_id,
+                base_sha=base_sha,
+                base_path=base_path,
+                sent_sha=sent_sha,
+                dirty=int(node.dirty),
+            )
 
     def _check_subtree_depth(self, node: Node, new_path: str) -> None:
         old_prefix = node.store_path()
         for child in self._walk(node):
             if child is node:
                 continue
-            check_depth(new_path + child.store_path()[len(old_prefix):], is_dir=child.is_dir)
+            check_depth(new_path + child.store_path()[len(old_prefix) :], is_dir=child.is_dir)
 
     def _walk(self, node: Node) -> Iterator[Node]:
         stack = [node]
@@ -553,11 +582,15 @@ class StoreState(SyncRecords):
                 node.refused_sha = sha
                 node.refused_why = "content is not valid UTF-8"
                 if node.entry_id is not None:
-                    self.journal.update(node.entry_id, refused_sha=sha,
-                                        refused_why=node.refused_why)
+                    self.journal.update(
+                        node.entry_id, refused_sha=sha, refused_why=node.refused_why
+                    )
                 log.warning(
                     "the file is not valid UTF-8, so it stays un-synced until its content "
-                    "changes memory_store_id=%s path=%s", self.store_id, node.store_path())
+                    "changes memory_store_id=%s path=%s",
+                    self.store_id,
+                    node.store_path(),
+                )
             raise FsError(errno.EILSEQ, "content is not valid UTF-8") from None
 
     def statistics(self) -> StateStatistics:
@@ -569,8 +602,14 @@ class StoreState(SyncRecords):
             dirty += state == "dirty"
             refused += state == "refused"
             conflicts += node.conflict is not None
-        return StateStatistics(memories=files, bytes=total, dirty=dirty, refused=refused,
-                               conflicts=conflicts, pending_deletes=len(self.tombstones))
+        return StateStatistics(
+            memories=files,
+            bytes=total,
+            dirty=dirty,
+            refused=refused,
+            conflicts=conflicts,
+            pending_deletes=len(self.tombstones),
+        )
 
 
 def _nothing_local(name: str) -> bool:

@@ -90,8 +90,9 @@ class NegativeEntries:
         return len(self._given)
 
     def statistics(self) -> NegativeStatistics:
-        return NegativeStatistics(cached=len(self._given), given=self.given,
-                                  not_cached=self.refused)
+        return NegativeStatistics(
+            cached=len(self._given), given=self.given, not_cached=self.refused
+        )
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,15 @@ class Tree:
         self.root = self.new_node(Kind.DIR, "", None, None, DIR_MODE, now)
         self.root.lookups = 1  # the kernel never forgets the root
 
-    def new_node(self, kind: Kind, name: str, parent: Node | None, store: StoreState | None,
-                 mode: int, mtime_ns: int) -> Node:
+    def new_node(
+        self,
+        kind: Kind,
+        name: str,
+        parent: Node | None,
+        store: StoreState | None,
+        mode: int,
+        mtime_ns: int,
+    ) -> Node:
         node = Node(self._next_ino, kind, name, parent, store, mode, mtime_ns)
         self._next_ino += 1
         self.nodes[node.ino] = node

@@ -169,8 +169,13 @@ class StoreClient:
     raises only `StoreError` subclasses (plus `ValueError` for a programming error).
     """
 
-    def __init__(self, http: httpx.AsyncClient, *, retry: RetryPolicy = RetryPolicy(),
-                 first_byte_timeout: float = BACKGROUND_FIRST_BYTE) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        first_byte_timeout: float = BACKGROUND_FIRST_BYTE,
+    ) -> None:
         self._http = http
         self.retry = retry
         self.first_byte_timeout = first_byte_timeout
@@ -267,12 +272,12 @@ class StoreClient:
             except trio.TooSlowError:
                 error = StoreUnavailable(
                     f"cannot reach the store at {self._where()}: it did not answer within "
-                    f"{self.first_byte_timeout:g}s (it accepted the connection)")
+                    f"{self.first_byte_timeout:g}s (it accepted the connection)"
+                )
                 timed_out = True
                 metrics.store_request(op, "timeout", sent, 0)
             else:
-                metrics.store_request(op, str(response.status_code), sent,
-                                      len(response.content))
+                metrics.store_request(op, str(response.status_code), sent, len(response.content))
                 if response.is_success:
                     try:
                         return json.loads(response.content) if response.content else {}
@@ -300,22 +305,48 @@ class StoreClient:
             elapsed = trio.current_time() - started
             if attempt >= self.retry.max_attempts or elapsed + delay > self.retry.deadline:
                 if self.retry.max_attempts > 1:  # the caller reports the error itself
-                    log.debug("giving up on store request op=%s memory_store_id=%s path=%s "
-                              "attempt=%d elapsed=%.1f error=%s", op, store_id, memory_path,
-                              attempt, elapsed, error)
+                    log.debug(
+                        "giving up on store request op=%s memory_store_id=%s path=%s "
+                        "attempt=%d elapsed=%.1f error=%s",
+                        op,
+                        store_id,
+                        memory_path,
+                        attempt,
+                        elapsed,
+                        error,
+                    )
                 raise error
             level = logging.DEBUG if attempt == 1 else logging.WARNING
-            log.log(level, "retrying store request op=%s memory_store_id=%s path=%s "
-                    "attempt=%d delay=%.2f error=%s", op, store_id, memory_path, attempt,
-                    delay, error)
+            log.log(
+                level,
+                "retrying store request op=%s memory_store_id=%s path=%s "
+                "attempt=%d delay=%.2f error=%s",
+                op,
+                store_id,
+                memory_path,
+                attempt,
+                delay,
+                error,
+            )
             await trio.sleep(delay)
 
-    async def _send(self, method: str, url: str, params: dict[str, Any],
-                    content: bytes | None, beta: str = BETA_MEMORY) -> httpx.Response:
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        params: dict[str, Any],
+        content: bytes | None,
+        beta: str = BETA_MEMORY,
+    ) -> httpx.Response:
         """One request: its status line must arrive within the first-byte bound; the
         body then only has the transfer bound (`TRANSFER_TIMEOUT`) between bytes."""
-        request = self._http.build_request(method, url, params=params, content=content,
-                                           headers=self._headers(content is not None, beta))
+        request = self._http.build_request(
+            method,
+            url,
+            params=params,
+            content=content,
+            headers=self._headers(content is not None, beta),
+        )
         with trio.fail_after(self.first_byte_timeout):
             response = await self._http.send(request, stream=True)
         try:
@@ -334,18 +365,27 @@ class StoreClient:
 
     async def retrieve_session(self, session_id: str) -> dict[str, Any]:
         """The session object: `memfs session --session-id` mounts its resources."""
-        data = await self._request("GET", f"/v1/sessions/{_seg(session_id, 'session id')}",
-                                   op="retrieve_session", beta=BETA_MANAGED_AGENTS)
+        data = await self._request(
+            "GET",
+            f"/v1/sessions/{_seg(session_id, 'session id')}",
+            op="retrieve_session",
+            beta=BETA_MANAGED_AGENTS,
+        )
         if not isinstance(data, dict):
-            raise StoreError("retrieve_session: malformed answer from the server: "
-                             "not a JSON object")
+            raise StoreError(
+                "retrieve_session: malformed answer from the server: not a JSON object"
+            )
         return data
 
     # ---------------------------------------------------------------- stores
 
     async def retrieve_store(self, store_id: str) -> StoreInfo:
-        data = await self._request("GET", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
-                                   op="retrieve_store", store_id=store_id)
+        data = await self._request(
+            "GET",
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}",
+            op="retrieve_store",
+            store_id=store_id,
+        )
         return self._parse("retrieve_store", _parse_store, data)
 
     async def list_stores(self, *, include_archived: bool = False) -> list[StoreInfo]:
@@ -354,9 +394,14 @@ class StoreClient:
         page: str | None = None
         while True:
             data = await self._request(
-                "GET", "/v1/memory_stores", op="list_stores",
-                params={"limit": MAX_PAGE, "page": page,
-                        "include_archived": "true" if include_archived else None},
+                "GET",
+                "/v1/memory_stores",
+                op="list_stores",
+                params={
+                    "limit": MAX_PAGE,
+                    "page": page,
+                    "include_archived": "true" if include_archived else None,
+                },
             )
             items, page = self._parse("list_stores", _page, data)
             stores.extend(self._parse("list_stores", _parse_store, item) for item in items)
@@ -391,15 +436,20 @@ class StoreClient:
         if metadata is not None:
             body["metadata"] = dict(metadata)
         data = await self._request(
-            "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
-            op="update_store", store_id=store_id, body=body,
+            "POST",
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}",
+            op="update_store",
+            store_id=store_id,
+            body=body,
         )
         return self._parse("update_store", _parse_store, data)
 
     async def archive_store(self, store_id: str) -> StoreInfo:
         data = await self._request(
-            "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}/archive",
-            op="archive_store", store_id=store_id,
+            "POST",
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}/archive",
+            op="archive_store",
+            store_id=store_id,
         )
         return self._parse("archive_store", _parse_store, data)
 
@@ -410,8 +460,11 @@ class StoreClient:
             return {} if isinstance(error, NotFound) else None
 
         await self._request(
-            "DELETE", f"/v1/memory_stores/{_seg(store_id, 'store id')}",
-            op="delete_store", store_id=store_id, settle=settle,
+            "DELETE",
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}",
+            op="delete_store",
+            store_id=store_id,
+            settle=settle,
         )
 
     # ---------------------------------------------------------------- memories
@@ -435,10 +488,18 @@ class StoreClient:
         """One page of a listing. `limit` is capped at 100 (20 with view="full")."""
         limit = max(1, min(limit, MAX_FULL_PAGE if view == "full" else MAX_PAGE))
         data = await self._request(
-            "GET", self._memories_url(store_id), op="list_memories", store_id=store_id,
+            "GET",
+            self._memories_url(store_id),
+            op="list_memories",
+            store_id=store_id,
             memory_path=path_prefix,
-            params={"view": view, "limit": limit, "page": page,
-                    "path_prefix": path_prefix, "depth": depth},
+            params={
+                "view": view,
+                "limit": limit,
+                "page": page,
+                "path_prefix": path_prefix,
+                "depth": depth,
+            },
         )
         items, next_page = self._parse("list_memories", _page, data)
         out: list[MemoryItem] = []
@@ -447,20 +508,24 @@ class StoreClient:
             kind = item.get("type", "memory")
             if kind == "memory_prefix":
                 if depth == 1:
-                    out.append(MemoryPrefix(self._parse(
-                        "list_memories", lambda o: _str(o, "path"), item)))
+                    out.append(
+                        MemoryPrefix(self._parse("list_memories", lambda o: _str(o, "path"), item))
+                    )
             elif kind == "memory":
                 parser = _parse_full if view == "full" else _parse_memory
                 try:
                     out.append(parser(item))
                 except _Malformed as e:
                     # One bad record must not stop a whole store from syncing.
-                    log.warning("the server listed a malformed memory; skipping it "
-                                "memory_store_id=%s memory_id=%s error=%s", store_id,
-                                str(item.get("id"))[:80], e)
+                    log.warning(
+                        "the server listed a malformed memory; skipping it "
+                        "memory_store_id=%s memory_id=%s error=%s",
+                        store_id,
+                        str(item.get("id"))[:80],
+                        e,
+                    )
             else:
-                log.debug("skipping unknown list item type=%s memory_store_id=%s",
-                          kind, store_id)
+                log.debug("skipping unknown list item type=%s memory_store_id=%s", kind, store_id)
         return MemoryPage(out, next_page)
 
     async def iter_memories(
@@ -478,8 +543,12 @@ class StoreClient:
         page: str | None = None
         while True:
             result = await self.list_memories_page(
-                store_id, page=page, view=view, path_prefix=path_prefix,
-                depth=depth, limit=page_size,
+                store_id,
+                page=page,
+                view=view,
+                path_prefix=path_prefix,
+                depth=depth,
+                limit=page_size,
             )
             for item in result.items:
                 yield item
@@ -489,23 +558,29 @@ class StoreClient:
 
     async def list_memories(self, store_id: str) -> list[RemoteMemory]:
         """The whole store, basic view, 100 per page (the cheap diffing listing)."""
-        return [item async for item in self.iter_memories(store_id)
-                if isinstance(item, RemoteMemory)]
+        return [
+            item async for item in self.iter_memories(store_id) if isinstance(item, RemoteMemory)
+        ]
 
     async def retrieve_memory(self, store_id: str, memory_id: str) -> FullMemory:
         data = await self._request(
-            "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
-            store_id=store_id, params={"view": "full"},
+            "GET",
+            self._memories_url(store_id, memory_id),
+            op="retrieve_memory",
+            store_id=store_id,
+            params={"view": "full"},
         )
         return self._parse("retrieve_memory", lambda v: _parse_full(_obj(v, "memory")), data)
 
     async def _retrieve_basic(self, store_id: str, memory_id: str) -> dict[str, Any]:
         data = await self._request(
-            "GET", self._memories_url(store_id, memory_id), op="retrieve_memory",
-            store_id=store_id, params={"view": "basic"},
+            "GET",
+            self._memories_url(store_id, memory_id),
+            op="retrieve_memory",
+            store_id=store_id,
+            params={"view": "basic"},
         )
-        return self._parse("retrieve_memory",
-                                             lambda v: _obj(v, "memory"), data)
+        return self._parse("retrieve_memory", lambda v: _obj(v, "memory"), data)
 
     async def create_memory(self, store_id: str, path: str, content: str) -> RemoteMemory:
         """Create a memory; never overwrites (`PathConflict` if the path is taken).
@@ -516,8 +591,7 @@ class StoreClient:
         try:
             sha = sha256_hex(content.encode("utf-8"))
         except UnicodeEncodeError:
-            raise Rejected("create_memory: content is not valid UTF-8 (lone surrogates)"
-                           ) from None
+            raise Rejected("create_memory: content is not valid UTF-8 (lone surrogates)") from None
 
         async def settle(error: StoreError) -> Any:
             if not isinstance(error, PathConflict) or error.conflicting_path != path:
@@ -529,16 +603,26 @@ class StoreClient:
             except NotFound:
                 return _RETRY  # deleted meanwhile: the path may be free now
             if found.get("path") == path and found.get("content_sha256") == sha:
-                log.info("create settled by sha after a lost answer memory_store_id=%s "
-                         "path=%s memory_id=%s", store_id, path, error.conflicting_memory_id)
+                log.info(
+                    "create settled by sha after a lost answer memory_store_id=%s "
+                    "path=%s memory_id=%s",
+                    store_id,
+                    path,
+                    error.conflicting_memory_id,
+                )
                 return found
             return None
 
         with metrics.push_timer("create"):
             data = await self._request(
-                "POST", self._memories_url(store_id), op="create_memory", store_id=store_id,
-                memory_path=path, params={"view": "basic"},
-                body={"path": path, "content": content}, settle=settle,
+                "POST",
+                self._memories_url(store_id),
+                op="create_memory",
+                store_id=store_id,
+                memory_path=path,
+                params={"view": "basic"},
+                body={"path": path, "content": content},
+                settle=settle,
             )
         return self._parse("create_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
@@ -565,12 +649,16 @@ class StoreClient:
         if path is not None:
             body["path"] = path
         if precondition_sha256 is not None:
-            body["precondition"] = {"type": "content_sha256",
-                                    "content_sha256": precondition_sha256}
+            body["precondition"] = {"type": "content_sha256", "content_sha256": precondition_sha256}
         with metrics.push_timer("update"):
             data = await self._request(
-                "POST", self._memories_url(store_id, memory_id), op="update_memory",
-                store_id=store_id, memory_path=path, params={"view": "basic"}, body=body,
+                "POST",
+                self._memories_url(store_id, memory_id),
+                op="update_memory",
+                store_id=store_id,
+                memory_path=path,
+                params={"view": "basic"},
+                body=body,
             )
         return self._parse("update_memory", lambda v: _parse_memory(_obj(v, "memory")), data)
 
@@ -588,36 +676,47 @@ class StoreClient:
 
         with metrics.push_timer("delete"):
             await self._request(
-                "DELETE", self._memories_url(store_id, memory_id), op="delete_memory",
-                store_id=store_id, params={"expected_content_sha256": expected_sha256},
+                "DELETE",
+                self._memories_url(store_id, memory_id),
+                op="delete_memory",
+                store_id=store_id,
+                params={"expected_content_sha256": expected_sha256},
                 settle=settle,
             )
 
     # ---------------------------------------------------------------- versions
 
-    async def iter_versions(self, store_id: str, *, page_size: int = MAX_PAGE,
-                            **filters: Unpack[VersionFilters]) -> AsyncIterator[MemoryVersion]:
+    async def iter_versions(
+        self, store_id: str, *, page_size: int = MAX_PAGE, **filters: Unpack[VersionFilters]
+    ) -> AsyncIterator[MemoryVersion]:
         """Stream versions, newest first, page by page."""
         view = filters.get("view", "basic")
         limit = max(1, min(page_size, MAX_FULL_PAGE if view == "full" else MAX_PAGE))
         url = f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions"
         params: dict[str, Any] = {
-            "memory_id": filters.get("memory_id"), "operation": filters.get("operation"),
-            "session_id": filters.get("session_id"), "api_key_id": filters.get("api_key_id"),
+            "memory_id": filters.get("memory_id"),
+            "operation": filters.get("operation"),
+            "session_id": filters.get("session_id"),
+            "api_key_id": filters.get("api_key_id"),
             "created_at[gte]": filters.get("created_at_gte"),
-            "created_at[lte]": filters.get("created_at_lte"), "view": view, "limit": limit}
+            "created_at[lte]": filters.get("created_at_lte"),
+            "view": view,
+            "limit": limit,
+        }
         page: str | None = None
         while True:
-            data = await self._request("GET", url, op="list_versions", store_id=store_id,
-                                       params={**params, "page": page})
+            data = await self._request(
+                "GET", url, op="list_versions", store_id=store_id, params={**params, "page": page}
+            )
             items, page = self._parse("list_versions", _page, data)
             for item in items:
                 yield self._parse("list_versions", _parse_version, item)
             if page is None:
                 return
 
-    async def list_versions(self, store_id: str, *, limit: int | None = None,
-                            **filters: Unpack[VersionFilters]) -> list[MemoryVersion]:
+    async def list_versions(
+        self, store_id: str, *, limit: int | None = None, **filters: Unpack[VersionFilters]
+    ) -> list[MemoryVersion]:
         """Versions newest first; `limit` caps how many are returned (None: all)."""
         out: list[MemoryVersion] = []
         if limit is not None and limit <= 0:
@@ -631,17 +730,22 @@ class StoreClient:
 
     async def retrieve_version(self, store_id: str, version_id: str) -> MemoryVersion:
         data = await self._request(
-            "GET", f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions/"
+            "GET",
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions/"
             f"{_seg(version_id, 'version id')}",
-            op="retrieve_version", store_id=store_id, params={"view": "full"},
+            op="retrieve_version",
+            store_id=store_id,
+            params={"view": "full"},
         )
         return self._parse("retrieve_version", _parse_version, data)
 
     async def redact_version(self, store_id: str, version_id: str) -> MemoryVersion:
         data = await self._request(
-            "POST", f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions/"
+            "POST",
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}/memory_versions/"
             f"{_seg(version_id, 'version id')}/redact",
-            op="redact_version", store_id=store_id, body={},
+            op="redact_version",
+            store_id=store_id,
+            body={},
         )
         return self._parse("redact_version", _parse_version, data)
-

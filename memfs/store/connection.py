@@ -101,9 +101,7 @@ def decode_work_secret(secret: str) -> str:
         raise ConfigError(f"{problem} (its JSON is not an object)")
     token = payload.get("sessions_token")
     if not isinstance(token, str) or not token.strip():
-        raise ConfigError(
-            f"{problem} (it has no sessions_token; the memory endpoints need one)"
-        )
+        raise ConfigError(f"{problem} (it has no sessions_token; the memory endpoints need one)")
     return token.strip()
 
 
@@ -156,8 +154,9 @@ def make_http_client(
             max_keepalive_connections=max_connections,
             keepalive_expiry=30.0,
         ),
-        timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=TRANSFER_TIMEOUT,
-                              write=TRANSFER_TIMEOUT, pool=120.0),
+        timeout=httpx.Timeout(
+            connect=CONNECT_TIMEOUT, read=TRANSFER_TIMEOUT, write=TRANSFER_TIMEOUT, pool=120.0
+        ),
         transport=transport,
         trust_env=not is_loopback(config.base_url),
         follow_redirects=False,

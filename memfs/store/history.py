@@ -22,10 +22,12 @@ VERSION_SPEC = re.compile(r"memver_[0-9A-Za-z_-]+|head|~\d+")
 # scanned this far back for it, newest first.
 DELETED_SCAN_LIMIT = 5_000
 
-_ACTOR_IDS = {"session_actor": ("session", "session_id"),
-              "api_actor": ("api", "api_key_id"),
-              "user_actor": ("user", "user_id"),
-              "service_account_actor": ("service", "service_account_id")}
+_ACTOR_IDS = {
+    "session_actor": ("session", "session_id"),
+    "api_actor": ("api", "api_key_id"),
+    "user_actor": ("user", "user_id"),
+    "service_account_actor": ("service", "service_account_id"),
+}
 
 
 class HistoryError(Exception):
@@ -49,17 +51,26 @@ def actor_name(actor: dict[str, Any] | None) -> str:
 
 
 def version_json(v: MemoryVersion) -> dict[str, Any]:
-    return {"id": v.id, "memory_id": v.memory_id, "operation": v.operation,
-            "path": v.path, "created_at": v.created_at, "created_by": v.created_by,
-            "actor": actor_name(v.created_by), "content_sha256": v.content_sha256,
-            "content_size_bytes": v.content_size_bytes, "redacted_at": v.redacted_at}
+    return {
+        "id": v.id,
+        "memory_id": v.memory_id,
+        "operation": v.operation,
+        "path": v.path,
+        "created_at": v.created_at,
+        "created_by": v.created_by,
+        "actor": actor_name(v.created_by),
+        "content_sha256": v.content_sha256,
+        "content_size_bytes": v.content_size_bytes,
+        "redacted_at": v.redacted_at,
+    }
 
 
 # --------------------------------------------------------------------------- the store
 
 
-async def find_memory(client: StoreClient, store_id: str, path: str, *,
-                      deleted: bool = True) -> str | None:
+async def find_memory(
+    client: StoreClient, store_id: str, path: str, *, deleted: bool = True
+) -> str | None:
     """The id of the memory at `path` now, or else (`deleted`) of the last one deleted
     there."""
     parent = path.rsplit("/", 1)[0] + "/"
@@ -78,8 +89,7 @@ async def find_memory(client: StoreClient, store_id: str, path: str, *,
     return None
 
 
-async def versions_of(client: StoreClient, store_id: str, memory_id: str
-                      ) -> list[MemoryVersion]:
+async def versions_of(client: StoreClient, store_id: str, memory_id: str) -> list[MemoryVersion]:
     """Every version the store still keeps, newest first."""
     return await client.list_versions(store_id, memory_id=memory_id)
 
@@ -113,6 +123,5 @@ async def content_of(client: StoreClient, store_id: str, version: MemoryVersion)
     except NotFound:
         raise HistoryError(f"{version.id} is no longer kept by the store") from None
     if full.redacted_at is not None or full.content is None:
-        raise HistoryError(f"{version.id} was redacted at {full.redacted_at}; its content "
-                           "is gone")
+        raise HistoryError(f"{version.id} was redacted at {full.redacted_at}; its content is gone")
     return full.content

@@ -45,9 +45,13 @@ class StoreInfo:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "name": self.name, "description": self.description,
-            "metadata": dict(self.metadata), "created_at": self.created_at,
-            "updated_at": self.updated_at, "archived_at": self.archived_at,
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "metadata": dict(self.metadata),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "archived_at": self.archived_at,
         }
 
 
@@ -215,8 +219,7 @@ def _parse_version(data: Any) -> MemoryVersion:
         operation=_str(obj, "operation"),
         path=_opt_str(obj, "path"),
         content=_opt_str(obj, "content"),
-        content_sha256=None if obj.get("content_sha256") is None
-        else _sha(obj, "content_sha256"),
+        content_sha256=None if obj.get("content_sha256") is None else _sha(obj, "content_sha256"),
         content_size_bytes=_opt_int(obj, "content_size_bytes"),
         created_at=_str(obj, "created_at", ""),
         created_by=created_by,
@@ -288,7 +291,9 @@ def error_from_response(
     if message is None:
         message = f"HTTP {status}" + ("" if isinstance(body, dict) else " (no JSON error body)")
     kwargs: dict[str, Any] = {
-        "status": status, "error_type": error_type, "request_id": request_id,
+        "status": status,
+        "error_type": error_type,
+        "request_id": request_id,
     }
     error: StoreError
     if status in (401, 403):

@@ -88,13 +88,18 @@ class SyncStatistics:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "memories": self.memories, "bytes": self.bytes, "dirty": self.dirty,
-            "refused": self.refused, "conflicts": self.conflicts,
+            "memories": self.memories,
+            "bytes": self.bytes,
+            "dirty": self.dirty,
+            "refused": self.refused,
+            "conflicts": self.conflicts,
             "pending_deletes": self.pending_deletes,
-            "missing_content": self.missing_content, "offline": self.offline,
+            "missing_content": self.missing_content,
+            "offline": self.offline,
             "conflict_copies": [c.as_json() for c in self.conflict_copies],
             "refused_files": [{"path": r.path, "why": r.why} for r in self.refused_files],
-            "dirty_files": list(self.dirty_files), "excluded": self.excluded,
+            "dirty_files": list(self.dirty_files),
+            "excluded": self.excluded,
             "pending_delete_paths": list(self.pending_delete_paths),
             "last_pass": self.last_pass.to_json() if self.last_pass else None,
             "next_pass_at": rfc3339(self.next_pass_at) if self.next_pass_at else None,
@@ -104,11 +109,21 @@ class SyncStatistics:
 class StoreSync:
     """Keeps one store's subtree and the store itself in step."""
 
-    def __init__(self, state: StoreState, client: StoreClient, notifier: Notifier, *,
-                 interval: float = 15.0, deletions: DeletionMode = "enabled",
-                 excludes: Iterable[str] = DEFAULT_EXCLUDES, fetch_concurrency: int = 16,
-                 push_concurrency: int = 8, flush_timeout: float = 30.0,
-                 cache_max_bytes: int | None = None, trail: Trail | None = None) -> None:
+    def __init__(
+        self,
+        state: StoreState,
+        client: StoreClient,
+        notifier: Notifier,
+        *,
+        interval: float = 15.0,
+        deletions: DeletionMode = "enabled",
+        excludes: Iterable[str] = DEFAULT_EXCLUDES,
+        fetch_concurrency: int = 16,
+        push_concurrency: int = 8,
+        flush_timeout: float = 30.0,
+        cache_max_bytes: int | None = None,
+        trail: Trail | None = None,
+    ) -> None:
         self.state = state
         # The audit trail (memfs/audit.py): what became of each local change; one
         # for the engine's parts, the daemon's (a no-op trail when none is given).
@@ -120,16 +135,24 @@ class StoreSync:
         self.cache_max_bytes = cache_max_bytes
         self.excludes = tuple(excludes)
         # One compiled pattern: an idle pass checks every file name against it.
-        self._exclude_re = re.compile("|".join(
-            f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)")
+        self._exclude_re = re.compile(
+            "|".join(f"(?:{fnmatch.translate(p)})" for p in self.excludes) or r"(?!)"
+        )
         state.set_local_only(self._excluded_name)
         self.fetcher = ContentFetcher(state, client, concurrency=fetch_concurrency)
         self.planner = Planner(state, self.trail, excluded=self._excluded)
         self.lander = Lander(state, notifier, self.trail)
         self.progress = Tracker()  # what the running pass is doing (memfs/sync/progress.py)
-        self.pusher = Pusher(state, client, self.lander, self.fetcher, self.progress,
-                             self.trail, concurrency=push_concurrency,
-                             deletions=deletions)
+        self.pusher = Pusher(
+            state,
+            client,
+            self.lander,
+            self.fetcher,
+            self.progress,
+            self.trail,
+            concurrency=push_concurrency,
+            deletions=deletions,
+        )
         self.store_id = state.store_id
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
@@ -206,16 +229,22 @@ class StoreSync:
                 self.state.drop_tombstone(tomb)
                 restored += 1
             for node in list(state.walk_files()):
-                if (node.memory_id is None or node.base_path is None
-                        or node.store_path() == node.base_path
-                        or self.state.node_at(node.base_path) is not None):
+                if (
+                    node.memory_id is None
+                    or node.base_path is None
+                    or node.store_path() == node.base_path
+                    or self.state.node_at(node.base_path) is not None
+                ):
                     continue
                 self.state.forget_identity(node)
                 restored += 1
             if restored:
                 state.note_change()  # the next pass lists, whatever the store's head
-                log.info("restoring files a stopped tool call left missing "
-                         "memory_store_id=%s paths=%d", self.store_id, restored)
+                log.info(
+                    "restoring files a stopped tool call left missing memory_store_id=%s paths=%d",
+                    self.store_id,
+                    restored,
+                )
         return restored
 
     async def wait_content(self, node: Node) -> None:
@@ -242,14 +271,22 @@ class StoreSync:
                 else:
                     dirty.append(n.store_path())
         return SyncStatistics(
-            memories=counts.memories, bytes=counts.bytes, dirty=len(dirty),
-            refused=counts.refused, conflicts=counts.conflicts,
+            memories=counts.memories,
+            bytes=counts.bytes,
+            dirty=len(dirty),
+            refused=counts.refused,
+            conflicts=counts.conflicts,
             pending_deletes=counts.pending_deletes,
             missing_content=self.fetcher.statistics().missing_content,
-            offline=self.offline, conflict_copies=tuple(self.conflict_copies),
-            refused_files=tuple(refused), dirty_files=tuple(dirty), excluded=excluded,
+            offline=self.offline,
+            conflict_copies=tuple(self.conflict_copies),
+            refused_files=tuple(refused),
+            dirty_files=tuple(dirty),
+            excluded=excluded,
             pending_delete_paths=tuple(n.base_path for n in self.state.tombstones.values()),
-            last_pass=self.last_pass, next_pass_at=self.next_pass_at)
+            last_pass=self.last_pass,
+            next_pass_at=self.next_pass_at,
+        )
 
     # -- lifetime -------------------------------------------------------------------
     async def start(self, *, offline: bool = False) -> None:
@@ -273,8 +310,7 @@ class StoreSync:
                 raise cause
             raise StoreError(result.error or "the first sync failed")
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                  ) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.fetcher.run)
             nursery.start_soon(self._collector)
@@ -298,8 +334,9 @@ class StoreSync:
             try:
                 await self.collect_garbage()
             except OSError as e:
-                log.warning("object cache collection failed memory_store_id=%s error=%s",
-                            self.store_id, e)
+                log.warning(
+                    "object cache collection failed memory_store_id=%s error=%s", self.store_id, e
+                )
             await trio.sleep(GC_EVERY)
 
     async def final_sync(self) -> PassResult:
@@ -310,9 +347,13 @@ class StoreSync:
         self.progress.end()
         metrics.sync_pass(self.store_id, "cut-off", 0)
         left = self.statistics().dirty
-        log.warning("final memory sync cut off; changed files that had not finished "
-                    "uploading stay in the journal memory_store_id=%s files=%d after_ms=%d",
-                    self.store_id, left, int(timeout * 1000))
+        log.warning(
+            "final memory sync cut off; changed files that had not finished "
+            "uploading stay in the journal memory_store_id=%s files=%d after_ms=%d",
+            self.store_id,
+            left,
+            int(timeout * 1000),
+        )
         assert scope.cancelled_caught
         return PassResult(time.time(), timeout, "cut-off", "final sync cut off")
 
@@ -332,26 +373,32 @@ class StoreSync:
                     raise  # a bug: end the mount; the journal keeps every dirty byte
                 result.outcome, result.error = "failed", str(cause)
                 self._last_cause = cause
-                log.warning("memory sync failed memory_store_id=%s error=%s", self.store_id,
-                            cause)
+                log.warning("memory sync failed memory_store_id=%s error=%s", self.store_id, cause)
                 self.offline = isinstance(cause, StoreUnavailable)
             else:
                 if self.offline:
-                    log.info("memory store reachable again memory_store_id=%s",
-                             self.store_id)
+                    log.info("memory store reachable again memory_store_id=%s", self.store_id)
                 self.offline = False
             finally:
                 self.progress.end()
             result.duration_s = time.monotonic() - t0
-            metrics.sync_pass(self.store_id, "idle" if result.outcome == "ok"
-                              and not result.listed else result.outcome, result.conflicts)
+            metrics.sync_pass(
+                self.store_id,
+                "idle" if result.outcome == "ok" and not result.listed else result.outcome,
+                result.conflicts,
+            )
             self.last_pass = result
             self._completed_seq = seq
             done, self._completed = self._completed, trio.Event()
             done.set()
-            log.debug("sync pass done memory_store_id=%s outcome=%s ms=%d pulled=%d pushed=%d",
-                      self.store_id, result.outcome, int(result.duration_s * 1000),
-                      result.pulled, result.pushed)
+            log.debug(
+                "sync pass done memory_store_id=%s outcome=%s ms=%d pulled=%d pushed=%d",
+                self.store_id,
+                result.outcome,
+                int(result.duration_s * 1000),
+                result.pulled,
+                result.pushed,
+            )
             return result
 
     async def _store_head(self) -> str | None:
@@ -371,10 +418,13 @@ class StoreSync:
 
     def _idle(self, head: str | None) -> bool:
         """Nothing changed on either side since the last full pass: skip the listing."""
-        return (head != "" and head == self._listed_head
-                and self.state.generation == self._listed_generation
-                and not self._left_over
-                and self._lean_passes < FULL_LISTING_EVERY)
+        return (
+            head != ""
+            and head == self._listed_head
+            and self.state.generation == self._listed_generation
+            and not self._left_over
+            and self._lean_passes < FULL_LISTING_EVERY
+        )
 
     async def _run_pass(self, result: PassResult, *, initial: bool, final: bool) -> None:
         head = await self._store_head()
@@ -390,17 +440,26 @@ class StoreSync:
                 continue
             self.progress.advance()
             if memory.path == MARKER_PATH:
-                log.warning("the server listed the reserved marker path; skipping path=%s "
-                            "memory_store_id=%s", memory.path, self.store_id)
+                log.warning(
+                    "the server listed the reserved marker path; skipping path=%s "
+                    "memory_store_id=%s",
+                    memory.path,
+                    self.store_id,
+                )
                 continue
             if not is_valid_memory_path(memory.path):
-                log.warning("the server listed a path no memory can have; skipping "
-                            "memory_store_id=%s path=%s", self.store_id, memory.path)
+                log.warning(
+                    "the server listed a path no memory can have; skipping "
+                    "memory_store_id=%s path=%s",
+                    self.store_id,
+                    memory.path,
+                )
                 continue
             remote[memory.id] = memory
         self.progress.end()
-        plan = self.planner.plan(remote, final=final, interval=self.interval,
-                                 asked=self._started_seq <= self._asked_seq)
+        plan = self.planner.plan(
+            remote, final=final, interval=self.interval, asked=self._started_seq <= self._asked_seq
+        )
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])
         # Removals first: a remotely deleted file may be in the way of a pulled one.

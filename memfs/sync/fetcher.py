@@ -43,8 +43,7 @@ class FetcherStatistics:
 class ContentFetcher:
     """Brings one store's memory contents into its object store."""
 
-    def __init__(self, state: StoreState, client: StoreClient, *,
-                 concurrency: int = 16) -> None:
+    def __init__(self, state: StoreState, client: StoreClient, *, concurrency: int = 16) -> None:
         self.state = state
         self.client = client
         self.store_id = state.store_id
@@ -52,15 +51,13 @@ class ContentFetcher:
         self._arrived: dict[str, trio.Event] = {}
         self._missing: dict[str, str] = {}  # sha -> memory id, content not yet local
         self._failed: dict[str, float] = {}  # sha -> when its download last failed
-        self._urgent_send, self._urgent_recv = trio.open_memory_channel[tuple[str, str]](
-            10_000)
+        self._urgent_send, self._urgent_recv = trio.open_memory_channel[tuple[str, str]](10_000)
 
     def statistics(self) -> FetcherStatistics:
         return FetcherStatistics(len(self._missing), len(self._arrived))
 
     # -- verbs ------------------------------------------------------------------------
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                  ) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve urgent fetches for the mount's lifetime; stream the backlog in once."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._urgent_fetcher)
@@ -116,12 +113,16 @@ class ContentFetcher:
         """Stream every missing content in (after start-up), full-view pages first."""
         groups: Counter[str] = Counter()
         for n in self.state.walk_files():
-            if (n.sha is not None and n.memory_id is not None and n.data is None
-                    and not self.state.objects.has(n.sha)
-                    and n.sha not in self.state.objects.evicted):  # on demand only
+            if (
+                n.sha is not None
+                and n.memory_id is not None
+                and n.data is None
+                and not self.state.objects.has(n.sha)
+                and n.sha not in self.state.objects.evicted
+            ):  # on demand only
                 self._missing[n.sha] = n.memory_id
                 path = n.store_path()
-                groups[path[:path.index("/", 1) + 1] if path.count("/") > 1 else ""] += 1
+                groups[path[: path.index("/", 1) + 1] if path.count("/") > 1 else ""] += 1
         if not self._missing:
             return
         t0 = time.monotonic()
@@ -138,8 +139,12 @@ class ContentFetcher:
         async with trio.open_nursery() as nursery:
             for sha, memory_id in list(self._missing.items()):
                 nursery.start_soon(self._fetch_one, memory_id, sha)
-        log.info("downloaded memory contents memory_store_id=%s memories=%d ms=%d",
-                 self.store_id, count, int((time.monotonic() - t0) * 1000))
+        log.info(
+            "downloaded memory contents memory_store_id=%s memories=%d ms=%d",
+            self.store_id,
+            count,
+            int((time.monotonic() - t0) * 1000),
+        )
 
     # -- internals ----------------------------------------------------------------------
     async def _fetch_one(self, memory_id: str, sha: str) -> FullMemory | None:
@@ -153,8 +158,12 @@ class ContentFetcher:
                 self._give_up(sha)  # deleted since the listing; the next pass removes it
                 return None
             except StoreError as e:
-                log.warning("failed to fetch memory content memory_store_id=%s memory_id=%s "
-                            "error=%s", self.store_id, memory_id, e)
+                log.warning(
+                    "failed to fetch memory content memory_store_id=%s memory_id=%s error=%s",
+                    self.store_id,
+                    memory_id,
+                    e,
+                )
                 self._give_up(sha)
                 return None
             try:
@@ -168,22 +177,33 @@ class ContentFetcher:
             return full
 
     def _cannot_keep(self, e: OSError) -> None:
-        log.warning("cannot keep memory contents in the cache directory memory_store_id=%s "
-                    "error=%s", self.store_id, e.strerror or e)
+        log.warning(
+            "cannot keep memory contents in the cache directory memory_store_id=%s error=%s",
+            self.store_id,
+            e.strerror or e,
+        )
 
     def _encoded(self, full: FullMemory) -> bytes | None:
         try:
             return full.content_bytes()
         except InvalidContent:
-            log.warning("the server sent content that is not valid UTF-8; ignoring it "
-                        "memory_store_id=%s path=%s", self.store_id, full.memory.path)
+            log.warning(
+                "the server sent content that is not valid UTF-8; ignoring it "
+                "memory_store_id=%s path=%s",
+                self.store_id,
+                full.memory.path,
+            )
             return None
 
     def _arrived_content(self, full: FullMemory, sha: str) -> None:
         self._arrive(sha)
         if sha != full.memory.content_sha256:
-            log.warning("the server's sha does not match its content; trusting the content "
-                        "memory_store_id=%s path=%s", self.store_id, full.memory.path)
+            log.warning(
+                "the server's sha does not match its content; trusting the content "
+                "memory_store_id=%s path=%s",
+                self.store_id,
+                full.memory.path,
+            )
         self._arrive(full.memory.content_sha256)
 
     def _give_up(self, sha: str) -> None:
@@ -212,18 +232,21 @@ class ContentFetcher:
         async with limit:
             batch: list[FullMemory] = []
             try:
-                async for item in self.client.iter_memories(self.store_id, view="full",
-                                                            path_prefix=prefix):
-                    if (isinstance(item, FullMemory)
-                            and item.memory.content_sha256 in self._missing):
+                async for item in self.client.iter_memories(
+                    self.store_id, view="full", path_prefix=prefix
+                ):
+                    if isinstance(item, FullMemory) and item.memory.content_sha256 in self._missing:
                         batch.append(item)
                     if len(batch) >= PAGE:
                         await self._store_batch(batch)
                         batch = []
                 await self._store_batch(batch)
             except StoreError as e:
-                log.warning("failed to download memory contents memory_store_id=%s error=%s",
-                            self.store_id, e)
+                log.warning(
+                    "failed to download memory contents memory_store_id=%s error=%s",
+                    self.store_id,
+                    e,
+                )
             except OSError as e:  # the cache disk is full: what is missing is read on demand
                 self._cannot_keep(e)
 

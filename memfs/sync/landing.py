@@ -42,8 +42,9 @@ class Lander:
         node = self.state.by_memory.get(memory.id)
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
-        if node is not None and self.keep_losing_bytes(node, memory.content_sha256,
-                                                       memory.path, memory.memory_version_id):
+        if node is not None and self.keep_losing_bytes(
+            node, memory.content_sha256, memory.path, memory.memory_version_id
+        ):
             result.conflicts += 1
             result.conflict_copies.append(self.conflict_copies[-1])
         self.land(memory, node, inodes, entries)
@@ -79,8 +80,7 @@ class Lander:
                     result.pulled += 1
                     continue
                 if pull.conflict or node.dirty:
-                    if self.keep_losing_bytes(node, r.content_sha256, r.path,
-                                              r.memory_version_id):
+                    if self.keep_losing_bytes(node, r.content_sha256, r.path, r.memory_version_id):
                         result.conflicts += 1
                         result.conflict_copies.append(self.conflict_copies[-1])
                 if not node.linked:
@@ -91,8 +91,7 @@ class Lander:
         targets = {r.path for r, _ in todo}
         detached: set[int] = set()
         for r, node in todo:
-            if node is not None and node.store_path() != r.path and \
-                    node.store_path() in targets:
+            if node is not None and node.store_path() != r.path and node.store_path() in targets:
                 self.state.detach(node, entries)
                 detached.add(node.ino)
         for r, node in todo:
@@ -103,8 +102,9 @@ class Lander:
                 self.state.reattach(node)
         self.notify(inodes, entries)
 
-    def keep_losing_bytes(self, node: Node, remote_sha: str | None, remote_path: str,
-                          remote_version: str = "") -> bool:
+    def keep_losing_bytes(
+        self, node: Node, remote_sha: str | None, remote_path: str, remote_version: str = ""
+    ) -> bool:
         """Save the local bytes a pull is about to replace; True if a conflict was kept."""
         state = self.state
         local = state.content(node)
@@ -116,23 +116,46 @@ class Lander:
             return False
         if node.memory_id is not None and local_sha == node.base_sha:
             # Nothing local is lost but a rename: the remote path wins.
-            log.warning("memory moved both locally and remotely; keeping the remote version "
-                        "memory_store_id=%s path=%s remote_path=%s", self.store_id, path,
-                        remote_path)
+            log.warning(
+                "memory moved both locally and remotely; keeping the remote version "
+                "memory_store_id=%s path=%s remote_path=%s",
+                self.store_id,
+                path,
+                remote_path,
+            )
             return False
         copy = state.keep_conflict(node, path, local)
-        conflicts.record(self.store_id, Path(copy), path=path, memory_id=node.memory_id,
-                         local_sha=local_sha, size=len(local), remote_sha=remote_sha,
-                         remote_version=remote_version)
+        conflicts.record(
+            self.store_id,
+            Path(copy),
+            path=path,
+            memory_id=node.memory_id,
+            local_sha=local_sha,
+            size=len(local),
+            remote_sha=remote_sha,
+            remote_version=remote_version,
+        )
         self.conflict_copies.append(ConflictCopy(path, copy, rfc3339(time.time())))
-        self.trail.outcome(self.store_id, "conflict", path, copy=copy,
-                           version=remote_version or None, memory_id=node.memory_id)
-        log.warning("memory changed both locally and remotely; keeping the remote version "
-                    "memory_store_id=%s path=%s conflict_copy=%s", self.store_id, path, copy)
+        self.trail.outcome(
+            self.store_id,
+            "conflict",
+            path,
+            copy=copy,
+            version=remote_version or None,
+            memory_id=node.memory_id,
+        )
+        log.warning(
+            "memory changed both locally and remotely; keeping the remote version "
+            "memory_store_id=%s path=%s conflict_copy=%s",
+            self.store_id,
+            path,
+            copy,
+        )
         return True
 
-    def _clear_way(self, path: str, node: Node | None, entries: list[tuple[int, str]],
-                   remote_sha: str | None) -> bool:
+    def _clear_way(
+        self, path: str, node: Node | None, entries: list[tuple[int, str]], remote_sha: str | None
+    ) -> bool:
         """Make `path` free for `node` (or a new file); False if something must stay."""
         occupant = self.state.node_at(path)
         if occupant is None or occupant is node:
@@ -144,21 +167,36 @@ class Lander:
         if occupant.kind is Kind.DIR and not occupant.children:
             self.state.remove_empty_dir(occupant, entries)
             return True
-        if (occupant.kind is Kind.FILE and occupant.base_path is not None
-                and occupant.store_path() != occupant.base_path
-                and self.state.node_at(occupant.base_path) is None):
+        if (
+            occupant.kind is Kind.FILE
+            and occupant.base_path is not None
+            and occupant.store_path() != occupant.base_path
+            and self.state.node_at(occupant.base_path) is None
+        ):
             # Renamed locally onto a path the store gave another memory: the store wins
             # the path, and the local file goes back to where its memory is.
-            log.warning("memory renamed locally onto a path the store gave another memory; "
-                        "moving it back memory_store_id=%s path=%s to=%s", self.store_id,
-                        path, occupant.base_path)
+            log.warning(
+                "memory renamed locally onto a path the store gave another memory; "
+                "moving it back memory_store_id=%s path=%s to=%s",
+                self.store_id,
+                path,
+                occupant.base_path,
+            )
             return self._move(occupant, occupant.base_path, entries)
-        log.warning("a local entry is in the way of a remote memory; will retry "
-                    "memory_store_id=%s path=%s", self.store_id, path)
+        log.warning(
+            "a local entry is in the way of a remote memory; will retry memory_store_id=%s path=%s",
+            self.store_id,
+            path,
+        )
         return False
 
-    def _place(self, node: Node | None, path: str, entries: list[tuple[int, str]],
-               remote_sha: str | None = None) -> tuple[Node, str] | None:
+    def _place(
+        self,
+        node: Node | None,
+        path: str,
+        entries: list[tuple[int, str]],
+        remote_sha: str | None = None,
+    ) -> tuple[Node, str] | None:
         """The directory and name `path` needs, with the way cleared; None if blocked."""
         if not self._clear_way(path, node, entries, remote_sha):
             return None
@@ -166,8 +204,12 @@ class Lander:
         try:
             parent = self.state.ensure_dirs(parent_path or "/")
         except FsError:
-            log.warning("a local file is in the way of a remote memory's directory; will "
-                        "retry memory_store_id=%s path=%s", self.store_id, path)
+            log.warning(
+                "a local file is in the way of a remote memory's directory; will "
+                "retry memory_store_id=%s path=%s",
+                self.store_id,
+                path,
+            )
             return None
         return parent, name
 
@@ -180,8 +222,9 @@ class Lander:
         self.state.place(node, parent, name, entries)
         return True
 
-    def land(self, r: RemoteMemory, node: Node | None, inodes: list[int],
-              entries: list[tuple[int, str]]) -> Node | None:
+    def land(
+        self, r: RemoteMemory, node: Node | None, inodes: list[int], entries: list[tuple[int, str]]
+    ) -> Node | None:
         """Make the local tree show remote memory `r` (content, path, identity)."""
         placed = self._place(node, r.path, entries, r.content_sha256)
         if placed is None:
@@ -200,8 +243,11 @@ class Lander:
         entries: list[tuple[int, str]] = []
         for node, version in plan.removals:
             if node.linked and node.version == version and not node.dirty:
-                log.debug("memory deleted remotely; removing it memory_store_id=%s path=%s",
-                          self.store_id, node.store_path())
+                log.debug(
+                    "memory deleted remotely; removing it memory_store_id=%s path=%s",
+                    self.store_id,
+                    node.store_path(),
+                )
                 self._unlink_local(node, entries)
         self.notify([], entries)
 
@@ -225,4 +271,3 @@ class Lander:
         self._pending_inodes.extend(tree.take_changed_listings())
         inodes, self._pending_inodes = self._pending_inodes, []
         await self.notifier.invalidate_inodes(inodes)
-

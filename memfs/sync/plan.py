@@ -56,11 +56,18 @@ class PassResult:
 
     def to_json(self) -> dict[str, Any]:
         """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
-        return {"at": rfc3339(self.started_at), "duration_s": round(self.duration_s, 3),
-                "outcome": self.outcome, "error": self.error, "pulled": self.pulled,
-                "pushed": self.pushed, "deleted": self.deleted, "conflicts": self.conflicts,
-                "conflict_copies": [c.as_json() for c in self.conflict_copies],
-                "listed": self.listed}
+        return {
+            "at": rfc3339(self.started_at),
+            "duration_s": round(self.duration_s, 3),
+            "outcome": self.outcome,
+            "error": self.error,
+            "pulled": self.pulled,
+            "pushed": self.pushed,
+            "deleted": self.deleted,
+            "conflicts": self.conflicts,
+            "conflict_copies": [c.as_json() for c in self.conflict_copies],
+            "listed": self.listed,
+        }
 
 
 @dataclass
@@ -89,15 +96,17 @@ class Plan:
 class Planner:
     """Decides one store's passes; the state records what the listing proves."""
 
-    def __init__(self, state: StoreState, trail: Trail, *,
-                 excluded: Callable[[Node], bool]) -> None:
+    def __init__(
+        self, state: StoreState, trail: Trail, *, excluded: Callable[[Node], bool]
+    ) -> None:
         self.state = state
         self.store_id = state.store_id
         self.excluded = excluded
         self.trail = trail  # the audit trail: what became of each local change
 
-    def plan(self, remote: dict[str, RemoteMemory], *, final: bool, interval: float,
-             asked: bool = False) -> Plan:
+    def plan(
+        self, remote: dict[str, RemoteMemory], *, final: bool, interval: float, asked: bool = False
+    ) -> Plan:
         """What this pass pulls, removes and pushes, from one listing (no await).
 
         Not pure: it first records what the listing proves (a lost answer settled,
@@ -127,13 +136,20 @@ class Planner:
                 if node.dirty or (renamed and state.content(node) is not None):
                     self.state.forget_identity(node)
                     if state.read_only:
-                        log.warning("memory deleted remotely but edited locally; keeping "
-                                    "the file, which a read-only store cannot push "
-                                    "memory_store_id=%s path=%s", self.store_id, path)
+                        log.warning(
+                            "memory deleted remotely but edited locally; keeping "
+                            "the file, which a read-only store cannot push "
+                            "memory_store_id=%s path=%s",
+                            self.store_id,
+                            path,
+                        )
                     else:
-                        log.info("memory deleted remotely but edited locally; re-creating "
-                                 "it from the file memory_store_id=%s path=%s",
-                                 self.store_id, path)
+                        log.info(
+                            "memory deleted remotely but edited locally; re-creating "
+                            "it from the file memory_store_id=%s path=%s",
+                            self.store_id,
+                            path,
+                        )
                 else:
                     plan.removals.append((node, node.version))
                 continue
@@ -170,10 +186,18 @@ class Planner:
             elif r.content_sha256 == tomb.base_sha and r.path == tomb.base_path:
                 plan.deletes.append(tomb)
             else:
-                log.warning("memory deleted locally but changed remotely; restoring the "
-                            "remote version memory_store_id=%s path=%s", self.store_id, r.path)
-                self.trail.outcome(self.store_id, "undeleted", tomb.base_path,
-                                   why="changed remotely; the remote version is back")
+                log.warning(
+                    "memory deleted locally but changed remotely; restoring the "
+                    "remote version memory_store_id=%s path=%s",
+                    self.store_id,
+                    r.path,
+                )
+                self.trail.outcome(
+                    self.store_id,
+                    "undeleted",
+                    tomb.base_path,
+                    why="changed remotely; the remote version is back",
+                )
                 self.state.drop_tombstone(tomb)
                 plan.pulls.append(Pull(r, None, 0))
 
@@ -204,8 +228,9 @@ class Planner:
                 plan.pulls.append(Pull(r, None, 0))
         return plan
 
-    def ready_to_push(self, node: Node, now: float, asked: bool, interval: float,
-                      final: bool) -> bool:
+    def ready_to_push(
+        self, node: Node, now: float, asked: bool, interval: float, final: bool
+    ) -> bool:
         """`asked`: a pass someone waits for (or the final one); `final`: the last."""
         if node.refused_sha is not None and node.refused_sha == node.current_sha():
             return False

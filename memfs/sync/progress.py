@@ -48,8 +48,12 @@ class Tracker:
             self.phase, self.done, self.total = "", 0, None
 
     def snapshot(self) -> dict[str, Any]:
-        return {"phase": self.phase, "done": self.done, "total": self.total,
-                **({"last": self.last} if self.last and self.phase == "" else {})}
+        return {
+            "phase": self.phase,
+            "done": self.done,
+            "total": self.total,
+            **({"last": self.last} if self.last and self.phase == "" else {}),
+        }
 
     def _tell(self, *, ended: bool = False) -> None:
         for watch in list(self.watchers):
@@ -67,8 +71,13 @@ def on_terminal(stream: IO[str] | None = None) -> bool:
 class Bar:
     """One line: "<label> 212 of 300 files" (or "<label> 1200 memories" with no total)."""
 
-    def __init__(self, label: str, total: int | None = None, unit: str = "files",
-                 stream: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        total: int | None = None,
+        unit: str = "files",
+        stream: IO[str] | None = None,
+    ) -> None:
         from tqdm import tqdm
 
         self.unit = unit
@@ -76,8 +85,17 @@ class Bar:
         shape = "{desc} " + count + f" {unit}" + (" [{bar:20}]" if total is not None else "")
         stream = stream or sys.stderr
         cols, rows = _size(stream)
-        self._bar = tqdm(desc=label, total=total, file=stream, bar_format=shape, ascii=True,
-                         leave=True, mininterval=0.1, ncols=cols, nrows=rows)
+        self._bar = tqdm(
+            desc=label,
+            total=total,
+            file=stream,
+            bar_format=shape,
+            ascii=True,
+            leave=True,
+            mininterval=0.1,
+            ncols=cols,
+            nrows=rows,
+        )
 
     def update(self, done: int, total: int | None = None) -> None:
         if total is not None and total != self._bar.total:
@@ -141,8 +159,10 @@ class Display:
             if not self.bars:
                 self._route_logs()
             text = f"{label}: {self.names[phase]}" if label else self.names[phase]
-            current = self.bars[label] = (phase, Bar(text, total, self.UNITS.get(phase, "files"),
-                                                     self.stream))
+            current = self.bars[label] = (
+                phase,
+                Bar(text, total, self.UNITS.get(phase, "files"), self.stream),
+            )
         current[1].update(done, total)
 
     def finish(self, label: str, last: dict[str, Any] | None) -> None:
@@ -172,8 +192,7 @@ class Display:
 
 
 @contextmanager
-def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]
-              ) -> Iterator[None]:
+def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]) -> Iterator[None]:
     """While the body waits for the daemon, draw what `ask()` (its `progress` op) says.
 
     `ask` runs in a thread every POLL_INTERVAL; it returns {"stores": [{"label",
@@ -197,8 +216,9 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]
                 for s in answer.get("stores", []):
                     label = str(s.get("label", ""))
                     display.finish(label, s.get("last"))
-                    display.show(label, str(s.get("phase", "")), int(s.get("done") or 0),
-                                 s.get("total"))
+                    display.show(
+                        label, str(s.get("phase", "")), int(s.get("done") or 0), s.get("total")
+                    )
 
     thread = threading.Thread(target=poll, name="memfs-progress", daemon=True)
     thread.start()
@@ -225,6 +245,8 @@ def unpushed_lines(unpushed: dict[str, Sequence[str]], prog: str = "memfs") -> l
         if more > 0:
             named += f" and {more} more"
         files, stay = ("file", "it stays") if len(paths) == 1 else ("files", "they stay")
-        lines.append(f"{prog}: {len(paths)} changed {files} of {store_id} could not be "
-                     f"pushed; {stay} in the journal for the next start: {named}")
+        lines.append(
+            f"{prog}: {len(paths)} changed {files} of {store_id} could not be "
+            f"pushed; {stay} in the journal for the next start: {named}"
+        )
     return lines

@@ -36,6 +36,7 @@ from memfs.sync.progress import Tracker
 
 log = logging.getLogger("memfs.sync")
 
+
 def delete_cap(baseline: int) -> int:
     """The reference worker's per-pass delete cap."""
     return max(8, min(50, baseline // 4))
@@ -44,10 +45,18 @@ def delete_cap(baseline: int) -> int:
 class Pusher:
     """Sends one store's creates, updates, renames and deletes."""
 
-    def __init__(self, state: StoreState, client: StoreClient, lander: Lander,
-                 fetcher: ContentFetcher, progress: Tracker, trail: Trail, *,
-                 concurrency: int,
-                 deletions: DeletionMode) -> None:
+    def __init__(
+        self,
+        state: StoreState,
+        client: StoreClient,
+        lander: Lander,
+        fetcher: ContentFetcher,
+        progress: Tracker,
+        trail: Trail,
+        *,
+        concurrency: int,
+        deletions: DeletionMode,
+    ) -> None:
         self.state = state
         self.client = client
         self.lander = lander
@@ -67,10 +76,12 @@ class Pusher:
     async def push(self, plan: Plan, result: PassResult) -> None:
         """Deletes, then updates (renames that stepped aside retried), then creates."""
         await self.lander.flush_invalidations()
-        deletes = (len(plan.deletes) if self.deletions == "enabled" and not self.deletes_held
-                   else 0)
-        total = min(deletes, delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
-                    ) + len(plan.updates) + len(plan.creates)
+        deletes = len(plan.deletes) if self.deletions == "enabled" and not self.deletes_held else 0
+        total = (
+            min(deletes, delete_cap(len(self.state.by_memory) + len(self.state.tombstones)))
+            + len(plan.updates)
+            + len(plan.creates)
+        )
         if total:
             self.progress.begin("pushing", total)
         else:
@@ -89,8 +100,9 @@ class Pusher:
                 nursery.start_soon(self._counted, self._push_create, node, result)
         await self.lander.flush_invalidations()
 
-    async def _counted(self, push: Callable[[Node, PassResult], Awaitable[None]],
-                       node: Node, result: PassResult) -> None:
+    async def _counted(
+        self, push: Callable[[Node, PassResult], Awaitable[None]], node: Node, result: PassResult
+    ) -> None:
         await push(node, result)
         self.progress.advance()
 
@@ -100,22 +112,34 @@ class Pusher:
         other. Park this memory at a unique path so the other can move; it takes its
         final path in the retry round of the same pass."""
         other = self.state.by_memory.get(e.conflicting_memory_id)
-        if (other is None or other is node or node.memory_id is None
-                or other.base_path != e.conflicting_path
-                or other.store_path() == other.base_path):
+        if (
+            other is None
+            or other is node
+            or node.memory_id is None
+            or other.base_path != e.conflicting_path
+            or other.store_path() == other.base_path
+        ):
             return False
         parked = f"/.memfs-moving-{node.memory_id}"
         try:
             memory = await self.client.update_memory(
-                self.store_id, node.memory_id, path=parked,
-                precondition_sha256=node.base_sha)
+                self.store_id, node.memory_id, path=parked, precondition_sha256=node.base_sha
+            )
         except StoreError as err:
-            log.warning("failed to move memory aside memory_store_id=%s path=%s error=%s",
-                        self.store_id, node.base_path, err)
+            log.warning(
+                "failed to move memory aside memory_store_id=%s path=%s error=%s",
+                self.store_id,
+                node.base_path,
+                err,
+            )
             return False
         self.state.set_base_path(node, memory.path)
-        log.debug("moved memory aside to free a path memory_store_id=%s path=%s parked=%s",
-                  self.store_id, e.conflicting_path, parked)
+        log.debug(
+            "moved memory aside to free a path memory_store_id=%s path=%s parked=%s",
+            self.store_id,
+            e.conflicting_path,
+            parked,
+        )
         return True
 
     async def _push_deletes(self, tombs: list[Node], result: PassResult) -> None:
@@ -127,16 +151,25 @@ class Pusher:
             for tomb in tombs:
                 if tomb.memory_id not in self._log_only_said:
                     self._log_only_said.add(tomb.memory_id or "")
-                    log.info("log-only: sync would delete this memory on the server "
-                             "memory_store_id=%s path=%s", self.store_id, tomb.base_path)
-                    self.trail.outcome(self.store_id, "kept", tomb.base_path,
-                                       why="--deletions log_only")
+                    log.info(
+                        "log-only: sync would delete this memory on the server "
+                        "memory_store_id=%s path=%s",
+                        self.store_id,
+                        tomb.base_path,
+                    )
+                    self.trail.outcome(
+                        self.store_id, "kept", tomb.base_path, why="--deletions log_only"
+                    )
             return
         cap = delete_cap(len(self.state.by_memory) + len(self.state.tombstones))
         if len(tombs) > cap:
-            log.warning("delete cap reached; the held deletes go out in later syncs "
-                        "memory_store_id=%s sent=%d held=%d", self.store_id, cap,
-                        len(tombs) - cap)
+            log.warning(
+                "delete cap reached; the held deletes go out in later syncs "
+                "memory_store_id=%s sent=%d held=%d",
+                self.store_id,
+                cap,
+                len(tombs) - cap,
+            )
         async with trio.open_nursery() as nursery:
             for tomb in tombs[:cap]:
                 nursery.start_soon(self._counted, self._push_delete, tomb, result)
@@ -146,29 +179,45 @@ class Pusher:
         memory_id = tomb.memory_id
         async with self.limit:
             try:
-                await self.client.delete_memory(self.store_id, memory_id,
-                                                expected_sha256=tomb.base_sha)
+                await self.client.delete_memory(
+                    self.store_id, memory_id, expected_sha256=tomb.base_sha
+                )
             except NotFound:
                 pass
             except (PreconditionFailed, Conflict):
-                log.warning("memory deleted locally but changed remotely; keeping the remote "
-                            "version memory_store_id=%s path=%s", self.store_id, tomb.base_path)
-                self.trail.outcome(self.store_id, "undeleted", tomb.base_path,
-                                   why="changed remotely; the remote version is back")
+                log.warning(
+                    "memory deleted locally but changed remotely; keeping the remote "
+                    "version memory_store_id=%s path=%s",
+                    self.store_id,
+                    tomb.base_path,
+                )
+                self.trail.outcome(
+                    self.store_id,
+                    "undeleted",
+                    tomb.base_path,
+                    why="changed remotely; the remote version is back",
+                )
                 self.state.drop_tombstone(tomb)
                 await self._pull_one(memory_id, result)
                 return
             except (StoreUnavailable, StoreAuthError):
                 raise
             except StoreError as e:
-                log.warning("failed to delete memory memory_store_id=%s path=%s error=%s",
-                            self.store_id, tomb.base_path, e)
+                log.warning(
+                    "failed to delete memory memory_store_id=%s path=%s error=%s",
+                    self.store_id,
+                    tomb.base_path,
+                    e,
+                )
                 return
         if self.state.tombstones.get(memory_id) is tomb:
             self.state.drop_tombstone(tomb)
             result.deleted += 1
-            log.info("propagated local deletion memory_store_id=%s path=%s", self.store_id,
-                     tomb.base_path)
+            log.info(
+                "propagated local deletion memory_store_id=%s path=%s",
+                self.store_id,
+                tomb.base_path,
+            )
             self.trail.outcome(self.store_id, "deleted", tomb.base_path, memory_id=memory_id)
 
     async def _pull_one(self, memory_id: str, result: PassResult) -> None:
@@ -210,24 +259,32 @@ class Pusher:
         if not send_content and not send_path:
             self.state.record_pushed(node, sha, path, version)
             return
-        self.state.record_sent(node, sha if send_content else None,
-                               path if send_path else None)
+        self.state.record_sent(node, sha if send_content else None, path if send_path else None)
         async with self.limit:
             try:
                 memory = await self.client.update_memory(
-                    self.store_id, memory_id,
+                    self.store_id,
+                    memory_id,
                     content=data.decode("utf-8") if send_content else None,
                     path=path if send_path else None,
-                    precondition_sha256=node.base_sha)
+                    precondition_sha256=node.base_sha,
+                )
             except PreconditionFailed:
-                log.warning("memory changed both locally and remotely; the upload was "
-                            "refused and the local edit loses memory_store_id=%s path=%s",
-                            self.store_id, path)
+                log.warning(
+                    "memory changed both locally and remotely; the upload was "
+                    "refused and the local edit loses memory_store_id=%s path=%s",
+                    self.store_id,
+                    path,
+                )
                 await self._pull_one(memory_id, result)
                 return
             except NotFound:
-                log.info("memory deleted remotely but edited locally; re-creating it from "
-                         "the file memory_store_id=%s path=%s", self.store_id, path)
+                log.info(
+                    "memory deleted remotely but edited locally; re-creating it from "
+                    "the file memory_store_id=%s path=%s",
+                    self.store_id,
+                    path,
+                )
                 if node.linked:
                     self.state.forget_identity(node)
                     await self._push_create(node, result, locked=True)
@@ -239,18 +296,27 @@ class Pusher:
                 if await self._step_aside(node, e):
                     self._renames_to_retry.append(node)
                     return
-                log.warning("failed to upload memory: the path is taken in the store; will "
-                            "retry memory_store_id=%s path=%s taken_by=%s", self.store_id,
-                            path, e.conflicting_path)
+                log.warning(
+                    "failed to upload memory: the path is taken in the store; will "
+                    "retry memory_store_id=%s path=%s taken_by=%s",
+                    self.store_id,
+                    path,
+                    e.conflicting_path,
+                )
                 return
         result.pushed += 1
-        self.trail.outcome(self.store_id, "pushed", memory.path, memory_id=memory.id,
-                           version=memory.memory_version_id or None)
-        self.state.record_pushed(node, sha, memory.path, version,
-                                 base_sha=memory.content_sha256, base_path=memory.path)
+        self.trail.outcome(
+            self.store_id,
+            "pushed",
+            memory.path,
+            memory_id=memory.id,
+            version=memory.memory_version_id or None,
+        )
+        self.state.record_pushed(
+            node, sha, memory.path, version, base_sha=memory.content_sha256, base_path=memory.path
+        )
 
-    async def _push_create(self, node: Node, result: PassResult, *, locked: bool = False
-                           ) -> None:
+    async def _push_create(self, node: Node, result: PassResult, *, locked: bool = False) -> None:
         snap = self._snapshot(node)
         if snap is None or not node.linked:
             return
@@ -259,23 +325,32 @@ class Pusher:
         self.state.record_sent(node, sha, path)
         try:
             if locked:
-                memory = await self.client.create_memory(self.store_id, path,
-                                                         data.decode("utf-8"))
+                memory = await self.client.create_memory(self.store_id, path, data.decode("utf-8"))
             else:
                 async with self.limit:
-                    memory = await self.client.create_memory(self.store_id, path,
-                                                             data.decode("utf-8"))
+                    memory = await self.client.create_memory(
+                        self.store_id, path, data.decode("utf-8")
+                    )
         except Rejected as e:
             self._refuse(node, sha, e)
             return
         except PathConflict as e:
-            log.warning("failed to upload memory: the path is taken in the store; the next "
-                        "pass settles it memory_store_id=%s path=%s taken_by=%s",
-                        self.store_id, path, e.conflicting_path)
+            log.warning(
+                "failed to upload memory: the path is taken in the store; the next "
+                "pass settles it memory_store_id=%s path=%s taken_by=%s",
+                self.store_id,
+                path,
+                e.conflicting_path,
+            )
             return
         result.pushed += 1
-        self.trail.outcome(self.store_id, "pushed", memory.path, memory_id=memory.id,
-                           version=memory.memory_version_id or None)
+        self.trail.outcome(
+            self.store_id,
+            "pushed",
+            memory.path,
+            memory_id=memory.id,
+            version=memory.memory_version_id or None,
+        )
         if node.memory_id is not None:  # adopted meanwhile (should not happen)
             return
         self.state.adopt_identity(node, memory.id, memory.content_sha256, memory.path)
@@ -288,6 +363,10 @@ class Pusher:
     def _refuse(self, node: Node, sha: str, e: StoreError) -> None:
         self.state.refuse(node, sha, e.message)
         self.trail.outcome(self.store_id, "refused", node.store_path(), why=e.message)
-        log.warning("the server rejected this memory file, so it stays un-synced until its "
-                    "content changes memory_store_id=%s path=%s rejection=%s",
-                    self.store_id, node.store_path(), e.message)
+        log.warning(
+            "the server rejected this memory file, so it stays un-synced until its "
+            "content changes memory_store_id=%s path=%s rejection=%s",
+            self.store_id,
+            node.store_path(),
+            e.message,
+        )

@@ -49,8 +49,9 @@ try:
         _check_sync_interval,
     )
 except ImportError as e:  # pragma: no cover - the extra is missing
-    raise ImportError("memfs.worker.engine needs the anthropic SDK: pip install 'memfs[anthropic]'"
-                      ) from e
+    raise ImportError(
+        "memfs.worker.engine needs the anthropic SDK: pip install 'memfs[anthropic]'"
+    ) from e
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -80,7 +81,7 @@ NO_TOKEN = (
 @dataclass
 class _Store:
     memory_store_id: str
-    path: Path          # the mount path as configured
+    path: Path  # the mount path as configured
     read_only: bool
 
 
@@ -148,8 +149,9 @@ class MemfsSessionStores:
 
     @property
     def read_only_roots(self) -> list[Path]:
-        return [Path(os.path.realpath(s.path)) for m in self._mounts for s in m.stores
-                if s.read_only]
+        return [
+            Path(os.path.realpath(s.path)) for m in self._mounts for s in m.stores if s.read_only
+        ]
 
     def _store_root(self, resource: Any) -> Path:
         """The store's `mount_path` verbatim (refused when unusable), as the SDK does."""
@@ -158,7 +160,8 @@ class MemfsSessionStores:
             if not p.is_absolute() or ".." in p.parts or str(p) == "/":
                 raise SessionMemoryError(
                     f"memory store mount_path is not a clean absolute path: "
-                    f"{resource.mount_path!r} (memory_store_id={resource.memory_store_id})")
+                    f"{resource.mount_path!r} (memory_store_id={resource.memory_store_id})"
+                )
             return Path(str(p))
         return Path(self._workdir) / "memory" / str(resource.name or resource.memory_store_id)
 
@@ -170,7 +173,8 @@ class MemfsSessionStores:
         if len(resources) > MAX_STORES_PER_SESSION:
             raise SessionMemoryError(
                 f"a session can attach at most {MAX_STORES_PER_SESSION} memory stores; "
-                f"this one attaches {len(resources)}")
+                f"this one attaches {len(resources)}"
+            )
         env = self._daemon_env()
         groups = self._plan(resources)
         try:
@@ -192,7 +196,8 @@ class MemfsSessionStores:
                 raise SessionMemoryError(
                     f"something already exists at the memory store's path: {path} "
                     f"(memory_store_id={r.memory_store_id}); it must not exist when the "
-                    "session starts")
+                    "session starts"
+                )
             store = _Store(r.memory_store_id, path, r.access == "read_only")
             groups.setdefault(path.parent, []).append((r, store))
         return groups
@@ -207,8 +212,9 @@ class MemfsSessionStores:
     async def finish(self) -> None:
         """The session's last sync, deletes included; raises on a second call."""
         if self._finished:
-            raise RuntimeError("finish() was already called: it is the session's last sync "
-                               "and runs once")
+            raise RuntimeError(
+                "finish() was already called: it is the session's last sync and runs once"
+            )
         self._finished = True
         await self._each("sync", MEMORY_FLUSH_TIMEOUT)
         self._last_sync = time.monotonic()
@@ -237,9 +243,17 @@ class MemfsSessionStores:
     # -- mounting ---------------------------------------------------------------------
     def _daemon_env(self) -> dict[str, str]:
         """The daemon's environment: this process's, with only the session's credential."""
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("ANTHROPIC_WORK_SECRET", "ANTHROPIC_AUTH_TOKEN",
-                            "ANTHROPIC_API_KEY", "ANTHROPIC_ENVIRONMENT_KEY")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in (
+                "ANTHROPIC_WORK_SECRET",
+                "ANTHROPIC_AUTH_TOKEN",
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_ENVIRONMENT_KEY",
+            )
+        }
         token = getattr(self._client, "auth_token", None)
         key = getattr(self._client, "api_key", None)
         if token:
@@ -270,32 +284,51 @@ class MemfsSessionStores:
                 f"{store_id}): {e}; the worker host must make this mount path writable"
             ) from e
 
-    async def _mount(self, root: Path, members: list[tuple[Any, _Store]],
-                     env: dict[str, str]) -> None:
-        spec = {"resources": [
-            {"type": "memory_store", "memory_store_id": r.memory_store_id,
-             "access": "read_only" if s.read_only else "read_write",
-             "mount_path": str(s.path), "name": r.name,
-             "instructions": r.instructions or ""} for r, s in members]}
+    async def _mount(
+        self, root: Path, members: list[tuple[Any, _Store]], env: dict[str, str]
+    ) -> None:
+        spec = {
+            "resources": [
+                {
+                    "type": "memory_store",
+                    "memory_store_id": r.memory_store_id,
+                    "access": "read_only" if s.read_only else "read_write",
+                    "mount_path": str(s.path),
+                    "name": r.name,
+                    "instructions": r.instructions or "",
+                }
+                for r, s in members
+            ]
+        }
         fd, name = tempfile.mkstemp(prefix="memfs-session-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(spec, f)
         mount = _Mount(root, [s for _, s in members], Path(name))
-        cmd = [sys.executable, "-m", "memfs.cli", "session", name, "--root", str(root),
-               "--daemon", "--sync-interval", str(self._sync_interval),
-               "--deletions", self._sync_deletions,
-               "--flush-timeout", str(MEMORY_FLUSH_TIMEOUT)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memfs.cli",
+            "session",
+            name,
+            "--root",
+            str(root),
+            "--daemon",
+            "--sync-interval",
+            str(self._sync_interval),
+            "--deletions",
+            self._sync_deletions,
+            "--flush-timeout",
+            str(MEMORY_FLUSH_TIMEOUT),
+        ]
         if self._cache_dir is not None:
             cmd += ["--cache-dir", str(self._cache_dir)]
         if self._allow_other:
             cmd.append("--allow-other")
         self._mounts.append(mount)  # from here on, dispose cleans it up
         with anyio.fail_after(self._start_timeout):
-            done = await anyio.run_process(cmd, env=env, check=False,
-                                           stdin=subprocess.DEVNULL)
+            done = await anyio.run_process(cmd, env=env, check=False, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
-            lines = [ln for ln in done.stderr.decode(errors="replace").splitlines()
-                     if ln.strip()]
+            lines = [ln for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
             message = lines[-1] if lines else f"memfs session exited with {done.returncode}"
             message = message.removeprefix("memfs: ")
             raise SessionMemoryError(message)
@@ -306,8 +339,12 @@ class MemfsSessionStores:
             raise SessionMemoryError(f"the memfs daemon for {root} is not registered")
         mount.info, mount.pid = info, int(info.get("pid", 0))
         for s in mount.stores:
-            log.info("mounted memory store memory_store_id=%s path=%s access=%s",
-                     s.memory_store_id, s.path, "read_only" if s.read_only else "read_write")
+            log.info(
+                "mounted memory store memory_store_id=%s path=%s access=%s",
+                s.memory_store_id,
+                s.path,
+                "read_only" if s.read_only else "read_write",
+            )
 
     async def _unmount(self, mount: _Mount) -> None:
         if not mount.info:  # cut off while starting: its daemon may have mounted anyway
@@ -321,9 +358,12 @@ class MemfsSessionStores:
             await self._ask(mount, "restore", bound=REQUEST_TIMEOUT, sync=False)
         answer = await self._ask(mount, "unmount", bound=MEMORY_FLUSH_TIMEOUT + 15)
         if answer.get("unpushed"):
-            log.warning("memory flush left changed files un-pushed; they stay in the "
-                        "journal for the next mount root=%s stores=%s", mount.root,
-                        ",".join(answer["unpushed"]))
+            log.warning(
+                "memory flush left changed files un-pushed; they stay in the "
+                "journal for the next mount root=%s stores=%s",
+                mount.root,
+                ",".join(answer["unpushed"]),
+            )
         for _ in range(300):  # the daemon exits right after its answer; bounded at 15 s
             if not (mount.pid and channel.pid_alive(mount.pid)):
                 break
@@ -346,6 +386,7 @@ class MemfsSessionStores:
     # -- control requests -------------------------------------------------------------
     async def _each(self, op: str, bound: float = REQUEST_TIMEOUT) -> None:
         """Ask every daemon; log failures, never raise (mid-session syncs never do)."""
+
         async def one(mount: _Mount) -> None:
             try:
                 answer = await self._ask(mount, op, bound=bound)
@@ -353,16 +394,19 @@ class MemfsSessionStores:
                 log.warning("memory request failed op=%s root=%s error=%s", op, mount.root, e)
                 return
             if not answer.get("ok"):
-                log.warning("memory request failed op=%s root=%s error=%s", op, mount.root,
-                            answer.get("error") or _failed_stores(answer))
+                log.warning(
+                    "memory request failed op=%s root=%s error=%s",
+                    op,
+                    mount.root,
+                    answer.get("error") or _failed_stores(answer),
+                )
 
         async with anyio.create_task_group() as tg:
             for mount in self._mounts:
                 if mount.info:
                     tg.start_soon(one, mount)
 
-    async def _ask(self, mount: _Mount, op: str, *, bound: float, **fields: Any
-                   ) -> dict[str, Any]:
+    async def _ask(self, mount: _Mount, op: str, *, bound: float, **fields: Any) -> dict[str, Any]:
         """One request on the daemon's control socket, cancellable (unlike channel.request)."""
         with anyio.fail_after(bound):
             async with await anyio.connect_unix(str(mount.info["socket"])) as stream:
@@ -387,13 +431,15 @@ def _own_daemon(mount: _Mount) -> dict[str, Any] | None:
 def _force_gone(mount: _Mount) -> None:
     """A daemon that did not exit in time is stopped, and its mount detached."""
     if mount.pid and channel.pid_alive(mount.pid):
-        log.warning("the memfs daemon did not exit; stopping it pid=%d root=%s",
-                    mount.pid, mount.root)
+        log.warning(
+            "the memfs daemon did not exit; stopping it pid=%d root=%s", mount.pid, mount.root
+        )
         with _quiet():
             os.kill(mount.pid, signal.SIGTERM)
     if os.path.ismount(mount.root):
-        subprocess.run(["fusermount3", "-u", "-z", str(mount.root)], check=False,
-                       capture_output=True)
+        subprocess.run(
+            ["fusermount3", "-u", "-z", str(mount.root)], check=False, capture_output=True
+        )
 
 
 def _failed_stores(answer: dict[str, Any]) -> str:
@@ -401,10 +447,19 @@ def _failed_stores(answer: dict[str, Any]) -> str:
     or a `flush` answer (outcomes by store id)."""
     stores = answer.get("stores") or {}
     if isinstance(stores, list):
-        stores = {str(s.get("memory_store_id")): s.get("last_pass") or {}
-                  for s in stores if isinstance(s, dict)}
-    return ", ".join(f"{k}: {v.get('error') or v.get('outcome')}" for k, v in stores.items()
-                     if isinstance(v, dict) and v.get("outcome") != "ok") or "failed"
+        stores = {
+            str(s.get("memory_store_id")): s.get("last_pass") or {}
+            for s in stores
+            if isinstance(s, dict)
+        }
+    return (
+        ", ".join(
+            f"{k}: {v.get('error') or v.get('outcome')}"
+            for k, v in stores.items()
+            if isinstance(v, dict) and v.get("outcome") != "ok"
+        )
+        or "failed"
+    )
 
 
 class _quiet:
@@ -419,10 +474,19 @@ class _quiet:
 
 # -- the patch point -------------------------------------------------------------------
 _ENGINE: contextvars.ContextVar[Callable[..., Any] | None] = contextvars.ContextVar(
-    "memfs_worker_engine", default=None)
+    "memfs_worker_engine", default=None
+)
 #: The engine methods the SDK's WorkItemRun calls (checked against its bytecode).
-ENGINE_SURFACE = ("download", "roots", "read_only_roots", "sync_if_due", "restore_missing",
-                  "finish", "flush_writes", "dispose")
+ENGINE_SURFACE = (
+    "download",
+    "roots",
+    "read_only_roots",
+    "sync_if_due",
+    "restore_missing",
+    "finish",
+    "flush_writes",
+    "dispose",
+)
 
 
 class SDKMismatch(RuntimeError):
@@ -450,14 +514,18 @@ def check_sdk_internals() -> None:
         problems.append(f"anthropic {'.'.join(map(str, version))} is outside {SDK_RANGE}")
     current = getattr(_worker, "SessionMemoryStores", None)
     if current is not _memories.SessionMemoryStores and not getattr(
-            current, "_memfs_dispatch", False):
-        problems.append("anthropic.lib.environments._worker.SessionMemoryStores is not the "
-                        "SDK's engine class")
+        current, "_memfs_dispatch", False
+    ):
+        problems.append(
+            "anthropic.lib.environments._worker.SessionMemoryStores is not the SDK's engine class"
+        )
     run = getattr(_worker, "WorkItemRun", None)
     init = getattr(run, "__init__", None)
     if init is None or "SessionMemoryStores" not in init.__code__.co_names:
-        problems.append("WorkItemRun.__init__ no longer builds its engine from the module "
-                        "name SessionMemoryStores")
+        problems.append(
+            "WorkItemRun.__init__ no longer builds its engine from the module "
+            "name SessionMemoryStores"
+        )
     import inspect
 
     params = set(inspect.signature(_memories.SessionMemoryStores.__init__).parameters)
@@ -476,8 +544,11 @@ def check_sdk_internals() -> None:
     if absent:
         problems.append(f"the SDK's engine no longer has {absent}")
     if problems:
-        raise SDKMismatch("memfs.worker.engine cannot drive this SDK: " + "; ".join(problems)
-                          + f" (checked: {SDK_RANGE}; see docs/worker.md)")
+        raise SDKMismatch(
+            "memfs.worker.engine cannot drive this SDK: "
+            + "; ".join(problems)
+            + f" (checked: {SDK_RANGE}; see docs/worker.md)"
+        )
 
 
 def install_patch() -> None:
@@ -527,9 +598,13 @@ def _worker_class() -> type[EnvironmentWorker]:
     return MemfsEnvironmentWorker
 
 
-def environment_worker(client: AsyncAnthropic, *, cache_dir: str | os.PathLike[str] | None
-                       = None, allow_other: bool = False, **options: Any
-                       ) -> EnvironmentWorker:
+def environment_worker(
+    client: AsyncAnthropic,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    allow_other: bool = False,
+    **options: Any,
+) -> EnvironmentWorker:
     """An `EnvironmentWorker(client, **options)` whose sessions use memfs for memory.
 
     `options` are the SDK constructor's (environment_id, environment_key, workdir,
@@ -540,7 +615,9 @@ def environment_worker(client: AsyncAnthropic, *, cache_dir: str | os.PathLike[s
     install_patch()
     worker = _worker_class()(client, **options)
     worker._memfs_options = {  # type: ignore[attr-defined]
-        "cache_dir": cache_dir, "allow_other": allow_other}
+        "cache_dir": cache_dir,
+        "allow_other": allow_other,
+    }
     return worker
 
 
@@ -561,34 +638,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m memfs.worker.engine",
         description="Serve self-hosted sessions with the SDK's EnvironmentWorker, memory "
-        "stores mounted by memfs.")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+        "stores mounted by memfs.",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    item = sub.add_parser("handle-item", help="serve one claimed work item (an --on-work "
-                          "script); reads ANTHROPIC_* and the work item JSON on stdin")
+    item = sub.add_parser(
+        "handle-item",
+        help="serve one claimed work item (an --on-work "
+        "script); reads ANTHROPIC_* and the work item JSON on stdin",
+    )
     poll = sub.add_parser("poll", help="poll an environment and serve its sessions forever")
     poll.add_argument("--environment-id", default=os.environ.get("ANTHROPIC_ENVIRONMENT_ID"))
     for p in (item, poll):
         p.add_argument("--workdir", default=None, help="the tools' working directory")
         p.add_argument("--cache-dir", default=None, help="memfs cache root")
         p.add_argument("--sync-interval", type=float, default=DEFAULT_MEMORY_SYNC_INTERVAL)
-        p.add_argument("--deletions", choices=["enabled", "log_only", "disabled"],
-                       default="enabled")
+        p.add_argument(
+            "--deletions", choices=["enabled", "log_only", "disabled"], default="enabled"
+        )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     from anthropic import AsyncAnthropic
 
-    options: dict[str, Any] = {"workdir": args.workdir, "memory_sync_interval":
-                               args.sync_interval, "memory_sync_deletions": args.deletions}
+    options: dict[str, Any] = {
+        "workdir": args.workdir,
+        "memory_sync_interval": args.sync_interval,
+        "memory_sync_deletions": args.deletions,
+    }
     if args.command == "handle-item":
         _secret_from_stdin()
     else:
         key = os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
         if not args.environment_id or not key:
-            print("memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) "
-                  "and ANTHROPIC_ENVIRONMENT_KEY", file=sys.stderr)
+            print(
+                "memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) "
+                "and ANTHROPIC_ENVIRONMENT_KEY",
+                file=sys.stderr,
+            )
             return 2
         options.update(environment_id=args.environment_id, environment_key=key)
 
@@ -596,10 +686,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker = environment_worker(AsyncAnthropic(), cache_dir=args.cache_dir, **options)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
+
                 async def stop_on_signal() -> None:
                     async for signum in signals:
-                        log.info("stopping; the session gets its teardown signal=%s",
-                                 signal.Signals(signum).name)
+                        log.info(
+                            "stopping; the session gets its teardown signal=%s",
+                            signal.Signals(signum).name,
+                        )
                         tg.cancel_scope.cancel()
                         return
 
@@ -628,6 +721,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["SDK_RANGE", "MemfsSessionStores", "SDKMismatch", "SessionMemoryError",
-           "SessionMemoryStores", "check_sdk_internals", "environment_worker",
-           "install_patch"]
+__all__ = [
+    "SDK_RANGE",
+    "MemfsSessionStores",
+    "SDKMismatch",
+    "SessionMemoryError",
+    "SessionMemoryStores",
+    "check_sdk_internals",
+    "environment_worker",
+    "install_patch",
+]

@@ -36,21 +36,29 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    rclone = subprocess.run(["rclone", "version"], capture_output=True, text=True
-                            ).stdout.splitlines()[:1]
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "memfs"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
+    rclone = subprocess.run(
+        ["rclone", "version"], capture_output=True, text=True
+    ).stdout.splitlines()[:1]
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "memfs"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     import anthropic
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
-            "python": platform.python_version(), "rclone": rclone[0] if rclone else "",
-            "anthropic_sdk": anthropic.__version__,
-            "memfs_rev": rev + (" + uncommitted changes in memfs/" if dirty else ""),
-            "loadavg_start": os.getloadavg(),
-            "mem_total_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "rclone": rclone[0] if rclone else "",
+        "anthropic_sdk": anthropic.__version__,
+        "memfs_rev": rev + (" + uncommitted changes in memfs/" if dirty else ""),
+        "loadavg_start": os.getloadavg(),
+        "mem_total_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
 
 
 def fresh_workdir() -> None:
@@ -77,8 +85,7 @@ def run(quick: bool, reps: int | None, cases: list[str], extra: list[str]) -> di
             for name in cases:
                 t0 = time.perf_counter()
                 bench.run(name)
-                results.setdefault("case_seconds", {})[name] = round(
-                    time.perf_counter() - t0, 1)
+                results.setdefault("case_seconds", {})[name] = round(time.perf_counter() - t0, 1)
     finally:
         cleanup_all()
         bench.stop()
@@ -96,14 +103,17 @@ def split(values: list[str] | None) -> list[str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="scripts/bench",
-                                description=(package_doc or "").split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="scripts/bench", description=(package_doc or "").split("\n\n")[0]
+    )
     p.add_argument("--quick", action="store_true", help="fewer files and repeats (< 2 min)")
     p.add_argument("--reps", type=int, help="repeats of the per-operation case")
-    p.add_argument("--only", action="append",
-                   help=f"comma list of cases: {','.join(CASES)} (or section names)")
-    p.add_argument("--section", action="append",
-                   help="comma list of plugged-in sections to run (see --list)")
+    p.add_argument(
+        "--only", action="append", help=f"comma list of cases: {','.join(CASES)} (or section names)"
+    )
+    p.add_argument(
+        "--section", action="append", help="comma list of plugged-in sections to run (see --list)"
+    )
     p.add_argument("--list", action="store_true", help="name the cases and sections, then exit")
     p.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
     p.add_argument("--out", default=str(OUT / "results.json"))
@@ -117,14 +127,18 @@ def main() -> int:
     only, wanted = split(args.only), split(args.section)
     for name in only + wanted:
         if name not in CASES and name not in found:
-            print(f"memfs bench: no case or section {name!r} (cases: {', '.join(CASES)}; "
-                  f"sections: {', '.join(found) or 'none'})", file=sys.stderr)
+            print(
+                f"memfs bench: no case or section {name!r} (cases: {', '.join(CASES)}; "
+                f"sections: {', '.join(found) or 'none'})",
+                file=sys.stderr,
+            )
             return 2
     everything = not only and not wanted
     cases = [c for c in CASES if everything or c in only]
     try:
-        extra = sections.runnable([s for s in found if everything or s in only + wanted],
-                                  strict=not everything)
+        extra = sections.runnable(
+            [s for s in found if everything or s in only + wanted], strict=not everything
+        )
     except LookupError as e:
         print(f"memfs bench: {e}", file=sys.stderr)
         return 2
@@ -133,8 +147,9 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(results, indent=2, default=str))
     # Only a full run of everything rewrites the committed summary and its chart; --quick,
     # --only and --section runs leave both in bench-out/.
-    page = (REPO / "docs" if not args.no_doc and everything and not args.quick else OUT
-            ) / "performance.md"
+    page = (
+        REPO / "docs" if not args.no_doc and everything and not args.quick else OUT
+    ) / "performance.md"
     png = page.with_suffix(".png")
     try:
         why_not = chart.draw(results, png)

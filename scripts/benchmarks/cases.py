@@ -61,7 +61,9 @@ ACTOR = ("api_actor", "apikey_bench")
 KINDS = ["native", "memfs", "memfs_zmo", "rclone"]
 # The memfs kinds: the suffix of their stores' names, and their extra `memfs mount` flags.
 MEMFS_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "memfs": ("", ()), "memfs_zmo": ("_zmo", ("--zero-message-opens",))}
+    "memfs": ("", ()),
+    "memfs_zmo": ("_zmo", ("--zero-message-opens",)),
+}
 
 
 def rotated(rep: int) -> list[str]:
@@ -131,8 +133,10 @@ class Bench:
         for r in range(self.flush_reps):
             store(f"flush{r}", [])
             store(f"floor{r}", [])
-        log(f"seeded {sum(len(v) for k, v in self.items.items() if k != 'agent')} + "
-            f"{self.agent_reps}x1000 memories in {time.perf_counter() - t0:.1f}s")
+        log(
+            f"seeded {sum(len(v) for k, v in self.items.items() if k != 'agent')} + "
+            f"{self.agent_reps}x1000 memories in {time.perf_counter() - t0:.1f}s"
+        )
 
     def start(self) -> None:
         """Seed the store database, then serve it behind the counting proxy."""
@@ -152,13 +156,26 @@ class Bench:
         assert self.server is not None
         return self.server.url
 
-    def memfs(self, store: str, name: str, *, url: str | None = None,
-              cache: Path | None = None, interval: float = 15.0,
-              extra: tuple[str, ...] = ()) -> MemfsMount:
+    def memfs(
+        self,
+        store: str,
+        name: str,
+        *,
+        url: str | None = None,
+        cache: Path | None = None,
+        interval: float = 15.0,
+        extra: tuple[str, ...] = (),
+    ) -> MemfsMount:
         base = self.fresh(name)
-        return MemfsMount(self.stores[store], base / "mnt", cache or base / "cache",
-                          url or self.url, base / "memfs.log", interval=interval,
-                          extra=extra)
+        return MemfsMount(
+            self.stores[store],
+            base / "mnt",
+            cache or base / "cache",
+            url or self.url,
+            base / "memfs.log",
+            interval=interval,
+            extra=extra,
+        )
 
     def rclone(self, name: str, items: list[tuple[str, str]] | None = None) -> RcloneMount:
         """An rclone mount of a fresh local folder holding `items`."""
@@ -169,20 +186,27 @@ class Bench:
 
     def store_hashes(self, store_id: str) -> dict[str, str]:
         with Api(self.url, timeout=60) as api:
-            return {m["path"]: m["content_sha256"] for m in api.list_memories(store_id)
-                    if m.get("type", "memory") == "memory"}
+            return {
+                m["path"]: m["content_sha256"]
+                for m in api.list_memories(store_id)
+                if m.get("type", "memory") == "memory"
+            }
 
     def run(self, name: str) -> None:
         """One case, with the kernel's cache drops while it ran (results["churn"])."""
         mark = vmstat()
-        {"perop": self.case_perop, "agent": self.case_agent, "commands": self.case_commands,
-         "readonly": lambda: readonly.run(self), "readiness": self.case_readiness,
-         "flush": self.case_flush}[name]()
+        {
+            "perop": self.case_perop,
+            "agent": self.case_agent,
+            "commands": self.case_commands,
+            "readonly": lambda: readonly.run(self),
+            "readiness": self.case_readiness,
+            "flush": self.case_flush,
+        }[name]()
         self.results.setdefault("churn", {})[name] = churn_since(mark)
 
     # -- case 1: per-operation -------------------------------------------------------
-    def perop_once(self, kind: str, rep: int
-                   ) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
+    def perop_once(self, kind: str, rep: int) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
         mount: MemfsMount | RcloneMount | None = None
         if kind == "native":
             root = self.fresh("native-perop")
@@ -220,8 +244,10 @@ class Bench:
                 if kind in MEMFS_KINDS:
                     reqs[kind].append(counted)
             churn.append(churn_since(mark))
-            log(f"  rep {rep}: " + ", ".join(
-                f"{k} create={raw[k][-1]['create_write_close']:.0f}/s" for k in KINDS))
+            log(
+                f"  rep {rep}: "
+                + ", ".join(f"{k} create={raw[k][-1]['create_write_close']:.0f}/s" for k in KINDS)
+            )
         table: dict[str, Any] = {}
         for op in raw["native"][0]:
             row: dict[str, Any] = {k: summary([r[op] for r in raw[k]]) for k in KINDS}
@@ -235,14 +261,19 @@ class Bench:
             # handler, and the repeats' totals
             for k, runs in reqs.items():
                 row[f"{k}_requests_per_op"] = {
-                    h: round(v / self.n_perop, 2) for h, v in runs[-1].get(op, {}).items()
-                    if h != "forget_inodes"}
+                    h: round(v / self.n_perop, 2)
+                    for h, v in runs[-1].get(op, {}).items()
+                    if h != "forget_inodes"
+                }
                 row[f"{k}_forgets"] = runs[-1].get(op, {}).get("forget_inodes", 0)
-                row[f"{k}_requests_total"] = summary(
-                    [requests_total(r.get(op, {})) for r in runs])
+                row[f"{k}_requests_total"] = summary([requests_total(r.get(op, {})) for r in runs])
             table[op] = row
-        self.results["perop"] = {"files": self.n_perop, "reps": self.reps, "ops": table,
-                                 "churn_per_rep": churn}
+        self.results["perop"] = {
+            "files": self.n_perop,
+            "reps": self.reps,
+            "ops": table,
+            "churn_per_rep": churn,
+        }
 
     # -- case 2: agent workload ------------------------------------------------------
     def agent_once(self, kind: str, rep: int, script: Path) -> dict[str, Any]:
@@ -264,8 +295,14 @@ class Bench:
         try:
             before = m.fuse_requests() if m is not None else {}
             t0 = time.perf_counter()
-            r = subprocess.run(["bash", str(script)], cwd=root, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, timeout=600)
+            r = subprocess.run(
+                ["bash", str(script)],
+                cwd=root,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=600,
+            )
             wall = time.perf_counter() - t0
             counted = counts_since(before, m.fuse_requests()) if m is not None else {}
             fails = r.stderr.count("FAIL")
@@ -273,8 +310,12 @@ class Bench:
         finally:
             if rc is not None:
                 rc.stop()
-        out: dict[str, Any] = {"wall_s": wall, "failed_commands": fails, "tree": tree,
-                               "fuse_requests": counted}
+        out: dict[str, Any] = {
+            "wall_s": wall,
+            "failed_commands": fails,
+            "tree": tree,
+            "fuse_requests": counted,
+        }
         if m is not None:
             t0 = time.perf_counter()
             u = m.cli("unmount", str(m.mountpoint), timeout=300)
@@ -285,20 +326,28 @@ class Bench:
         return out
 
     def case_agent(self) -> None:
-        log(f"case 2: agent workload, {self.agent_commands} commands over 1,000 files x "
-            f"{self.agent_reps} reps")
+        log(
+            f"case 2: agent workload, {self.agent_commands} commands over 1,000 files x "
+            f"{self.agent_reps} reps"
+        )
         script = OUT / "agent-workload.sh"
         script.write_text(workloads.agent_script(self.items["agent"], self.agent_commands))
         raw: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
         for rep in range(self.agent_reps):
             for kind in rotated(rep):
                 raw[kind].append(self.agent_once(kind, rep, script))
-            log("  rep {}: {}".format(rep, ", ".join(
-                f"{k} {raw[k][-1]['wall_s']:.2f}s" for k in KINDS)))
+            log(
+                "  rep {}: {}".format(
+                    rep, ", ".join(f"{k} {raw[k][-1]['wall_s']:.2f}s" for k in KINDS)
+                )
+            )
         ref_tree = raw["native"][0]["tree"]
-        res: dict[str, Any] = {"commands": self.agent_commands, "files": 1000,
-                               "reps": self.agent_reps,
-                               "script": str(script.relative_to(REPO))}
+        res: dict[str, Any] = {
+            "commands": self.agent_commands,
+            "files": 1000,
+            "reps": self.agent_reps,
+            "script": str(script.relative_to(REPO)),
+        }
         for k in KINDS:
             res[k] = {
                 "wall_s": summary([r["wall_s"] for r in raw[k]]),
@@ -306,16 +355,22 @@ class Bench:
                 "tree_matches_native": all(r["tree"] == ref_tree for r in raw[k]),
             }
             if k != "native":
-                res[k]["vs_native"] = summary([raw[k][i]["wall_s"] / raw["native"][i]["wall_s"]
-                                               for i in range(self.agent_reps)])
+                res[k]["vs_native"] = summary(
+                    [
+                        raw[k][i]["wall_s"] / raw["native"][i]["wall_s"]
+                        for i in range(self.agent_reps)
+                    ]
+                )
         for k in MEMFS_KINDS:
             res[k]["store_matches_native_after_unmount"] = all(
-                r["store"] == ref_tree for r in raw[k])
+                r["store"] == ref_tree for r in raw[k]
+            )
             res[k]["unmount_s"] = summary([r["unmount_s"] for r in raw[k]])
             res[k]["requests"] = summary([requests_total(r["fuse_requests"]) for r in raw[k]])
             res[k]["by_handler"] = raw[k][-1]["fuse_requests"]
-        res["memfs_vs_rclone"] = summary([raw["memfs"][i]["wall_s"] / raw["rclone"][i]["wall_s"]
-                                          for i in range(self.agent_reps)])
+        res["memfs_vs_rclone"] = summary(
+            [raw["memfs"][i]["wall_s"] / raw["rclone"][i]["wall_s"] for i in range(self.agent_reps)]
+        )
         self.results["agent"] = res
 
     # -- case 2b: one command at a time ------------------------------------------------
@@ -347,9 +402,9 @@ class Bench:
                     "command": template.replace("{n:02d}", "{n}").format(n="N"),
                     "native_ms": summary(times["native"]),
                     "memfs_ms": summary(times["memfs"]),
-                    "vs_native": summary([a / b for a, b in zip(times["memfs"],
-                                                                 times["native"],
-                                                                 strict=True)]),
+                    "vs_native": summary(
+                        [a / b for a, b in zip(times["memfs"], times["native"], strict=True)]
+                    ),
                     "requests": summary([requests_total(c) for c in counted]),
                     "by_handler": last,
                     "churn": churn_since(mark),
@@ -370,10 +425,16 @@ class Bench:
         t_read = time.perf_counter() - t0
         traffic = self.proxy.since(mark)
         hwm = proc_status_kb(m.pid, "VmHWM")
-        return {"mounted_s": t_mount, "ls_R_s": t_ls, "read_all_s": t_read,
-                "requests": traffic["requests"], "bytes_down": traffic["bytes_down"],
-                "content_downloads": traffic["content_downloads"],
-                "by_kind": traffic["by_kind"], "vmhwm_mb": hwm / 1024}
+        return {
+            "mounted_s": t_mount,
+            "ls_R_s": t_ls,
+            "read_all_s": t_read,
+            "requests": traffic["requests"],
+            "bytes_down": traffic["bytes_down"],
+            "content_downloads": traffic["content_downloads"],
+            "by_kind": traffic["by_kind"],
+            "vmhwm_mb": hwm / 1024,
+        }
 
     def readiness_ref(self, n: int) -> dict[str, Any]:
         assert self.proxy is not None and self.ref is not None
@@ -385,9 +446,15 @@ class Bench:
         t_read = t_ls + run_timed(read_all_cmd(root), shell=True)
         traffic = self.proxy.since(mark)
         files = sum(1 for _ in root.rglob("*") if _.is_file()) - 1
-        return {"download_s": t_dl, "download_cpu_ms": answer["cpu_ms"], "ls_R_s": t_ls,
-                "read_all_s": t_read, "requests": traffic["requests"],
-                "bytes_down": traffic["bytes_down"], "files": files}
+        return {
+            "download_s": t_dl,
+            "download_cpu_ms": answer["cpu_ms"],
+            "ls_R_s": t_ls,
+            "read_all_s": t_read,
+            "requests": traffic["requests"],
+            "bytes_down": traffic["bytes_down"],
+            "files": files,
+        }
 
     def case_readiness(self) -> None:
         assert self.proxy is not None
@@ -400,8 +467,10 @@ class Bench:
 
     def _case_readiness(self) -> None:
         assert self.proxy is not None
-        log(f"case 3: mount readiness at {self.ready_sizes} (+ case 4 idle sync and case 6 RSS "
-            f"at {self.ready_sizes[-1]:,})")
+        log(
+            f"case 3: mount readiness at {self.ready_sizes} (+ case 4 idle sync and case 6 RSS "
+            f"at {self.ready_sizes[-1]:,})"
+        )
         res: dict[str, Any] = {}
         for n in self.ready_sizes:
             cold: list[dict[str, Any]] = []
@@ -411,8 +480,7 @@ class Bench:
             reps = self.ready_reps(n)
             for rep in range(reps):
                 last = rep == reps - 1
-                m = self.memfs(f"ready{n}", f"memfs-ready{n}", url=self.proxy.url,
-                               interval=3600)
+                m = self.memfs(f"ready{n}", f"memfs-ready{n}", url=self.proxy.url, interval=3600)
                 try:
                     cold.append(self.readiness_memfs(m))
                     m.stop()
@@ -424,25 +492,46 @@ class Bench:
                         m.stop()
                 r = self.readiness_ref(n)
                 ref.append(r)
-                log(f"  {n}: memfs cold ls-R {cold[-1]['ls_R_s']:.2f}s read "
+                log(
+                    f"  {n}: memfs cold ls-R {cold[-1]['ls_R_s']:.2f}s read "
                     f"{cold[-1]['read_all_s']:.2f}s, warm ls-R {warm[-1]['ls_R_s']:.2f}s "
                     f"(content downloads {warm[-1]['content_downloads']}), ref download "
-                    f"{r['download_s']:.2f}s")
-            keys = ["mounted_s", "ls_R_s", "read_all_s", "requests", "bytes_down",
-                    "content_downloads", "vmhwm_mb"]
+                    f"{r['download_s']:.2f}s"
+                )
+            keys = [
+                "mounted_s",
+                "ls_R_s",
+                "read_all_s",
+                "requests",
+                "bytes_down",
+                "content_downloads",
+                "vmhwm_mb",
+            ]
             entry: dict[str, Any] = {
                 "memfs_cold": {k: summary([c[k] for c in cold]) for k in keys},
                 "memfs_warm": {k: summary([c[k] for c in warm]) for k in keys},
-                "ref": {k: summary([c[k] for c in ref]) for k in
-                        ["download_s", "download_cpu_ms", "ls_R_s", "read_all_s",
-                         "requests", "bytes_down", "files"]},
-                "by_kind_cold": cold[-1]["by_kind"], "by_kind_warm": warm[-1]["by_kind"],
+                "ref": {
+                    k: summary([c[k] for c in ref])
+                    for k in [
+                        "download_s",
+                        "download_cpu_ms",
+                        "ls_R_s",
+                        "read_all_s",
+                        "requests",
+                        "bytes_down",
+                        "files",
+                    ]
+                },
+                "by_kind_cold": cold[-1]["by_kind"],
+                "by_kind_warm": warm[-1]["by_kind"],
             }
             for tag, runs in (("cold", cold), ("warm", warm)):
                 entry[f"memfs_{tag}_ls_vs_ref_download"] = summary(
-                    [runs[i]["ls_R_s"] / ref[i]["download_s"] for i in range(len(ref))])
+                    [runs[i]["ls_R_s"] / ref[i]["download_s"] for i in range(len(ref))]
+                )
                 entry[f"memfs_{tag}_read_all_vs_ref_read_all"] = summary(
-                    [runs[i]["read_all_s"] / ref[i]["read_all_s"] for i in range(len(ref))])
+                    [runs[i]["read_all_s"] / ref[i]["read_all_s"] for i in range(len(ref))]
+                )
             res[str(n)] = entry
             if keep_mount is not None:
                 try:
@@ -474,45 +563,71 @@ class Bench:
             traffic = self.proxy.since(mark)
             answer = json.loads(r.stdout)
             store = answer["mounts"][0]["stores"][0]["last_pass"]  # `sync --json`
-            memfs_runs.append({
-                "requests": traffic["requests"], "bytes_up": traffic["bytes_up"],
-                "bytes_down": traffic["bytes_down"], "cpu_ms": cpu1 - cpu0,
-                "cpu_ms_schedstat": (ns1 - ns0) / 1e6, "wall_s": wall,
-                "pass_s": store.get("duration_s"), "pulled": store.get("pulled"),
-                "pushed": store.get("pushed"),
-                "file_read_bytes_est": max(0, (io1["rchar"] - io0["rchar"])
-                                           - traffic["bytes_down"] - 4096),
-                "read_syscalls": io1["syscr"] - io0["syscr"],
-                "by_kind": traffic["by_kind"]})
+            memfs_runs.append(
+                {
+                    "requests": traffic["requests"],
+                    "bytes_up": traffic["bytes_up"],
+                    "bytes_down": traffic["bytes_down"],
+                    "cpu_ms": cpu1 - cpu0,
+                    "cpu_ms_schedstat": (ns1 - ns0) / 1e6,
+                    "wall_s": wall,
+                    "pass_s": store.get("duration_s"),
+                    "pulled": store.get("pulled"),
+                    "pushed": store.get("pushed"),
+                    "file_read_bytes_est": max(
+                        0, (io1["rchar"] - io0["rchar"]) - traffic["bytes_down"] - 4096
+                    ),
+                    "read_syscalls": io1["syscr"] - io0["syscr"],
+                    "by_kind": traffic["by_kind"],
+                }
+            )
         ref_runs = []
         for _ in range(self.idle_passes):
             mark = self.proxy.mark()
             answer = self.ref.sync()
             traffic = self.proxy.since(mark)
-            ref_runs.append({"requests": traffic["requests"], "bytes_up": traffic["bytes_up"],
-                             "bytes_down": traffic["bytes_down"], "cpu_ms": answer["cpu_ms"],
-                             "wall_s": answer["wall_s"], "by_kind": traffic["by_kind"]})
+            ref_runs.append(
+                {
+                    "requests": traffic["requests"],
+                    "bytes_up": traffic["bytes_up"],
+                    "bytes_down": traffic["bytes_down"],
+                    "cpu_ms": answer["cpu_ms"],
+                    "wall_s": answer["wall_s"],
+                    "by_kind": traffic["by_kind"],
+                }
+            )
         keys = ["requests", "bytes_up", "bytes_down", "cpu_ms", "wall_s"]
 
         def over(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
             return summary([r[key] for r in runs])
 
         self.results["idle"] = {
-            "memories": n, "passes": self.idle_passes,
+            "memories": n,
+            "passes": self.idle_passes,
             "request_budget": math.ceil(n / 100),
-            "memfs": {**{k: over(memfs_runs, k) for k in keys},
-                      **{k: over(memfs_runs, k) for k in
-                         ("cpu_ms_schedstat", "pass_s", "file_read_bytes_est")},
-                      "pulled": [r["pulled"] for r in memfs_runs],
-                      "pushed": [r["pushed"] for r in memfs_runs],
-                      "by_kind": memfs_runs[-1]["by_kind"]},
+            "memfs": {
+                **{k: over(memfs_runs, k) for k in keys},
+                **{
+                    k: over(memfs_runs, k)
+                    for k in ("cpu_ms_schedstat", "pass_s", "file_read_bytes_est")
+                },
+                "pulled": [r["pulled"] for r in memfs_runs],
+                "pushed": [r["pushed"] for r in memfs_runs],
+                "by_kind": memfs_runs[-1]["by_kind"],
+            },
             "ref": {**{k: over(ref_runs, k) for k in keys}, "by_kind": ref_runs[-1]["by_kind"]},
-            "memfs_cpu_vs_ref": summary([memfs_runs[i]["cpu_ms"] / max(ref_runs[i]["cpu_ms"], 1e-9)
-                                         for i in range(self.idle_passes)]),
+            "memfs_cpu_vs_ref": summary(
+                [
+                    memfs_runs[i]["cpu_ms"] / max(ref_runs[i]["cpu_ms"], 1e-9)
+                    for i in range(self.idle_passes)
+                ]
+            ),
         }
         mr, rr = self.results["idle"]["memfs"], self.results["idle"]["ref"]
-        log(f"  memfs: {mr['requests']['median']} requests, cpu {mr['cpu_ms']['median']:.0f} ms; "
-            f"ref: {rr['requests']['median']} requests, cpu {rr['cpu_ms']['median']:.0f} ms")
+        log(
+            f"  memfs: {mr['requests']['median']} requests, cpu {mr['cpu_ms']['median']:.0f} ms; "
+            f"ref: {rr['requests']['median']} requests, cpu {rr['cpu_ms']['median']:.0f} ms"
+        )
 
     # -- case 5: flush ---------------------------------------------------------------
     def flush_once(self, rep: int) -> dict[str, Any]:
@@ -537,23 +652,43 @@ class Bench:
             m.cleanup()
         stored = len(self.store_hashes(self.stores[f"flush{rep}"]))
         floor = self.server_floor(self.stores[f"floor{rep}"], self.n_flush)
-        log(f"  rep {rep}: unmount {t_unmount:.2f}s, {traffic['requests']} requests, "
+        log(
+            f"  rep {rep}: unmount {t_unmount:.2f}s, {traffic['requests']} requests, "
             f"{stored} memories stored; the same creates sent straight to the server "
-            f"by 16 threads: {floor:.2f}s")
-        return {"write_s": t_write, "dirty_before": dirty, "unmount_s": t_unmount,
-                "unmount_rc": u.returncode, "requests": traffic["requests"],
-                "bytes_up": traffic["bytes_up"], "by_kind": traffic["by_kind"],
-                "stored_after": stored, "cpu_ms": cpu, "server_floor_s": floor,
-                "vs_floor": t_unmount / floor}
+            f"by 16 threads: {floor:.2f}s"
+        )
+        return {
+            "write_s": t_write,
+            "dirty_before": dirty,
+            "unmount_s": t_unmount,
+            "unmount_rc": u.returncode,
+            "requests": traffic["requests"],
+            "bytes_up": traffic["bytes_up"],
+            "by_kind": traffic["by_kind"],
+            "stored_after": stored,
+            "cpu_ms": cpu,
+            "server_floor_s": floor,
+            "vs_floor": t_unmount / floor,
+        }
 
     def case_flush(self) -> None:
         log(f"case 5: flush of {self.n_flush} dirty files by `memfs unmount` x {self.flush_reps}")
         runs = [self.flush_once(rep) for rep in range(self.flush_reps)]
         self.results["flush"] = {
-            "files": self.n_flush, "reps": self.flush_reps,
-            **{k: summary([r[k] for r in runs]) for k in ["unmount_s", "requests", "write_s",
-                                                          "bytes_up", "cpu_ms",
-                                                          "server_floor_s", "vs_floor"]},
+            "files": self.n_flush,
+            "reps": self.flush_reps,
+            **{
+                k: summary([r[k] for r in runs])
+                for k in [
+                    "unmount_s",
+                    "requests",
+                    "write_s",
+                    "bytes_up",
+                    "cpu_ms",
+                    "server_floor_s",
+                    "vs_floor",
+                ]
+            },
             "all_stored": all(r["stored_after"] == self.n_flush for r in runs),
             "unmount_rc": [r["unmount_rc"] for r in runs],
             "dirty_before": [r["dirty_before"] for r in runs],
@@ -569,9 +704,10 @@ class Bench:
             # raw httpx (no answer parsing), so the floor is the server's cost alone
             with httpx.Client(base_url=self.url, headers=headers, timeout=60) as c:
                 for i in range(k, n, 16):
-                    c.post(f"/v1/memory_stores/{store_id}/memories",
-                           json={"path": workloads.flush_path(i), "content": content}
-                           ).raise_for_status()
+                    c.post(
+                        f"/v1/memory_stores/{store_id}/memories",
+                        json={"path": workloads.flush_path(i), "content": content},
+                    ).raise_for_status()
 
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(16) as ex:

@@ -18,10 +18,12 @@ from typing import Any
 from .common import summary
 
 Cell = dict[str, Any]  # a summary() cell: median, min, max, n, values
-ENGINES = (("memfs", "#1f77b4", "memfs / native"),
-           ("memfs_zmo", "#9467bd", "memfs --zero-message-opens / native"),
-           ("rclone", "#ff7f0e", "rclone / native"),
-           ("memfs_ro", "#2ca02c", "memfs --read-only / native"))
+ENGINES = (
+    ("memfs", "#1f77b4", "memfs / native"),
+    ("memfs_zmo", "#9467bd", "memfs --zero-message-opens / native"),
+    ("rclone", "#ff7f0e", "rclone / native"),
+    ("memfs_ro", "#2ca02c", "memfs --read-only / native"),
+)
 
 
 def _inverted(cell: Cell | None) -> Cell | None:
@@ -45,14 +47,24 @@ def bars(r: dict[str, Any]) -> list[tuple[str, dict[str, Cell | None]]]:
     for name, label in (("grep_all", "grep -r, 1,000 files"), ("ls_R", "ls -R")):
         row = ro.get("rows", {}).get(name)
         if row:
-            out.append((f"{label}\n(native time / time)",
-                        {e: _inverted(row.get(f"{e}_vs_native")) for e, _, _ in ENGINES
-                         if e != "rclone"}))
+            out.append(
+                (
+                    f"{label}\n(native time / time)",
+                    {
+                        e: _inverted(row.get(f"{e}_vs_native"))
+                        for e, _, _ in ENGINES
+                        if e != "rclone"
+                    },
+                )
+            )
     ag = r.get("agent")
     if ag:
-        out.append(("agent workload\n(native time / time)",
-                    {e: _inverted(ag[e].get("vs_native")) for e, _, _ in ENGINES
-                     if e in ag}))
+        out.append(
+            (
+                "agent workload\n(native time / time)",
+                {e: _inverted(ag[e].get("vs_native")) for e, _, _ in ENGINES if e in ag},
+            )
+        )
     return out
 
 
@@ -88,11 +100,26 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
             values += [c["min"], c["max"]]
         if not xs:
             continue
-        ax.bar(xs, meds, width, color=colour, label=legend,
-               yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8, "alpha": 0.6})
+        ax.bar(
+            xs,
+            meds,
+            width,
+            color=colour,
+            label=legend,
+            yerr=[lo, hi],
+            capsize=2,
+            error_kw={"elinewidth": 0.8, "alpha": 0.6},
+        )
         for at, m, up in zip(xs, meds, hi, strict=True):
-            ax.annotate(f"{m:.2f}" if m >= 0.1 else f"{m:.2g}", (at, m + up), xytext=(0, 2),
-                        textcoords="offset points", ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                f"{m:.2f}" if m >= 0.1 else f"{m:.2g}",
+                (at, m + up),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
     ax.set_yscale("log")
     top, bottom = max([*values, 1.0]) * 3, min([*values, 1.0]) / 2
     ax.set_ylim(bottom, top)
@@ -102,17 +129,20 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
     ax.axhspan(1.0, top, color="green", alpha=0.05)
     ax.axhspan(bottom, 1.0, color="red", alpha=0.05)
     ax.text(-0.45, top / 1.15, "↑ faster than native", va="top", fontsize=9, color="green")
-    ax.text(-0.45, bottom * 1.15, "↓ slower than native", va="bottom", fontsize=9,
-            color="darkred")
-    ax.set_xticks(range(len(data)), [label for label, _ in data], rotation=30, ha="right",
-                  fontsize=8)
+    ax.text(-0.45, bottom * 1.15, "↓ slower than native", va="bottom", fontsize=9, color="darkred")
+    ax.set_xticks(
+        range(len(data)), [label for label, _ in data], rotation=30, ha="right", fontsize=8
+    )
     ax.set_xlim(-0.6, len(data) - 0.4)
     ax.set_ylabel("speed relative to native (log scale)")
     mc = r.get("machine", {})
-    ax.set_title("memfs (default, --zero-message-opens, --read-only) and rclone relative "
-                 "to the native disk "
-                 f"({r.get('mode', '?')} run, {mc.get('date', '')}); "
-                 "bar = median, whisker = min–max", fontsize=10)
+    ax.set_title(
+        "memfs (default, --zero-message-opens, --read-only) and rclone relative "
+        "to the native disk "
+        f"({r.get('mode', '?')} run, {mc.get('date', '')}); "
+        "bar = median, whisker = min–max",
+        fontsize=10,
+    )
     ax.legend(loc="upper center", ncols=4, fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,13 @@ def summary(values: list[float]) -> dict[str, Any]:
     vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
         return {"median": None, "min": None, "max": None, "n": 0, "values": []}
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
-            "n": len(vals), "values": [round(v, 6) for v in vals]}
+    return {
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+        "values": [round(v, 6) for v in vals],
+    }
 
 
 def med(d: dict[str, Any] | None) -> Any:
@@ -127,12 +132,19 @@ def requests_total(counts: dict[str, int]) -> int:
     return sum(v for k, v in counts.items() if k != "forget_inodes")
 
 
-def run_timed(cmd: list[str] | str, *, cwd: Path | None = None, timeout: float = 300,
-              shell: bool = False) -> float:
+def run_timed(
+    cmd: list[str] | str, *, cwd: Path | None = None, timeout: float = 300, shell: bool = False
+) -> float:
     """Seconds one command took; a failing command is an error, not a number."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       timeout=timeout, shell=shell)
+    r = subprocess.run(
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=timeout,
+        shell=shell,
+    )
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"{cmd!r} failed {r.returncode}: {r.stderr[-500:]!r}")

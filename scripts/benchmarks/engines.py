@@ -40,8 +40,9 @@ def cleanup_all() -> None:
 def start_server(db: Path, logfile: Path, *extra_args: str) -> ServerProcess:
     """`memfs serve` (SQLite) on 127.0.0.1, a free port; its url is `.url`; `extra_args`
     go after `serve` (e.g. other options of a section's server)."""
-    return ServerProcess(db, log_path=logfile, log_level="info",
-                         extra_args=extra_args).start(timeout=30)
+    return ServerProcess(db, log_path=logfile, log_level="info", extra_args=extra_args).start(
+        timeout=30
+    )
 
 
 class MemfsMount(MountProcess):
@@ -49,12 +50,30 @@ class MemfsMount(MountProcess):
 
     poll_interval = 0.002  # readiness is timed: look for the ready line often
 
-    def __init__(self, store_id: str, mnt: Path, cache: Path, url: str, logfile: Path, *,
-                 interval: float = 15.0, flush_timeout: float = 120.0,
-                 extra: tuple[str, ...] = ()) -> None:
-        args = ["mount", store_id, str(mnt), "--cache-dir", str(cache),
-                "--sync-interval", str(interval), "--flush-timeout", str(flush_timeout),
-                *extra]
+    def __init__(
+        self,
+        store_id: str,
+        mnt: Path,
+        cache: Path,
+        url: str,
+        logfile: Path,
+        *,
+        interval: float = 15.0,
+        flush_timeout: float = 120.0,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        args = [
+            "mount",
+            store_id,
+            str(mnt),
+            "--cache-dir",
+            str(cache),
+            "--sync-interval",
+            str(interval),
+            "--flush-timeout",
+            str(flush_timeout),
+            *extra,
+        ]
         super().__init__(args, mnt, url=url, log_path=logfile, log_level="info")
         self._real = os.path.realpath(mnt)  # now: later it would stat the mount
 
@@ -118,10 +137,21 @@ class RcloneMount:
         t0 = time.perf_counter()
         with open(self.logfile, "ab") as errlog:
             self.proc = subprocess.Popen(
-                ["rclone", "mount", str(self.src), str(self.mnt), "--vfs-cache-mode", "writes",
-                 "--cache-dir", str(self.cache)],
+                [
+                    "rclone",
+                    "mount",
+                    str(self.src),
+                    str(self.mnt),
+                    "--vfs-cache-mode",
+                    "writes",
+                    "--cache-dir",
+                    str(self.cache),
+                ],
                 env={**os.environ, "RCLONE_CONFIG": str(self.cache / "rclone.conf")},
-                stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
+                stdin=subprocess.DEVNULL,
+                stdout=errlog,
+                stderr=errlog,
+            )
         LIVE.append(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -171,8 +201,12 @@ class RefWorker:
         with open(self.logfile, "a") as errlog:
             self.proc = subprocess.Popen(
                 [PY, "-m", "scripts.benchmarks.refworker", self.url],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, text=True,
-                cwd=REPO)
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errlog,
+                text=True,
+                cwd=REPO,
+            )
         self._answer(timeout)
         self.startup_s = time.perf_counter() - t0
         return self.startup_s

@@ -80,7 +80,7 @@ class CountingProxy:
                     if end < 0:
                         break
                     head = bytes(buf[:end]).decode("latin-1").split("\r\n")
-                    del buf[:end + 4]
+                    del buf[: end + 4]
                     method, target = ([*head[0].split(" "), "", ""])[:2]
                     length = 0
                     for h in head[1:]:
@@ -127,12 +127,16 @@ class CountingProxy:
 
     def since(self, mark: tuple[int, int, int]) -> dict[str, Any]:
         with self.lock:
-            reqs = self.requests[mark[0]:]
+            reqs = self.requests[mark[0] :]
             up, down = self.bytes_up - mark[1], self.bytes_down - mark[2]
         kinds = collections.Counter(classify(m, t) for m, t in reqs)
-        return {"requests": len(reqs), "bytes_up": up, "bytes_down": down,
-                "by_kind": dict(sorted(kinds.items())),
-                "content_downloads": kinds["get_memory"] + kinds["list_full"]}
+        return {
+            "requests": len(reqs),
+            "bytes_up": up,
+            "bytes_down": down,
+            "by_kind": dict(sorted(kinds.items())),
+            "content_downloads": kinds["get_memory"] + kinds["list_full"],
+        }
 
 
 def classify(method: str, target: str) -> str:

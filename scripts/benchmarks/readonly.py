@@ -30,8 +30,17 @@ if TYPE_CHECKING:
     from .cases import Bench
 
 # The commands of case 2b that only read.
-READ_COMMANDS = ("cat", "head_wc", "stat", "stat_missing", "ls_la", "ls_R", "grep_dir",
-                 "grep_all", "find")
+READ_COMMANDS = (
+    "cat",
+    "head_wc",
+    "stat",
+    "stat_missing",
+    "ls_la",
+    "ls_R",
+    "grep_dir",
+    "grep_all",
+    "find",
+)
 KINDS = ("native", "memfs", "memfs_zmo", "memfs_ro")
 MOUNTED = KINDS[1:]
 READ_PASSES = 3  # repeated reads: 1 warming pass, then these
@@ -63,19 +72,21 @@ def _read_all(files: list[Path], read: Callable[[Path], None]) -> float:
 
 def _vs_native(values: dict[str, list[float]]) -> dict[str, Any]:
     """Each memfs mount / native, repeat by repeat."""
-    return {f"{k}_vs_native": summary([a / b for a, b in zip(values[k], values["native"],
-                                                              strict=True)])
-            for k in MOUNTED}
+    return {
+        f"{k}_vs_native": summary([a / b for a, b in zip(values[k], values["native"], strict=True)])
+        for k in MOUNTED
+    }
 
 
 def run(bench: Bench) -> None:
-    log(f"case 2c: {len(READ_COMMANDS)} read commands on native, memfs, memfs "
-        "--zero-message-opens and memfs --read-only")
+    log(
+        f"case 2c: {len(READ_COMMANDS)} read commands on native, memfs, memfs "
+        "--zero-message-opens and memfs --read-only"
+    )
     native = bench.fresh("native-readonly")
     workloads.write_tree(native, bench.items["agent"])
     rw = bench.memfs("readonly", "memfs-readonly-rw").start()
-    zmo = bench.memfs("readonly", "memfs-readonly-zmo",
-                      extra=("--zero-message-opens",)).start()
+    zmo = bench.memfs("readonly", "memfs-readonly-zmo", extra=("--zero-message-opens",)).start()
     ro = bench.memfs("readonly", "memfs-readonly-ro", extra=("--read-only",)).start()
     try:
         mounts = {"memfs": rw, "memfs_zmo": zmo, "memfs_ro": ro}
@@ -93,8 +104,7 @@ def run(bench: Bench) -> None:
                 for kind in KINDS:
                     count = counters.get(kind)
                     before = count() if count else {}
-                    t = run_timed(["bash", "-c", commands[name]], cwd=roots[kind],
-                                  timeout=120)
+                    t = run_timed(["bash", "-c", commands[name]], cwd=roots[kind], timeout=120)
                     if n == 0:
                         continue  # warming the caches
                     times[kind].append(t * 1000)
@@ -119,14 +129,12 @@ def run(bench: Bench) -> None:
             for _ in range(READ_PASSES):
                 for k in KINDS:  # interleaved, so drift hits all alike
                     reads[k].append(_read_all(files[k], read))
-            repeated[how] = {**{f"{k}_ops": summary(reads[k]) for k in KINDS},
-                             **_vs_native(reads)}
+            repeated[how] = {**{f"{k}_ops": summary(reads[k]) for k in KINDS}, **_vs_native(reads)}
         bench.results["readonly"] = {
-            "runs": workloads.COMMAND_RUNS - 1, "rows": rows,
-            "zero_message_opens": ro.mount_status()["pyfuse3"].get(
-                "zero_message_opens_used"),
-            "zero_message_writes": zmo.mount_status()["pyfuse3"].get(
-                "zero_message_opens_used"),
+            "runs": workloads.COMMAND_RUNS - 1,
+            "rows": rows,
+            "zero_message_opens": ro.mount_status()["pyfuse3"].get("zero_message_opens_used"),
+            "zero_message_writes": zmo.mount_status()["pyfuse3"].get("zero_message_opens_used"),
             "repeated_read": repeated,
         }
     finally:
@@ -144,49 +152,73 @@ def targets(rd: dict[str, Any]) -> list[tuple[str, str, bool]]:
     for kind, mount in MOUNT_LABELS.items():
         for how, label in (("python", "Python open()"), ("os", "os.open")):
             rr = med(rd["repeated_read"][how][f"{kind}_vs_native"])
-            out.append((f"{mount}: repeated read ({label}) >= 0.5x native ops/s",
-                        f"{rr:.2f}x", rr >= 0.5))
-        for name, label in (("grep_all", "`grep -r` over 1,000 files"),
-                            ("ls_R", "`ls -R` of 1,000 files warm")):
+            out.append(
+                (f"{mount}: repeated read ({label}) >= 0.5x native ops/s", f"{rr:.2f}x", rr >= 0.5)
+            )
+        for name, label in (
+            ("grep_all", "`grep -r` over 1,000 files"),
+            ("ls_R", "`ls -R` of 1,000 files warm"),
+        ):
             row = rd["rows"].get(name)
             if row:
                 v = med(row[f"{kind}_vs_native"])
-                out.append((f"{mount}: {label} <= 1.5x native",
-                            f"{v:.2f}x ({med(row[f'{kind}_requests']):.0f} FUSE requests)",
-                            v <= 1.5))
+                out.append(
+                    (
+                        f"{mount}: {label} <= 1.5x native",
+                        f"{v:.2f}x ({med(row[f'{kind}_requests']):.0f} FUSE requests)",
+                        v <= 1.5,
+                    )
+                )
     return out
 
 
 def part(rd: dict[str, Any], fmt: Any) -> list[str]:
     """The report's section 2c."""
     rr = rd["repeated_read"]
-    L = ["## 2c. Zero-message opens: `--zero-message-opens` and read-only mounts", "",
-         "The read commands of 2b on three mounts of the agent tree (writable, writable "
-         "with `--zero-message-opens`, `--read-only`) and native; each command run "
-         f"{rd['runs'] + 1} times, the first warming the caches. With zero-message opens "
-         "memfs answers OPEN and OPENDIR (and, writable, FLUSH) with ENOSYS once (patched "
-         "pyfuse3), so the kernel sends no OPEN, RELEASE, FLUSH, OPENDIR or RELEASEDIR "
-         f"again (used in this run: read-only {rd['zero_message_opens']}, "
-         f"--zero-message-opens {rd.get('zero_message_writes')}).", "",
-         "| command | native ms | memfs ms | zmo ms | read-only ms | memfs / native | "
-         "zmo / native | read-only / native | memfs requests | zmo requests | "
-         "read-only requests | zmo by handler |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    L = [
+        "## 2c. Zero-message opens: `--zero-message-opens` and read-only mounts",
+        "",
+        "The read commands of 2b on three mounts of the agent tree (writable, writable "
+        "with `--zero-message-opens`, `--read-only`) and native; each command run "
+        f"{rd['runs'] + 1} times, the first warming the caches. With zero-message opens "
+        "memfs answers OPEN and OPENDIR (and, writable, FLUSH) with ENOSYS once (patched "
+        "pyfuse3), so the kernel sends no OPEN, RELEASE, FLUSH, OPENDIR or RELEASEDIR "
+        f"again (used in this run: read-only {rd['zero_message_opens']}, "
+        f"--zero-message-opens {rd.get('zero_message_writes')}).",
+        "",
+        "| command | native ms | memfs ms | zmo ms | read-only ms | memfs / native | "
+        "zmo / native | read-only / native | memfs requests | zmo requests | "
+        "read-only requests | zmo by handler |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, row in rd["rows"].items():
         shown = shown_command(row["command"])
-        L.append(f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
-                 + " | ".join(fmt(row[f"{k}_ms"], ".1f") for k in MOUNTED) + " | "
-                 + " | ".join(fmt(row[f"{k}_vs_native"]) for k in MOUNTED) + " | "
-                 + " | ".join(fmt(row[f"{k}_requests"], ".0f") for k in MOUNTED)
-                 + f" | {by_handler(row.get('zmo_by_handler', {}))} |")
-    L += ["", f"Repeated reads: open+read+close of each of the {rr['files']:,} files, warm, "
-          f"{READ_PASSES} passes interleaved, ops/s. Python's `open()` asks `isatty`: one "
-          "FUSE_IOCTL a file that libfuse answers ENOTTY and no option removes.", "",
-          "| reading with | native | memfs | zmo | read-only | memfs / native | "
-          "zmo / native | read-only / native |", "|---|---|---|---|---|---|---|---|"]
+        L.append(
+            f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
+            + " | ".join(fmt(row[f"{k}_ms"], ".1f") for k in MOUNTED)
+            + " | "
+            + " | ".join(fmt(row[f"{k}_vs_native"]) for k in MOUNTED)
+            + " | "
+            + " | ".join(fmt(row[f"{k}_requests"], ".0f") for k in MOUNTED)
+            + f" | {by_handler(row.get('zmo_by_handler', {}))} |"
+        )
+    L += [
+        "",
+        f"Repeated reads: open+read+close of each of the {rr['files']:,} files, warm, "
+        f"{READ_PASSES} passes interleaved, ops/s. Python's `open()` asks `isatty`: one "
+        "FUSE_IOCTL a file that libfuse answers ENOTTY and no option removes.",
+        "",
+        "| reading with | native | memfs | zmo | read-only | memfs / native | "
+        "zmo / native | read-only / native |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for how, label in (("python", "Python `open()`"), ("os", "`os.open`, `os.read`")):
         x = rr[how]
-        L.append(f"| {label} | {fmt(x['native_ops'], ',.0f')} | "
-                 + " | ".join(fmt(x[f"{k}_ops"], ",.0f") for k in MOUNTED) + " | "
-                 + " | ".join(fmt(x[f"{k}_vs_native"]) for k in MOUNTED) + " |")
+        L.append(
+            f"| {label} | {fmt(x['native_ops'], ',.0f')} | "
+            + " | ".join(fmt(x[f"{k}_ops"], ",.0f") for k in MOUNTED)
+            + " | "
+            + " | ".join(fmt(x[f"{k}_vs_native"]) for k in MOUNTED)
+            + " |"
+        )
     return [*L, ""]

@@ -37,11 +37,20 @@ def serve(url: str) -> int:
             try:
                 if request["op"] == "download":
                     root = request["root"]
-                    stores = SessionMemoryStores(client, workdir=str(Path(root).parent),
-                                                 sync_interval=5.0)
-                    session = SimpleNamespace(resources=[SimpleNamespace(
-                        type="memory_store", memory_store_id=request["store"],
-                        mount_path=root, access="read_write", name="bench")])
+                    stores = SessionMemoryStores(
+                        client, workdir=str(Path(root).parent), sync_interval=5.0
+                    )
+                    session = SimpleNamespace(
+                        resources=[
+                            SimpleNamespace(
+                                type="memory_store",
+                                memory_store_id=request["store"],
+                                mount_path=root,
+                                access="read_write",
+                                name="bench",
+                            )
+                        ]
+                    )
                     await stores.download(session)  # type: ignore[arg-type]
                 elif request["op"] == "sync" and stores is not None:
                     # One recurring pass: the body of `sync_if_due` once it is due.
@@ -51,8 +60,13 @@ def serve(url: str) -> int:
             except Exception as e:
                 say({"ok": False, "error": repr(e)})
                 continue
-            say({"ok": True, "wall_s": time.perf_counter() - w,
-                 "cpu_ms": (time.process_time() - c) * 1000})
+            say(
+                {
+                    "ok": True,
+                    "wall_s": time.perf_counter() - w,
+                    "cpu_ms": (time.process_time() - c) * 1000,
+                }
+            )
         await client.close()
 
     anyio.run(main)

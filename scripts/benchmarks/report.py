@@ -28,20 +28,26 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
         v, vr = med(ag["memfs"]["vs_native"]), med(ag["memfs_vs_rclone"])
         add("Agent workload on memfs <= 1.2x native", f"{v:.2f}x native", v <= 1.2)
         add("Agent workload on memfs faster than rclone", f"{vr:.2f}x rclone's time", vr < 1.0)
-        add("Agent workload: memfs tree and store equal native's",
+        add(
+            "Agent workload: memfs tree and store equal native's",
             f"tree {ag['memfs']['tree_matches_native']}, store "
             f"{ag['memfs']['store_matches_native_after_unmount']}",
             ag["memfs"]["tree_matches_native"]
-            and ag["memfs"]["store_matches_native_after_unmount"])
+            and ag["memfs"]["store_matches_native_after_unmount"],
+        )
         z = ag.get("memfs_zmo")
         if z:
             vz = med(z["vs_native"])
-            add("Agent workload, --zero-message-opens <= 1.2x native", f"{vz:.2f}x native",
-                vz <= 1.2)
-            add("Agent workload, --zero-message-opens: tree and store equal native's",
-                f"tree {z['tree_matches_native']}, store "
-                f"{z['store_matches_native_after_unmount']}",
-                z["tree_matches_native"] and z["store_matches_native_after_unmount"])
+            add(
+                "Agent workload, --zero-message-opens <= 1.2x native",
+                f"{vz:.2f}x native",
+                vz <= 1.2,
+            )
+            add(
+                "Agent workload, --zero-message-opens: tree and store equal native's",
+                f"tree {z['tree_matches_native']}, store {z['store_matches_native_after_unmount']}",
+                z["tree_matches_native"] and z["store_matches_native_after_unmount"],
+            )
     po = r.get("perop")
     if po:
         ops = po["ops"]
@@ -50,30 +56,44 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
         rd = med(ops["read_warm"]["memfs_vs_native"])
         add("Repeated read >= 0.5x native ops/s", f"{rd:.2f}x", rd >= 0.5)
         c = med(ops["create_write_close"]["memfs"])
-        add("create+write+close >= 3,000/s", f"{c:,.0f}/s "
-            f"({med(ops['create_write_close']['memfs_vs_native']):.2f}x native)", c >= 3000)
+        add(
+            "create+write+close >= 3,000/s",
+            f"{c:,.0f}/s ({med(ops['create_write_close']['memfs_vs_native']):.2f}x native)",
+            c >= 3000,
+        )
         sv = med(ops["save_tmp_rename"]["memfs"])
-        add("Editor save (tmp+rename) >= 1,500/s", f"{sv:,.0f}/s "
-            f"({med(ops['save_tmp_rename']['memfs_vs_native']):.2f}x native)", sv >= 1500)
+        add(
+            "Editor save (tmp+rename) >= 1,500/s",
+            f"{sv:,.0f}/s ({med(ops['save_tmp_rename']['memfs_vs_native']):.2f}x native)",
+            sv >= 1500,
+        )
         ld = med(ops["listdir_warm_ms"]["memfs"])
         add(f"listdir of {po['files']:,} warm < 20 ms", f"{ld:.1f} ms", ld < 20)
         if "memfs_zmo_vs_native" in ops["read_warm"]:
-            for op, label, goal in (("read_warm", "repeated read", 0.5),
-                                    ("save_tmp_rename", "editor save", 0.7),
-                                    ("append", "append", 0.2),
-                                    ("create_write_close", "create+write+close", 0.9)):
+            for op, label, goal in (
+                ("read_warm", "repeated read", 0.5),
+                ("save_tmp_rename", "editor save", 0.7),
+                ("append", "append", 0.2),
+                ("create_write_close", "create+write+close", 0.9),
+            ):
                 v = med(ops[op]["memfs_zmo_vs_native"])
-                add(f"--zero-message-opens: {label} >= {goal}x native ops/s", f"{v:.2f}x",
-                    v >= goal)
+                add(
+                    f"--zero-message-opens: {label} >= {goal}x native ops/s", f"{v:.2f}x", v >= goal
+                )
     cm = r.get("commands")
     if cm:
-        for name, label in (("grep_all", "`grep -r` over 1,000 files"),
-                            ("ls_R", "`ls -R` of 1,000 files warm")):
+        for name, label in (
+            ("grep_all", "`grep -r` over 1,000 files"),
+            ("ls_R", "`ls -R` of 1,000 files warm"),
+        ):
             row = cm["rows"].get(name)
             if row:
                 v = med(row["vs_native"])
-                add(f"{label} <= 1.5x native", f"{v:.2f}x ({med(row['requests']):.0f} FUSE "
-                    "requests)", v <= 1.5)
+                add(
+                    f"{label} <= 1.5x native",
+                    f"{v:.2f}x ({med(row['requests']):.0f} FUSE requests)",
+                    v <= 1.5,
+                )
     if r.get("readonly"):
         for name, measured, ok in readonly.targets(r["readonly"]):
             add(name, measured, ok)
@@ -81,39 +101,61 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
     rd_ = r["readiness"][str(sizes[-1])] if sizes else None
     if rd_:
         cold = med(rd_["memfs_cold"]["ls_R_s"])
-        add(f"Mount usable (`ls -R` done) < 3 s cold, at N = {sizes[-1]:,}"
-            + ("" if sizes[-1] == 10000 else " (target is for 10,000)"), f"{cold:.2f} s",
-            cold < 3)
+        add(
+            f"Mount usable (`ls -R` done) < 3 s cold, at N = {sizes[-1]:,}"
+            + ("" if sizes[-1] == 10000 else " (target is for 10,000)"),
+            f"{cold:.2f} s",
+            cold < 3,
+        )
         warm_dl = rd_["memfs_warm"]["content_downloads"]["max"]
-        add("Warm remount downloads no content", f"{warm_dl} content requests "
-            f"({med(rd_['memfs_warm']['bytes_down']) / 1e6:.2f} MB down)", warm_dl == 0)
+        add(
+            "Warm remount downloads no content",
+            f"{warm_dl} content requests "
+            f"({med(rd_['memfs_warm']['bytes_down']) / 1e6:.2f} MB down)",
+            warm_dl == 0,
+        )
         ref = med(rd_["ref"]["download_s"])
         wl = med(rd_["memfs_warm"]["ls_R_s"])
-        add("Cold and warm `ls -R` ahead of the reference worker's download",
-            f"cold {cold:.2f} s, warm {wl:.2f} s vs ref {ref:.2f} s", cold < ref and wl < ref)
+        add(
+            "Cold and warm `ls -R` ahead of the reference worker's download",
+            f"cold {cold:.2f} s, warm {wl:.2f} s vs ref {ref:.2f} s",
+            cold < ref and wl < ref,
+        )
     idle = r.get("idle")
     if idle:
         req = med(idle["memfs"]["requests"])
-        add(f"Idle pass <= ceil(N/100) = {idle['request_budget']} requests at N = "
-            f"{idle['memories']:,}", f"{req:.0f}", req <= idle["request_budget"])
+        add(
+            f"Idle pass <= ceil(N/100) = {idle['request_budget']} requests at N = "
+            f"{idle['memories']:,}",
+            f"{req:.0f}",
+            req <= idle["request_budget"],
+        )
         fr = idle["memfs"]["file_read_bytes_est"]["max"]
-        add("Idle pass reads no file", f"~{fr:,} bytes read from files (rchar - socket bytes)",
-            fr < 64 * 1024)
+        add(
+            "Idle pass reads no file",
+            f"~{fr:,} bytes read from files (rchar - socket bytes)",
+            fr < 64 * 1024,
+        )
         cpu = med(idle["memfs"]["cpu_ms"])
-        add(f"Idle pass < 50 ms CPU at N = {idle['memories']:,}", f"{cpu:.0f} ms "
-            f"(ref worker {med(idle['ref']['cpu_ms']):.0f} ms)", cpu < 50)
+        add(
+            f"Idle pass < 50 ms CPU at N = {idle['memories']:,}",
+            f"{cpu:.0f} ms (ref worker {med(idle['ref']['cpu_ms']):.0f} ms)",
+            cpu < 50,
+        )
     fl = r.get("flush")
     if fl:
         t = med(fl["unmount_s"])
-        add(f"{fl['files']:,} dirty files flushed < 10 s", f"{t:.2f} s "
+        add(
+            f"{fl['files']:,} dirty files flushed < 10 s",
+            f"{t:.2f} s "
             f"({med(fl['requests']):.0f} requests, all stored: {fl['all_stored']}; "
             f"the server alone takes {med(fl['server_floor_s']):.2f} s)",
-            t < 10 and fl["all_stored"])
+            t < 10 and fl["all_stored"],
+        )
     mem = r.get("memory")
     if mem:
         hwm = max(mem["vmhwm_mb_cold"]["max"], mem["vmhwm_mb_after_idle"])
-        add(f"RSS < 150 MB at N = {mem['memories']:,}", f"{hwm:.0f} MB peak (VmHWM)",
-            hwm < 150)
+        add(f"RSS < 150 MB at N = {mem['memories']:,}", f"{hwm:.0f} MB peak (VmHWM)", hwm < 150)
     for entry in r.get("sections", {}).values():
         out.extend(entry["targets"])
     return out
@@ -131,24 +173,37 @@ def fmt(d: dict[str, Any] | None, spec: str = ".2f", unit: str = "") -> str:
 
 def _head(r: dict[str, Any], chart: str | None) -> Lines:
     mc = r["machine"]
-    figure = [f"![memfs / native and rclone / native per operation (table 1) and for the agent "
-              f"workload (table 2); higher is faster, 1.0 is native]({chart})", "",
-              "The chart (`scripts/benchmarks/chart.py`) draws tables 1 and 2's ratios: bar = "
-              "median, whisker = min–max over the repeats, log scale, higher is faster. The "
-              "workload's wall-time ratio is drawn inverted (native time / time).", ""
-              ] if chart else []
+    figure = (
+        [
+            f"![memfs / native and rclone / native per operation (table 1) and for the agent "
+            f"workload (table 2); higher is faster, 1.0 is native]({chart})",
+            "",
+            "The chart (`scripts/benchmarks/chart.py`) draws tables 1 and 2's ratios: bar = "
+            "median, whisker = min–max over the repeats, log scale, higher is faster. The "
+            "workload's wall-time ratio is drawn inverted (native time / time).",
+            "",
+        ]
+        if chart
+        else []
+    )
     return [
-        "# memfs performance", "",
-        "Generated by `scripts/bench` (issue 7). Do not edit by hand: rerun the harness.", "",
+        "# memfs performance",
+        "",
+        "Generated by `scripts/bench` (issue 7). Do not edit by hand: rerun the harness.",
+        "",
         f"Mode: **{r['mode']}** (`scripts/bench{' --quick' if r['mode'] == 'quick' else ''}`), "
-        f"run {mc['date']}, {r['total_seconds']:.0f} s in all.", "",
+        f"run {mc['date']}, {r['total_seconds']:.0f} s in all.",
+        "",
         "Every figure is measured side by side in one run on one machine. Absolute times are "
         "noise on a shared 2-core box; read the ratios. Cells are `median (min–max)` over the "
-        "repeats.", "",
-        "## Targets", "",
+        "repeats.",
+        "",
+        "## Targets",
+        "",
         "| Target | Measured | Status |",
         "|---|---|---|",
-        *(f"| {t['target']} | {t['measured']} | {t['status']} |" for t in r["targets"]), "",
+        *(f"| {t['target']} | {t['measured']} | {t['status']} |" for t in r["targets"]),
+        "",
         *figure,
     ]
 
@@ -156,7 +211,8 @@ def _head(r: dict[str, Any], chart: str | None) -> Lines:
 def _machine(r: dict[str, Any]) -> Lines:
     mc = r["machine"]
     return [
-        "## Machine", "",
+        "## Machine",
+        "",
         f"- CPU: {mc['cpu']}, {mc['cores']} cores, {mc['mem_total_mb']:,} MB RAM; "
         f"kernel {mc['kernel']}; Python {mc['python']}",
         f"- Load average at start {tuple(round(x, 2) for x in mc['loadavg_start'])}, at end "
@@ -165,78 +221,103 @@ def _machine(r: dict[str, Any]) -> Lines:
         f"- {mc['rclone']}; anthropic SDK {mc['anthropic_sdk']} (reference worker); "
         f"memfs {mc['memfs_rev']}",
         "- Store server: `memfs serve` (SQLite) on 127.0.0.1; native and rclone trees on the "
-        "same disk as memfs's cache.", "",
+        "same disk as memfs's cache.",
+        "",
     ]
 
 
 def _perop(po: dict[str, Any]) -> Lines:
-    L = [f"## 1. Per-operation ({po['files']:,} files of 1 KiB in one directory, "
-         f"{po['reps']} repeats)", "",
-         "ops/s (higher is better) except listdir (ms, lower is better). The ratio columns "
-         "are per-repeat x/native (for listdir native/x), so > 1 means faster than native.", "",
-         "`zmo` is memfs with `--zero-message-opens` (docs/reliability.md §3).", "",
-         "| Operation | native | memfs | zmo | rclone | memfs / native | zmo / native | "
-         "rclone / native | memfs FUSE requests per op | zmo FUSE requests per op |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+    L = [
+        f"## 1. Per-operation ({po['files']:,} files of 1 KiB in one directory, "
+        f"{po['reps']} repeats)",
+        "",
+        "ops/s (higher is better) except listdir (ms, lower is better). The ratio columns "
+        "are per-repeat x/native (for listdir native/x), so > 1 means faster than native.",
+        "",
+        "`zmo` is memfs with `--zero-message-opens` (docs/reliability.md §3).",
+        "",
+        "| Operation | native | memfs | zmo | rclone | memfs / native | zmo / native | "
+        "rclone / native | memfs FUSE requests per op | zmo FUSE requests per op |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for op, row in po["ops"].items():
         spec = ".1f" if op.endswith("_ms") else ",.0f"
-        L.append(f"| {op} | {fmt(row['native'], spec)} | {fmt(row['memfs'], spec)} | "
-                 f"{fmt(row.get('memfs_zmo'), spec)} | "
-                 f"{fmt(row['rclone'], spec)} | {fmt(row['memfs_vs_native'])} | "
-                 f"{fmt(row.get('memfs_zmo_vs_native'))} | "
-                 f"{fmt(row['rclone_vs_native'])} | {_per_op(row, po['files'], op)} | "
-                 f"{_per_op(row, po['files'], op, 'memfs_zmo')} |")
+        L.append(
+            f"| {op} | {fmt(row['native'], spec)} | {fmt(row['memfs'], spec)} | "
+            f"{fmt(row.get('memfs_zmo'), spec)} | "
+            f"{fmt(row['rclone'], spec)} | {fmt(row['memfs_vs_native'])} | "
+            f"{fmt(row.get('memfs_zmo_vs_native'))} | "
+            f"{fmt(row['rclone_vs_native'])} | {_per_op(row, po['files'], op)} | "
+            f"{_per_op(row, po['files'], op, 'memfs_zmo')} |"
+        )
     churn = po.get("churn_per_rep")
     if churn:
         L += ["", f"Kernel cache drops during each repeat (/proc/vmstat): {_churn_list(churn)}."]
-    return [*L, "",
-            "FUSE requests per op: what the memfs daemon answered during the step, divided "
-            "by the files (listdir: by its 5 calls), by handler; `forget` is the kernel "
-            "dropping inodes. libfuse answers some requests itself (INIT, ENOSYS for ioctl) "
-            "and they are not counted.", "",
-            "`stat_cold`/`read_cold`: first pass after a remount (memfs: SIGTERM and restart on "
-            "the same cache; rclone: restart on the same VFS cache; native: no remote, so it is "
-            "the first pass after the creates). `save_tmp_rename`: write `.NAME.tmp`, rename "
-            "over NAME (no fsync). memfs runs with its default 15 s sync interval, so background "
-            "passes may land inside a timed loop, as they would for an agent.", ""]
+    return [
+        *L,
+        "",
+        "FUSE requests per op: what the memfs daemon answered during the step, divided "
+        "by the files (listdir: by its 5 calls), by handler; `forget` is the kernel "
+        "dropping inodes. libfuse answers some requests itself (INIT, ENOSYS for ioctl) "
+        "and they are not counted.",
+        "",
+        "`stat_cold`/`read_cold`: first pass after a remount (memfs: SIGTERM and restart on "
+        "the same cache; rclone: restart on the same VFS cache; native: no remote, so it is "
+        "the first pass after the creates). `save_tmp_rename`: write `.NAME.tmp`, rename "
+        "over NAME (no fsync). memfs runs with its default 15 s sync interval, so background "
+        "passes may land inside a timed loop, as they would for an agent.",
+        "",
+    ]
 
 
 def _agent(ag: dict[str, Any]) -> Lines:
-    L = [f"## 2. Agent workload ({ag['commands']} shell commands over {ag['files']:,} files, "
-         f"{ag['reps']} repeats)", "",
-         f"The script is generated deterministically (seed 7) and saved at "
-         f"`{ag['script']}`: cat, grep -rn (per topic and whole tree), sed -i, echo >>, "
-         "ls -la, find, mv, rm, heredoc writes, python3 -c edits, head|wc. It runs as one "
-         "`bash` process with the tree as its working directory.", "",
-         "| Tree | wall time (s) | vs native | failed commands | final tree = native's |",
-         "|---|---|---|---|---|"]
+    L = [
+        f"## 2. Agent workload ({ag['commands']} shell commands over {ag['files']:,} files, "
+        f"{ag['reps']} repeats)",
+        "",
+        f"The script is generated deterministically (seed 7) and saved at "
+        f"`{ag['script']}`: cat, grep -rn (per topic and whole tree), sed -i, echo >>, "
+        "ls -la, find, mv, rm, heredoc writes, python3 -c edits, head|wc. It runs as one "
+        "`bash` process with the tree as its working directory.",
+        "",
+        "| Tree | wall time (s) | vs native | failed commands | final tree = native's |",
+        "|---|---|---|---|---|",
+    ]
     for k in ("native", "memfs", "memfs_zmo", "rclone"):
         x = ag.get(k)
         if x is None:
             continue
         shown = "memfs --zero-message-opens" if k == "memfs_zmo" else k
-        L.append(f"| {shown} | {fmt(x['wall_s'])} | {fmt(x.get('vs_native'))} | "
-                 f"{x['failed_commands']} | {x['tree_matches_native']} |")
-    L += ["", f"memfs / rclone wall time: {fmt(ag['memfs_vs_rclone'])}. After the workload "
-          f"`memfs unmount` took {fmt(ag['memfs']['unmount_s'])} s and the store then held "
-          f"exactly the native tree: {ag['memfs']['store_matches_native_after_unmount']}. "
-          "memfs mounts waited for the background download to finish before the clock "
-          "started." + _agent_requests(ag["memfs"])]
+        L.append(
+            f"| {shown} | {fmt(x['wall_s'])} | {fmt(x.get('vs_native'))} | "
+            f"{x['failed_commands']} | {x['tree_matches_native']} |"
+        )
+    L += [
+        "",
+        f"memfs / rclone wall time: {fmt(ag['memfs_vs_rclone'])}. After the workload "
+        f"`memfs unmount` took {fmt(ag['memfs']['unmount_s'])} s and the store then held "
+        f"exactly the native tree: {ag['memfs']['store_matches_native_after_unmount']}. "
+        "memfs mounts waited for the background download to finish before the clock "
+        "started." + _agent_requests(ag["memfs"]),
+    ]
     z = ag.get("memfs_zmo")
     if z:
-        L += ["", f"With `--zero-message-opens`: `memfs unmount` took {fmt(z['unmount_s'])} s, "
-              f"store = native tree: {z['store_matches_native_after_unmount']}."
-              + _agent_requests(z)]
+        L += [
+            "",
+            f"With `--zero-message-opens`: `memfs unmount` took {fmt(z['unmount_s'])} s, "
+            f"store = native tree: {z['store_matches_native_after_unmount']}." + _agent_requests(z),
+        ]
     return [*L, ""]
 
 
 def _agent_requests(x: dict[str, Any]) -> str:
     if not x.get("by_handler"):
         return ""
-    by = ", ".join(f"{k} {v}" for k, v in sorted(x["by_handler"].items(),
-                                                 key=lambda kv: -kv[1]))
-    return (f" FUSE requests the memfs daemon answered during the workload: "
-            f"{fmt(x['requests'], ',.0f')} ({by}; the last repeat).")
+    by = ", ".join(f"{k} {v}" for k, v in sorted(x["by_handler"].items(), key=lambda kv: -kv[1]))
+    return (
+        f" FUSE requests the memfs daemon answered during the workload: "
+        f"{fmt(x['requests'], ',.0f')} ({by}; the last repeat)."
+    )
 
 
 def _per_op(row: dict[str, Any], files: int, op: str, kind: str = "memfs") -> str:
@@ -259,32 +340,41 @@ def _churn_list(runs: list[dict[str, int]]) -> str:
 
 
 def _commands(cm: dict[str, Any]) -> Lines:
-    L = ["## 2b. One command at a time (the agent tree, warm)", "",
-         f"Each command alone in `bash -c` with the 1,000-file agent tree as cwd, run "
-         f"{cm['runs'] + 1} times; the first warms the caches, the other {cm['runs']} are "
-         "measured. Times include starting bash (and python3), so a command costs a few "
-         "ms on native too. Requests: what the memfs daemon answered for the command, by "
-         "handler (the last run).", "",
-         "| command | native ms | memfs ms | memfs / native | FUSE requests | by handler |"
-         " drops |",
-         "|---|---|---|---|---|---|---|"]
+    L = [
+        "## 2b. One command at a time (the agent tree, warm)",
+        "",
+        f"Each command alone in `bash -c` with the 1,000-file agent tree as cwd, run "
+        f"{cm['runs'] + 1} times; the first warms the caches, the other {cm['runs']} are "
+        "measured. Times include starting bash (and python3), so a command costs a few "
+        "ms on native too. Requests: what the memfs daemon answered for the command, by "
+        "handler (the last run).",
+        "",
+        "| command | native ms | memfs ms | memfs / native | FUSE requests | by handler | drops |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, row in cm["rows"].items():
         by = by_handler(row["by_handler"])
         drops = sum(row["churn"].values())
         shown = shown_command(row["command"])
-        L.append(f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
-                 f"{fmt(row['memfs_ms'], '.1f')} | {fmt(row['vs_native'])} | "
-                 f"{fmt(row['requests'], '.0f')} | {by} | {drops} |")
+        L.append(
+            f"| {name}: `{shown}` | {fmt(row['native_ms'], '.1f')} | "
+            f"{fmt(row['memfs_ms'], '.1f')} | {fmt(row['vs_native'])} | "
+            f"{fmt(row['requests'], '.0f')} | {by} | {drops} |"
+        )
     return [*L, ""]
 
 
 def _churn_part(ch: dict[str, Any]) -> Lines:
-    L = ["## Cache churn during each case", "",
-         "The kernel's cache drops counted in /proc/vmstat while each case ran. On a shared "
-         "VM the host may drop page cache and slab (dentries, inodes) under a benchmark; a "
-         "case with drops measured some cold paths as warm ones.", "",
-         "| case | " + " | ".join(next(iter(ch.values()))) + " |",
-         "|---|" + "---|" * len(next(iter(ch.values())))]
+    L = [
+        "## Cache churn during each case",
+        "",
+        "The kernel's cache drops counted in /proc/vmstat while each case ran. On a shared "
+        "VM the host may drop page cache and slab (dentries, inodes) under a benchmark; a "
+        "case with drops measured some cold paths as warm ones.",
+        "",
+        "| case | " + " | ".join(next(iter(ch.values()))) + " |",
+        "|---|" + "---|" * len(next(iter(ch.values()))),
+    ]
     for case, c in ch.items():
         L.append(f"| {case} | " + " | ".join(str(v) for v in c.values()) + " |")
     return [*L, ""]
@@ -295,82 +385,109 @@ def _mb(d: dict[str, Any]) -> str:
 
 
 def _readiness(rd: dict[str, Any]) -> Lines:
-    L = ["## 3. Mount readiness (memories of 2 KiB on average)", "",
-         "memfs: seconds from launching `memfs mount` (interpreter start included) until "
-         "`ls -R` of the tree completes, and until every file has been read once "
-         "(`find | xargs cat`). Reference worker: seconds of "
-         "`SessionMemoryStores.download` itself (its interpreter start and SDK import, "
-         "reported apart in the JSON as `startup_s`, are left out in its favour), then "
-         "the same `ls -R` and read-all on the downloaded folder. Both go through the "
-         "counting proxy. The reference worker has no warm cache: it downloads everything "
-         "every time.", "",
-         "| Memories | memfs cold ls -R | memfs cold read-all | memfs warm ls -R | "
-         "memfs warm read-all | ref download | ref read-all | memfs cold ls-R / ref download"
-         " | warm content requests |",
-         "|---|---|---|---|---|---|---|---|---|"]
+    L = [
+        "## 3. Mount readiness (memories of 2 KiB on average)",
+        "",
+        "memfs: seconds from launching `memfs mount` (interpreter start included) until "
+        "`ls -R` of the tree completes, and until every file has been read once "
+        "(`find | xargs cat`). Reference worker: seconds of "
+        "`SessionMemoryStores.download` itself (its interpreter start and SDK import, "
+        "reported apart in the JSON as `startup_s`, are left out in its favour), then "
+        "the same `ls -R` and read-all on the downloaded folder. Both go through the "
+        "counting proxy. The reference worker has no warm cache: it downloads everything "
+        "every time.",
+        "",
+        "| Memories | memfs cold ls -R | memfs cold read-all | memfs warm ls -R | "
+        "memfs warm read-all | ref download | ref read-all | memfs cold ls-R / ref download"
+        " | warm content requests |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for n, e in rd.items():
-        L.append(f"| {int(n):,} | {fmt(e['memfs_cold']['ls_R_s'])} | "
-                 f"{fmt(e['memfs_cold']['read_all_s'])} | {fmt(e['memfs_warm']['ls_R_s'])} | "
-                 f"{fmt(e['memfs_warm']['read_all_s'])} | {fmt(e['ref']['download_s'])} | "
-                 f"{fmt(e['ref']['read_all_s'])} | {fmt(e['memfs_cold_ls_vs_ref_download'])} | "
-                 f"{fmt(e['memfs_warm']['content_downloads'], '.0f')} |")
-    L += ["", "| Memories | memfs cold requests | memfs warm requests | ref requests | "
-          "memfs cold MB down | memfs warm MB down | ref MB down |",
-          "|---|---|---|---|---|---|---|"]
+        L.append(
+            f"| {int(n):,} | {fmt(e['memfs_cold']['ls_R_s'])} | "
+            f"{fmt(e['memfs_cold']['read_all_s'])} | {fmt(e['memfs_warm']['ls_R_s'])} | "
+            f"{fmt(e['memfs_warm']['read_all_s'])} | {fmt(e['ref']['download_s'])} | "
+            f"{fmt(e['ref']['read_all_s'])} | {fmt(e['memfs_cold_ls_vs_ref_download'])} | "
+            f"{fmt(e['memfs_warm']['content_downloads'], '.0f')} |"
+        )
+    L += [
+        "",
+        "| Memories | memfs cold requests | memfs warm requests | ref requests | "
+        "memfs cold MB down | memfs warm MB down | ref MB down |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for n, e in rd.items():
-        L.append(f"| {int(n):,} | {fmt(e['memfs_cold']['requests'], '.0f')} | "
-                 f"{fmt(e['memfs_warm']['requests'], '.0f')} | "
-                 f"{fmt(e['ref']['requests'], '.0f')} | {_mb(e['memfs_cold']['bytes_down'])} | "
-                 f"{_mb(e['memfs_warm']['bytes_down'])} | {_mb(e['ref']['bytes_down'])} |")
+        L.append(
+            f"| {int(n):,} | {fmt(e['memfs_cold']['requests'], '.0f')} | "
+            f"{fmt(e['memfs_warm']['requests'], '.0f')} | "
+            f"{fmt(e['ref']['requests'], '.0f')} | {_mb(e['memfs_cold']['bytes_down'])} | "
+            f"{_mb(e['memfs_warm']['bytes_down'])} | {_mb(e['ref']['bytes_down'])} |"
+        )
     return [*L, ""]
 
 
 def _idle(idle: dict[str, Any]) -> Lines:
-    L = [f"## 4. Idle sync at {idle['memories']:,} memories ({idle['passes']} passes each)", "",
-         "Nothing changed on either side. memfs: `memfs sync DIR` on a live mount; CPU is "
-         "the daemon's utime+stime (/proc/PID/stat) around the pass. Reference worker: "
-         "`SessionMemoryStores._sync_all(final=False)` (the body of `sync_if_due`) in its "
-         "own process, CPU by `time.process_time()`.", "",
-         "| Engine | requests | bytes up | bytes down | CPU ms | wall s |",
-         "|---|---|---|---|---|---|"]
+    L = [
+        f"## 4. Idle sync at {idle['memories']:,} memories ({idle['passes']} passes each)",
+        "",
+        "Nothing changed on either side. memfs: `memfs sync DIR` on a live mount; CPU is "
+        "the daemon's utime+stime (/proc/PID/stat) around the pass. Reference worker: "
+        "`SessionMemoryStores._sync_all(final=False)` (the body of `sync_if_due`) in its "
+        "own process, CPU by `time.process_time()`.",
+        "",
+        "| Engine | requests | bytes up | bytes down | CPU ms | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
     for k in ("memfs", "ref"):
         x = idle[k]
-        L.append(f"| {k} | {fmt(x['requests'], '.0f')} | {fmt(x['bytes_up'], ',.0f')} | "
-                 f"{fmt(x['bytes_down'], ',.0f')} | {fmt(x['cpu_ms'], '.0f')} | "
-                 f"{fmt(x['wall_s'])} |")
-    return [*L, "",
-            f"memfs CPU / reference CPU: {fmt(idle['memfs_cpu_vs_ref'])}. memfs file bytes read "
-            f"per pass (rchar minus socket bytes, an estimate): "
-            f"{fmt(idle['memfs']['file_read_bytes_est'], ',.0f')}; on-CPU ms from schedstat: "
-            f"{fmt(idle['memfs']['cpu_ms_schedstat'], '.0f')}. Requests by kind (memfs): "
-            f"`{idle['memfs']['by_kind']}`; (ref): `{idle['ref']['by_kind']}`.", ""]
+        L.append(
+            f"| {k} | {fmt(x['requests'], '.0f')} | {fmt(x['bytes_up'], ',.0f')} | "
+            f"{fmt(x['bytes_down'], ',.0f')} | {fmt(x['cpu_ms'], '.0f')} | "
+            f"{fmt(x['wall_s'])} |"
+        )
+    return [
+        *L,
+        "",
+        f"memfs CPU / reference CPU: {fmt(idle['memfs_cpu_vs_ref'])}. memfs file bytes read "
+        f"per pass (rchar minus socket bytes, an estimate): "
+        f"{fmt(idle['memfs']['file_read_bytes_est'], ',.0f')}; on-CPU ms from schedstat: "
+        f"{fmt(idle['memfs']['cpu_ms_schedstat'], '.0f')}. Requests by kind (memfs): "
+        f"`{idle['memfs']['by_kind']}`; (ref): `{idle['ref']['by_kind']}`.",
+        "",
+    ]
 
 
 def _flush(fl: dict[str, Any]) -> Lines:
     return [
-        f"## 5. Flush ({fl['files']:,} new dirty files, pushed by `memfs unmount`)", "",
+        f"## 5. Flush ({fl['files']:,} new dirty files, pushed by `memfs unmount`)",
+        "",
         "| unmount s | requests | bytes up | daemon CPU ms | server alone s | "
         "unmount / server alone | writing the files s | all stored |",
         "|---|---|---|---|---|---|---|---|",
         f"| {fmt(fl['unmount_s'])} | {fmt(fl['requests'], '.0f')} | "
         f"{fmt(fl['bytes_up'], ',.0f')} | {fmt(fl['cpu_ms'], '.0f')} | "
         f"{fmt(fl['server_floor_s'])} | {fmt(fl['vs_floor'])} | {fmt(fl['write_s'])} | "
-        f"{fl['all_stored']} |", "",
+        f"{fl['all_stored']} |",
+        "",
         "'Server alone': the same creates sent straight to `memfs serve` by 16 threads "
         "(twice the daemon's 8 uploads in flight), so the ratio shows what the daemon adds over "
-        "the server's own cost (SQLite with synchronous=FULL commits each create).", "",
+        "the server's own cost (SQLite with synchronous=FULL commits each create).",
+        "",
         "The mount ran with `--sync-interval 3600`, so every file was still dirty when "
-        f"`memfs unmount` started (dirty before: {fl['dirty_before']}).", "",
+        f"`memfs unmount` started (dirty before: {fl['dirty_before']}).",
+        "",
     ]
 
 
 def _memory(mem: dict[str, Any]) -> Lines:
     return [
-        f"## 6. Memory ({mem['memories']:,} memories mounted and read once)", "",
+        f"## 6. Memory ({mem['memories']:,} memories mounted and read once)",
+        "",
         f"Daemon VmHWM after a cold mount and one full read: {fmt(mem['vmhwm_mb_cold'], '.0f')}"
         f" MB; after a warm remount: {fmt(mem['vmhwm_mb_warm'], '.0f')} MB; after the idle "
         f"passes: VmHWM {mem['vmhwm_mb_after_idle']:.0f} MB, VmRSS "
-        f"{mem['vmrss_mb_after_idle']:.0f} MB.", "",
+        f"{mem['vmrss_mb_after_idle']:.0f} MB.",
+        "",
     ]
 
 
@@ -511,10 +628,17 @@ extra, matplotlib for the chart, into .venv: `pip install -e '.[bench]'`) and ru
 
 
 PARTS: list[tuple[str, Callable[[dict[str, Any]], Lines]]] = [
-    ("perop", _perop), ("agent", _agent), ("commands", _commands),
+    ("perop", _perop),
+    ("agent", _agent),
+    ("commands", _commands),
     ("readonly", lambda rd: readonly.part(rd, fmt)),
-    ("readiness", _readiness), ("idle", _idle), ("flush", _flush), ("memory", _memory),
-    ("churn", _churn_part), ("sections", _sections)]
+    ("readiness", _readiness),
+    ("idle", _idle),
+    ("flush", _flush),
+    ("memory", _memory),
+    ("churn", _churn_part),
+    ("sections", _sections),
+]
 
 
 def report(r: dict[str, Any], chart: str | None = None) -> str:

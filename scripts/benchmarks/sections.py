@@ -62,8 +62,22 @@ from typing import Any
 from .common import WORK, log
 
 # The harness's own modules; every other module of the package is a section.
-CORE = frozenset({"__init__", "__main__", "cases", "chart", "common", "engines", "proxy",
-                  "readonly", "refworker", "report", "sections", "workloads"})
+CORE = frozenset(
+    {
+        "__init__",
+        "__main__",
+        "cases",
+        "chart",
+        "common",
+        "engines",
+        "proxy",
+        "readonly",
+        "refworker",
+        "report",
+        "sections",
+        "workloads",
+    }
+)
 
 
 @dataclass
@@ -77,8 +91,11 @@ class Section:
 
 def target(name: str, measured: str, ok: bool | None) -> dict[str, str]:
     """One row of the report's Targets table (ok None: not judged)."""
-    return {"target": name, "measured": measured,
-            "status": "n/a" if ok is None else ("met" if ok else "NOT met")}
+    return {
+        "target": name,
+        "measured": measured,
+        "status": "n/a" if ok is None else ("met" if ok else "NOT met"),
+    }
 
 
 def workdir(name: str) -> Path:
@@ -99,15 +116,17 @@ def available() -> list[str]:
 def load(name: str) -> ModuleType:
     """Import one section; LookupError (one line) if `name` is not one."""
     if name in CORE or name not in available():
-        raise LookupError(f"no benchmark section {name!r} (sections: "
-                          f"{', '.join(available()) or 'none'})")
+        raise LookupError(
+            f"no benchmark section {name!r} (sections: {', '.join(available()) or 'none'})"
+        )
     try:
         module = importlib.import_module(f"{__package__}.{name}")
     except Exception as e:
         raise LookupError(f"scripts/benchmarks/{name}.py does not import: {e!r}") from e
     if not callable(getattr(module, "run", None)):
-        raise LookupError(f"scripts/benchmarks/{name}.py is not a section: it has no "
-                          "run(quick) function")
+        raise LookupError(
+            f"scripts/benchmarks/{name}.py is not a section: it has no run(quick) function"
+        )
     return module
 
 
@@ -127,8 +146,11 @@ def as_section(module: ModuleType, got: Any) -> Section:
         return got
     if isinstance(got, dict):
         render = getattr(module, "table", None)
-        text = render(got) if callable(render) else (
-            "```\n" + json.dumps(got, indent=2, default=str) + "\n```")
+        text = (
+            render(got)
+            if callable(render)
+            else ("```\n" + json.dumps(got, indent=2, default=str) + "\n```")
+        )
         return Section(lines=str(text).splitlines(), data=got)
     return Section(lines=[str(line) for line in got])
 

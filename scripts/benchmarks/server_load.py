@@ -56,10 +56,13 @@ class Phase:
 
     def summary(self) -> dict[str, float]:
         n = len(self.latencies)
-        return {"ops": n, "per_s": round(n / self.wall, 1) if self.wall else 0.0,
-                "p50_ms": round(_pct(self.latencies, 0.5) * 1000, 2),
-                "p99_ms": round(_pct(self.latencies, 0.99) * 1000, 2),
-                "mean_ms": round(statistics.fmean(self.latencies) * 1000, 2) if n else 0.0}
+        return {
+            "ops": n,
+            "per_s": round(n / self.wall, 1) if self.wall else 0.0,
+            "p50_ms": round(_pct(self.latencies, 0.5) * 1000, 2),
+            "p99_ms": round(_pct(self.latencies, 0.99) * 1000, 2),
+            "mean_ms": round(statistics.fmean(self.latencies) * 1000, 2) if n else 0.0,
+        }
 
 
 async def _timed(phase: Phase, call: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
@@ -67,15 +70,18 @@ async def _timed(phase: Phase, call: Callable[[], Awaitable[httpx.Response]]) ->
     resp = await call()
     phase.latencies.append(time.perf_counter() - started)
     if resp.status_code != 200:
-        raise RuntimeError(f"{resp.request.method} {resp.request.url} -> {resp.status_code}: "
-                           f"{resp.text[:200]}")
+        raise RuntimeError(
+            f"{resp.request.method} {resp.request.url} -> {resp.status_code}: {resp.text[:200]}"
+        )
     return resp
 
 
 async def _load(urls: list[str], per_client: int, listings: int) -> dict[str, Any]:
     headers = {"anthropic-beta": BETA_MEMORY}
-    clients = [httpx.AsyncClient(base_url=urls[i % len(urls)], headers=headers, timeout=60)
-               for i in range(CLIENTS)]
+    clients = [
+        httpx.AsyncClient(base_url=urls[i % len(urls)], headers=headers, timeout=60)
+        for i in range(CLIENTS)
+    ]
     stores: list[str] = []
     for c in clients:
         resp = await c.post("/v1/memory_stores", json={"name": "bench"})
@@ -87,16 +93,22 @@ async def _load(urls: list[str], per_client: int, listings: int) -> dict[str, An
         c, sid = clients[i], stores[i]
         for n in range(per_client):
             body = {"path": f"/d{n % 10}/note-{n:05d}.md", "content": f"note {n}\n" * 20}
-            resp = await _timed(phases["create"], partial(
-                c.post, f"/v1/memory_stores/{sid}/memories", json=body))
+            resp = await _timed(
+                phases["create"], partial(c.post, f"/v1/memory_stores/{sid}/memories", json=body)
+            )
             memories[i].append(resp.json()["id"])
 
     async def updates(i: int) -> None:
         c, sid = clients[i], stores[i]
         for n, mid in enumerate(memories[i]):
-            await _timed(phases["update"], partial(
-                c.post, f"/v1/memory_stores/{sid}/memories/{mid}",
-                json={"content": f"edited {n}\n" * 20}))
+            await _timed(
+                phases["update"],
+                partial(
+                    c.post,
+                    f"/v1/memory_stores/{sid}/memories/{mid}",
+                    json={"content": f"edited {n}\n" * 20},
+                ),
+            )
 
     async def lists(i: int) -> None:
         c, sid = clients[i], stores[i]
@@ -133,20 +145,27 @@ def run(quick: bool = False) -> dict[str, Any]:
     listings = 2 if quick else 5
     cluster = PostgresCluster().init()
     work = Path(tempfile.mkdtemp(prefix="memfs-bench-server-"))
-    results: dict[str, Any] = {"clients": CLIENTS, "per_client": per_client,
-                               "listings_per_client": listings, "cpus": os.cpu_count(),
-                               "configs": {}}
+    results: dict[str, Any] = {
+        "clients": CLIENTS,
+        "per_client": per_client,
+        "listings_per_client": listings,
+        "cpus": os.cpu_count(),
+        "configs": {},
+    }
     try:
         for backend, n in CONFIGS:
             key = f"{backend}x{n}"
             db = str(work / f"{key}.db") if backend == "sqlite" else cluster.database("bench")
-            procs = [ServerProcess(db, log_path=work / f"{key}-{i}.log",
-                                   extra_args=["--pool-size", "8"]) for i in range(n)]
+            procs = [
+                ServerProcess(db, log_path=work / f"{key}-{i}.log", extra_args=["--pool-size", "8"])
+                for i in range(n)
+            ]
             try:
                 for p in procs:
                     p.start()
                 results["configs"][key] = trio.run(
-                    _load, [p.url for p in procs], per_client, listings)
+                    _load, [p.url for p in procs], per_client, listings
+                )
             finally:
                 for p in procs:
                     p.stop()
@@ -163,14 +182,18 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = [f"{results['clients']} clients, {results['per_client']} memories each, "
-             f"{results['cpus']} CPUs (servers, database and clients share them)",
-             "| config | op | per s | p50 ms | p99 ms | vs pg×1 | vs sqlite |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{results['clients']} clients, {results['per_client']} memories each, "
+        f"{results['cpus']} CPUs (servers, database and clients share them)",
+        "| config | op | per s | p50 ms | p99 ms | vs pg×1 | vs sqlite |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, cfg in results["configs"].items():
         for op, s in cfg.items():
-            lines.append(f"| {key} | {op} | {s['per_s']} | {s['p50_ms']} | {s['p99_ms']} | "
-                         f"{s['vs_pg1']} | {s['vs_sqlite']} |")
+            lines.append(
+                f"| {key} | {op} | {s['per_s']} | {s['p50_ms']} | {s['p99_ms']} | "
+                f"{s['vs_pg1']} | {s['vs_sqlite']} |"
+            )
     return "\n".join(lines)
 
 

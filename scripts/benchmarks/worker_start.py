@@ -51,9 +51,14 @@ def seed(db_path: Path, n: int) -> str:
     db = Database.open(db_path)
     try:
         store_id: str = db.create_store(f"Bench {n}", "", {})["id"]
-        db.bulk_create_memories(store_id, [
-            (f"/d{i % 20:02d}/note-{i:05d}.md", f"memory {i}\n" + "lorem ipsum " * 80)
-            for i in range(n)], ACTOR)
+        db.bulk_create_memories(
+            store_id,
+            [
+                (f"/d{i % 20:02d}/note-{i:05d}.md", f"memory {i}\n" + "lorem ipsum " * 80)
+                for i in range(n)
+            ],
+            ACTOR,
+        )
     finally:
         db.close()
     return store_id
@@ -80,19 +85,37 @@ def one_run(engine: str, url: str, store_id: str, n: int, work: Path) -> dict[st
             if posted.is_error or "memory" not in posted.text:
                 raise RuntimeError(f"the first read failed: {posted.text[:200]}")
 
-    script = Script(resources=[{
-        "type": "memory_store", "memory_store_id": store_id, "access": "read_write",
-        "name": "Bench", "mount_path": str(mount_path), "instructions": ""}],
-        calls=[Call("read", {"file_path": str(mount_path / first)})], after_result=after)
+    script = Script(
+        resources=[
+            {
+                "type": "memory_store",
+                "memory_store_id": store_id,
+                "access": "read_write",
+                "name": "Bench",
+                "mount_path": str(mount_path),
+                "instructions": "",
+            }
+        ],
+        calls=[Call("read", {"file_path": str(mount_path / first)})],
+        after_result=after,
+    )
     with ControlPlane(script, url) as plane:
+
         async def main() -> None:
             client = AsyncAnthropic(base_url=plane.url, api_key="unused", max_retries=2)
             options: dict[str, Any] = {"workdir": str(work), "max_idle": 5}
-            worker = (environment_worker(client, cache_dir=str(work / "cache"), **options)
-                      if engine == "memfs" else EnvironmentWorker(client, **options))
+            worker = (
+                environment_worker(client, cache_dir=str(work / "cache"), **options)
+                if engine == "memfs"
+                else EnvironmentWorker(client, **options)
+            )
             with anyio.fail_after(600):
-                await worker.handle_item(work_id=WORK_ID, environment_id=ENV_ID,
-                                         session_id=SESSION_ID, work_secret=work_secret())
+                await worker.handle_item(
+                    work_id=WORK_ID,
+                    environment_id=ENV_ID,
+                    session_id=SESSION_ID,
+                    work_secret=work_secret(),
+                )
 
         t0 = time.monotonic()
         anyio.run(main)
@@ -121,16 +144,19 @@ def run(quick: bool = False) -> dict[str, Any]:
                     for engine in ("sdk", "memfs"):
                         r = one_run(engine, server.url, store_ids[n], n, tmp / "work")
                         runs[engine].append(r)
-                        print(f"[worker_start] {n} memories {engine} run {i + 1}: "
-                              f"ready {r['ready_s']:.2f}s total {r['total_s']:.2f}s",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"[worker_start] {n} memories {engine} run {i + 1}: "
+                            f"ready {r['ready_s']:.2f}s total {r['total_s']:.2f}s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                 row: dict[str, Any] = {}
                 for engine, rs in runs.items():
-                    row[engine] = {k: statistics.median(r[k] for r in rs)
-                                   for k in ("ready_s", "total_s")}
+                    row[engine] = {
+                        k: statistics.median(r[k] for r in rs) for k in ("ready_s", "total_s")
+                    }
                     row[engine]["ready_all_s"] = [round(r["ready_s"], 3) for r in rs]
-                row["ready_ratio_sdk_over_memfs"] = (
-                    row["sdk"]["ready_s"] / row["memfs"]["ready_s"])
+                row["ready_ratio_sdk_over_memfs"] = row["sdk"]["ready_s"] / row["memfs"]["ready_s"]
                 results["sizes"][str(n)] = row
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -139,14 +165,18 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["| memories | SDK engine: agent-ready | memfs: agent-ready | ratio (SDK / memfs) "
-             "| SDK: whole item | memfs: whole item |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| memories | SDK engine: agent-ready | memfs: agent-ready | ratio (SDK / memfs) "
+        "| SDK: whole item | memfs: whole item |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for n, row in results["sizes"].items():
-        lines.append(f"| {int(n):,} | {row['sdk']['ready_s']:.2f} s | "
-                     f"{row['memfs']['ready_s']:.2f} s | "
-                     f"{row['ready_ratio_sdk_over_memfs']:.1f}x | "
-                     f"{row['sdk']['total_s']:.2f} s | {row['memfs']['total_s']:.2f} s |")
+        lines.append(
+            f"| {int(n):,} | {row['sdk']['ready_s']:.2f} s | "
+            f"{row['memfs']['ready_s']:.2f} s | "
+            f"{row['ready_ratio_sdk_over_memfs']:.1f}x | "
+            f"{row['sdk']['total_s']:.2f} s | {row['memfs']['total_s']:.2f} s |"
+        )
     return "\n".join(lines)
 
 

@@ -15,9 +15,11 @@ from tests.support.files import MARKER
 
 from .common import counts_since
 
-WORDS = ("alpha beta gamma delta epsilon zeta theta lambda sigma omega note idea todo "
-         "fix build deploy cache mount store memory agent review design plan test "
-         "python trio fuse kernel inode journal sync push pull merge conflict").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta theta lambda sigma omega note idea todo "
+    "fix build deploy cache mount store memory agent review design plan test "
+    "python trio fuse kernel inode journal sync push pull merge conflict"
+).split()
 
 AGENT_COMMANDS = 300  # the full script; --quick runs a prefix of the same sequence
 AGENT_SEED = 7
@@ -64,15 +66,25 @@ def write_tree(root: Path, items: list[tuple[str, str]]) -> None:
         p.write_text(text)
 
 
-
 def agent_script(items: list[tuple[str, str]], commands: int) -> str:
     """The first `commands` of the fixed 300-command agent script (seed 7) over `items`."""
     rng = random.Random(AGENT_SEED)
     live = sorted(p.lstrip("/") for p, _ in items)
     dirs = sorted({p.split("/")[0] for p in live})
-    kinds = (["cat"] * 55 + ["grep"] * 32 + ["grep_all"] * 8 + ["sed"] * 30
-             + ["append"] * 40 + ["ls"] * 25 + ["find"] * 15 + ["mv"] * 15 + ["rm"] * 15
-             + ["heredoc"] * 40 + ["python"] * 10 + ["head_wc"] * 15)
+    kinds = (
+        ["cat"] * 55
+        + ["grep"] * 32
+        + ["grep_all"] * 8
+        + ["sed"] * 30
+        + ["append"] * 40
+        + ["ls"] * 25
+        + ["find"] * 15
+        + ["mv"] * 15
+        + ["rm"] * 15
+        + ["heredoc"] * 40
+        + ["python"] * 10
+        + ["head_wc"] * 15
+    )
     assert len(kinds) == AGENT_COMMANDS
     rng.shuffle(kinds)
     q = shlex.quote
@@ -87,8 +99,9 @@ def agent_script(items: list[tuple[str, str]], commands: int) -> str:
         elif kind == "grep":
             lines.append(f"grep -rn {q(w)} {q(d)} > /dev/null; [ $? -le 1 ] {fail}")
         elif kind == "grep_all":
-            lines.append(f"grep -rn {q(w + ' ' + rng.choice(WORDS))} . > /dev/null; "
-                         f"[ $? -le 1 ] {fail}")
+            lines.append(
+                f"grep -rn {q(w + ' ' + rng.choice(WORDS))} . > /dev/null; [ $? -le 1 ] {fail}"
+            )
         elif kind == "sed":
             lines.append(f"sed -i 's/{w}/{w.upper()}/g' {q(f)} {fail}")
         elif kind == "append":
@@ -114,13 +127,17 @@ def agent_script(items: list[tuple[str, str]], commands: int) -> str:
                 live.append(new)
                 live.sort()
         elif kind == "python":
-            code = (f"import pathlib; p = pathlib.Path({f!r}); "
-                    f"p.write_text(p.read_text().replace({w!r}, {w.title()!r}))")
+            code = (
+                f"import pathlib; p = pathlib.Path({f!r}); "
+                f"p.write_text(p.read_text().replace({w!r}, {w.title()!r}))"
+            )
             lines.append(f"python3 -c {q(code)} {fail}")
         else:
             lines.append(f"head -n 5 {q(f)} | wc -l > /dev/null {fail}")
-    head = [f"#!/bin/bash\n# memfs bench: agent workload ({commands} of the "
-            f"{AGENT_COMMANDS} commands, seed {AGENT_SEED})"]
+    head = [
+        f"#!/bin/bash\n# memfs bench: agent workload ({commands} of the "
+        f"{AGENT_COMMANDS} commands, seed {AGENT_SEED})"
+    ]
     return "\n".join(head + lines[:commands]) + "\n"
 
 
@@ -158,8 +175,9 @@ def _save(p: str) -> None:
 Counts = Callable[[], dict[str, int]]
 
 
-def perop(root: Path, n: int, remount: Callable[[], None], counts: Counts | None = None
-          ) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
+def perop(
+    root: Path, n: int, remount: Callable[[], None], counts: Counts | None = None
+) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
     """The per-operation sequence on `n` files of 1 KiB in `root`: ops/s of each step
     (listdir in ms), and, when `counts` reads the daemon's FUSE requests by handler,
     each step's requests (totals over the step). `remount` runs between the creates and
@@ -217,12 +235,17 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("append", "echo line >> topic04/note00.md"),
     ("sed_i", "sed -i 's/alpha/ALPHA/g' topic04/note01.md"),
     ("heredoc", "cat > topic05/new{n}.md <<'EOF'\nhello\nEOF"),
-    ("save_tmp_rename", "printf 'x\\n' > topic05/.s{n}.tmp && "
-                        "mv topic05/.s{n}.tmp topic05/saved.md"),
+    (
+        "save_tmp_rename",
+        "printf 'x\\n' > topic05/.s{n}.tmp && mv topic05/.s{n}.tmp topic05/saved.md",
+    ),
     ("mv", "mv topic06/note{n:02d}.md topic06/moved{n}.md"),
     ("rm", "rm topic07/note{n:02d}.md"),
-    ("python_edit", "python3 -c \"import pathlib; p = pathlib.Path('topic08/note00.md'); "
-                    "p.write_text(p.read_text().replace('beta', 'Beta'))\""),
+    (
+        "python_edit",
+        "python3 -c \"import pathlib; p = pathlib.Path('topic08/note00.md'); "
+        "p.write_text(p.read_text().replace('beta', 'Beta'))\"",
+    ),
 )
 COMMAND_RUNS = 3  # the first warms the caches; the others are measured
 

@@ -25,12 +25,12 @@ def _fuse_usable() -> None:
 
 
 @pytest.fixture
-def quiet(tmp_path: Path, shared_server: ServerProcess,
-          store: dict[str, Any]) -> Iterator[MountProcess]:
+def quiet(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, Any]
+) -> Iterator[MountProcess]:
     """A mount of a fresh store that syncs only when asked: no pass runs between a
     test's steps, so each step's outcome is known."""
-    proc = mount_store(tmp_path, shared_server.url, str(store["id"]),
-                       "--sync-interval", "3600")
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600")
     try:
         yield proc
     finally:

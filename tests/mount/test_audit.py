@@ -43,7 +43,8 @@ def run(*cmd: str) -> None:
 
 
 def test_each_change_names_its_process_and_the_version_it_became(
-        quiet: MountProcess, shared_api: Api, store: dict[str, Any]) -> None:
+    quiet: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     f = quiet.mountpoint / "notes.md"
     run("sh", "-c", f"echo one > {f}")
@@ -71,11 +72,16 @@ def test_each_change_names_its_process_and_the_version_it_became(
     seen = [r for r in records if r["kind"] == "change"]
     temp = seen[3]["path"]
     assert changes(records) == [
-        ("sh", "create", "/notes.md"), ("sh", "write", "/notes.md"),
-        ("python3", "write", "/notes.md"),
-        ("sed", "create", temp), ("sed", "write", temp), ("sed", "rename", temp),
+        ("sh", "create", "/notes.md"),
         ("sh", "write", "/notes.md"),
-        ("rm", "unlink", "/notes.md"), ("mkdir", "mkdir", "/d")]
+        ("python3", "write", "/notes.md"),
+        ("sed", "create", temp),
+        ("sed", "write", temp),
+        ("sed", "rename", temp),
+        ("sh", "write", "/notes.md"),
+        ("rm", "unlink", "/notes.md"),
+        ("mkdir", "mkdir", "/d"),
+    ]
     assert seen[5]["to"] == "/notes.md"
     became = [(r["outcome"] or {}).get("version") for r in seen]
     assert became[:6] == [v1, v1, v2, v3, v3, v3]
@@ -96,14 +102,15 @@ def test_each_change_names_its_process_and_the_version_it_became(
     assert trail(quiet, "--path", "/d") == [seen[8]]
     assert trail(quiet, "--since", "0s") == []
     # the trail holds no contents
-    raw = b"".join(p.read_bytes() for p in (quiet.mountpoint.parent / "mnt-cache").glob(
-        "audit.jsonl*"))
+    raw = b"".join(
+        p.read_bytes() for p in (quiet.mountpoint.parent / "mnt-cache").glob("audit.jsonl*")
+    )
     assert b"uno" not in raw and b"mine" not in raw and b"remote" not in raw
 
 
 def test_the_trail_survives_kill_9_with_every_acknowledged_change(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, Any]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     first = mount_store(tmp_path, shared_server.url, sid, "--sync-interval", "3600")
     try:
@@ -115,11 +122,18 @@ def test_the_trail_survives_kill_9_with_every_acknowledged_change(
         run("rm", str(root / "f2.md"))
         run("truncate", "-s", "1", str(root / "f3.md"))
         first.kill()  # SIGKILL: no teardown, the mount is left dead
-        expected = ([("sh", "create", f"/f{i}.md") for i in range(1, 26)]
-                    + [("sh", "write", f"/f{i}.md") for i in range(1, 26)]
-                    + [("python3", "create", "/py.md"), ("python3", "write", "/py.md"),
-                       ("mkdir", "mkdir", "/sub"), ("mv", "rename", "/f1.md"),
-                       ("rm", "unlink", "/f2.md"), ("truncate", "truncate", "/f3.md")])
+        expected = (
+            [("sh", "create", f"/f{i}.md") for i in range(1, 26)]
+            + [("sh", "write", f"/f{i}.md") for i in range(1, 26)]
+            + [
+                ("python3", "create", "/py.md"),
+                ("python3", "write", "/py.md"),
+                ("mkdir", "mkdir", "/sub"),
+                ("mv", "rename", "/f1.md"),
+                ("rm", "unlink", "/f2.md"),
+                ("truncate", "truncate", "/f3.md"),
+            ]
+        )
         dead = trail(first)  # read from the cache directory of the dead mount
         assert sorted(changes(dead)) == sorted(expected)
         fates = {(r["op"], r["path"]): r["outcome"] for r in dead if r["kind"] == "change"}
@@ -129,8 +143,9 @@ def test_the_trail_survives_kill_9_with_every_acknowledged_change(
         assert set(fates.values()) == {None}  # the rest waits for the next start
     finally:
         first.cleanup()
-    again = MountProcess(first.args, first.mountpoint, url=shared_server.url,
-                         log_path=tmp_path / "again.log").start()
+    again = MountProcess(
+        first.args, first.mountpoint, url=shared_server.url, log_path=tmp_path / "again.log"
+    ).start()
     try:
         records = trail(again)
         assert [r["op"] for r in records if r["kind"] == "mount"] == ["mounted", "mounted"]

@@ -23,8 +23,9 @@ class Writer:
 
     def __init__(self, path: Path) -> None:
         script = 'exec 3>>"$1"; while read -r line; do printf "%s\\n" "$line" >&3 || exit 9; done'
-        self.proc = subprocess.Popen(["bash", "-c", script, "writer", str(path)],
-                                     stdin=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            ["bash", "-c", script, "writer", str(path)], stdin=subprocess.PIPE, text=True
+        )
 
     def write(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -63,8 +64,11 @@ def wait_for_file(path: Path, text: str) -> None:
 
 
 def test_unmount_refuses_a_busy_mount_naming_what_holds_it(
-        mount: MountProcess, shared_api: Api, store: dict[str, object],
-        holders: list[subprocess.Popen[str] | Writer]) -> None:
+    mount: MountProcess,
+    shared_api: Api,
+    store: dict[str, object],
+    holders: list[subprocess.Popen[str] | Writer],
+) -> None:
     root = mount.mountpoint
     (root / "sub").mkdir()
     shell = subprocess.Popen(["sleep", "300"], cwd=root / "sub", text=True)
@@ -94,8 +98,11 @@ def test_unmount_refuses_a_busy_mount_naming_what_holds_it(
 
 
 def test_unmount_lazy_detaches_and_flushes_when_the_last_holder_leaves(
-        mount: MountProcess, shared_api: Api, store: dict[str, object],
-        holders: list[subprocess.Popen[str] | Writer]) -> None:
+    mount: MountProcess,
+    shared_api: Api,
+    store: dict[str, object],
+    holders: list[subprocess.Popen[str] | Writer],
+) -> None:
     root = mount.mountpoint
     writer = Writer(root / "w.md")
     holders.append(writer)
@@ -115,15 +122,21 @@ def test_unmount_lazy_detaches_and_flushes_when_the_last_holder_leaves(
 
 
 def test_unmount_refuses_a_nested_mount_and_force_unmounts_it_first(
-        tmp_path: Path, mount: MountProcess, shared_server: ServerProcess,
-        shared_api: Api, store: dict[str, object]) -> None:
+    tmp_path: Path,
+    mount: MountProcess,
+    shared_server: ServerProcess,
+    shared_api: Api,
+    store: dict[str, object],
+) -> None:
     outer = mount.mountpoint
     (outer / "inner").mkdir()
     inner_store = str(shared_api.create_store("inner")["id"])
-    inner = MountProcess(["mount", inner_store, str(outer / "inner"),
-                          "--cache-dir", str(tmp_path / "inner-cache")],
-                         outer / "inner", url=shared_server.url,
-                         log_path=tmp_path / "inner.log").start()
+    inner = MountProcess(
+        ["mount", inner_store, str(outer / "inner"), "--cache-dir", str(tmp_path / "inner-cache")],
+        outer / "inner",
+        url=shared_server.url,
+        log_path=tmp_path / "inner.log",
+    ).start()
     try:
         (outer / "a.md").write_text("outer\n")
         (outer / "inner" / "b.md").write_text("inner\n")

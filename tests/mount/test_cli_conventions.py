@@ -39,11 +39,11 @@ def memfs_on_a_terminal(env: dict[str, str], *args: str) -> tuple[int, str]:
 
 
 @pytest.fixture
-def slow_mount(tmp_path: Path, shared_server: ServerProcess,
-               store: dict[str, object]) -> Iterator[MountProcess]:
+def slow_mount(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+) -> Iterator[MountProcess]:
     """A mount whose own passes never come while a test looks (1 h interval)."""
-    proc = mount_store(tmp_path, shared_server.url, str(store["id"]), "--sync-interval",
-                       "3600")
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600")
     try:
         yield proc
     finally:
@@ -59,13 +59,17 @@ def _conflict(mount: MountProcess, api: Api, store_id: str) -> None:
 
 
 def test_sync_names_conflicts_and_shares_the_status_schema(
-        slow_mount: MountProcess, shared_api: Api, store: dict[str, object]) -> None:
+    slow_mount: MountProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     store_id = str(store["id"])
     _conflict(slow_mount, shared_api, store_id)
     out = slow_mount.memfs("sync", str(slow_mount.mountpoint))
     lines = out.stdout.splitlines()
-    assert re.fullmatch(rf"{store_id}: ok pulled=\d+ pushed=\d+ deleted=0 conflicts=1 "
-                        r"in [\d.]+s", lines[0]), out.stdout
+    assert re.fullmatch(
+        rf"{store_id}: ok pulled=\d+ pushed=\d+ deleted=0 conflicts=1 "
+        r"in [\d.]+s",
+        lines[0],
+    ), out.stdout
     assert re.fullmatch(r"  conflict: /style\.md -> /\S+", lines[1]), out.stdout
     copy = lines[1].split(" -> ", 1)[1]
     assert Path(copy).read_text() == "local edit\n"
@@ -92,7 +96,8 @@ def test_sync_names_conflicts_and_shares_the_status_schema(
 
 
 def test_status_path_lists_dirty_refused_and_conflicted_files(
-        slow_mount: MountProcess, shared_api: Api, store: dict[str, object]) -> None:
+    slow_mount: MountProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     store_id = str(store["id"])
     _conflict(slow_mount, shared_api, store_id)
     slow_mount.sync()
@@ -128,16 +133,17 @@ def test_a_long_listing_says_how_many_more(slow_mount: MountProcess) -> None:
 
 def _session_env(url: str, runtime: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="local",
-               XDG_RUNTIME_DIR=str(runtime))
+    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="local", XDG_RUNTIME_DIR=str(runtime))
     return env
 
 
-def test_session_root_may_be_relative(tmp_path: Path, shared_server: ServerProcess,
-                                      shared_api: Api) -> None:
+def test_session_root_may_be_relative(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     store_id = shared_api.create_store("Relative Root")["id"]
-    (tmp_path / "spec.json").write_text(json.dumps(
-        {"resources": [{"type": "memory_store", "memory_store_id": store_id}]}))
+    (tmp_path / "spec.json").write_text(
+        json.dumps({"resources": [{"type": "memory_store", "memory_store_id": store_id}]})
+    )
     (tmp_path / "memory").mkdir()
     runtime = tmp_path / "rt"
     runtime.mkdir()
@@ -145,16 +151,36 @@ def test_session_root_may_be_relative(tmp_path: Path, shared_server: ServerProce
     root = tmp_path / "memory"
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "memfs.cli", "session", "spec.json", "--root", "memory",
-             "--daemon", "--cache-dir", "cache"], cwd=tmp_path, env=env,
-            capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "memfs.cli",
+                "session",
+                "spec.json",
+                "--root",
+                "memory",
+                "--daemon",
+                "--cache-dir",
+                "cache",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert f"-> {root}/relative-root [read_write]" in out.stderr, out.stderr
         assert is_mounted(root)
         assert os.listdir(root) == ["relative-root"]
-        down = subprocess.run([sys.executable, "-m", "memfs.cli", "unmount", "memory"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=120)
+        down = subprocess.run(
+            [sys.executable, "-m", "memfs.cli", "unmount", "memory"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert down.returncode == 0, down.stderr
         assert not is_mounted(root)
     finally:
@@ -166,16 +192,28 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 def test_daemon_log_lines_are_key_value_or_json(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     """A mount's life (start, writes, a conflict, a refused file, a failed pass against
     a dead server, stop), logged in both formats: every line splits into fields."""
     for fmt in ("text", "json"):
         store_id = shared_api.create_store(f"Logged {fmt}")["id"]
-        proc = MountProcess(["--log-format", fmt, "mount", store_id,
-                             str(tmp_path / f"mnt-{fmt}"), "--cache-dir",
-                             str(tmp_path / f"cache-{fmt}"), "--sync-interval", "3600"],
-                            tmp_path / f"mnt-{fmt}", url=shared_server.url,
-                            log_path=tmp_path / f"{fmt}.log")
+        proc = MountProcess(
+            [
+                "--log-format",
+                fmt,
+                "mount",
+                store_id,
+                str(tmp_path / f"mnt-{fmt}"),
+                "--cache-dir",
+                str(tmp_path / f"cache-{fmt}"),
+                "--sync-interval",
+                "3600",
+            ],
+            tmp_path / f"mnt-{fmt}",
+            url=shared_server.url,
+            log_path=tmp_path / f"{fmt}.log",
+        )
         proc.start()
         try:
             _conflict(proc, shared_api, store_id)
@@ -193,8 +231,11 @@ def test_daemon_log_lines_are_key_value_or_json(
                 assert LOG_LINE.fullmatch(line), line
         else:
             records = _records(proc.log_path)
-            conflict = next(r for r in records if r["message"].startswith(
-                "memory changed both locally and remotely"))
+            conflict = next(
+                r
+                for r in records
+                if r["message"].startswith("memory changed both locally and remotely")
+            )
             assert (conflict["memory_store_id"], conflict["path"]) == (store_id, "/style.md")
             assert conflict["level"] == "warning" and RFC3339.fullmatch(conflict["time"])
             refused = next(r for r in records if r.get("path") == "/bad name.md")
@@ -206,7 +247,8 @@ def test_daemon_log_lines_are_key_value_or_json(
 
 
 def test_a_daemon_mount_logs_json_to_its_cache_dir(
-        tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+) -> None:
     """`--daemon` without --log-file logs to memfs.log in the cache directory (what
     docs/operations.md says), in the --log-format given."""
     mnt, cache = tmp_path / "mnt", tmp_path / "cache"
@@ -214,14 +256,35 @@ def test_a_daemon_mount_logs_json_to_its_cache_dir(
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     env["ANTHROPIC_BASE_URL"] = shared_server.url
     try:
-        out = subprocess.run([sys.executable, "-m", "memfs.cli", "mount", str(store["id"]),
-                              str(mnt), "--cache-dir", str(cache), "--daemon",
-                              "--log-format", "json"], env=env, cwd=REPO_ROOT,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memfs.cli",
+                "mount",
+                str(store["id"]),
+                str(mnt),
+                "--cache-dir",
+                str(cache),
+                "--daemon",
+                "--log-format",
+                "json",
+            ],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert f"logs: {cache / 'memfs.log'}" in out.stderr, out.stderr
-        down = subprocess.run([sys.executable, "-m", "memfs.cli", "unmount", str(mnt)],
-                              env=env, capture_output=True, text=True, timeout=120)
+        down = subprocess.run(
+            [sys.executable, "-m", "memfs.cli", "unmount", str(mnt)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert down.returncode == 0, down.stderr
     finally:
         lazy_unmount(mnt)
@@ -240,15 +303,20 @@ def _free_port() -> int:
 def _new_terminal_env(home: Path) -> dict[str, str]:
     """What a new login terminal has: no memfs on PATH, none of a test's variables."""
     home.mkdir(parents=True, exist_ok=True)
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": "root",
-            "LANG": "C.UTF-8", "XDG_RUNTIME_DIR": str(home / "run")}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "USER": "root",
+        "LANG": "C.UTF-8",
+        "XDG_RUNTIME_DIR": str(home / "run"),
+    }
 
 
 def _readme_usage_block() -> str:
     text = (REPO_ROOT / "README.md").read_text()
-    section = text[text.index("## Using it"):]
+    section = text[text.index("## Using it") :]
     start = section.index("```sh\n") + len("```sh\n")
-    return section[start:section.index("\n```", start)]
+    return section[start : section.index("\n```", start)]
 
 
 def test_the_readme_commands_run_in_a_new_terminal(tmp_path: Path) -> None:
@@ -263,15 +331,18 @@ def test_the_readme_commands_run_in_a_new_terminal(tmp_path: Path) -> None:
     clone.mkdir()
     (clone / ".venv").symlink_to(REPO_ROOT / ".venv")
     root = tmp_path / "mnt-memory"
-    script = (block.replace("8765", str(_free_port())).replace("/mnt/memory", str(root))
-              .replace("sudo ", ""))
+    script = (
+        block.replace("8765", str(_free_port()))
+        .replace("/mnt/memory", str(root))
+        .replace("sudo ", "")
+    )
     env = _new_terminal_env(tmp_path / "home")
     (tmp_path / "home" / "run").mkdir()
-    wrapped = ("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
-               + script)
+    wrapped = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script
     try:
-        out = subprocess.run(["bash", "-c", wrapped], cwd=clone, env=env,
-                             capture_output=True, text=True, timeout=150)
+        out = subprocess.run(
+            ["bash", "-c", wrapped], cwd=clone, env=env, capture_output=True, text=True, timeout=150
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert '"dirty": 0' in out.stdout, out.stdout  # `status` on a pipe: JSON
         assert "team-notes\nuser-preferences\n" in out.stdout, out.stdout  # the session
@@ -286,12 +357,21 @@ def test_the_readme_commands_run_in_a_new_terminal(tmp_path: Path) -> None:
 
 def test_the_demo_hints_work_from_another_terminal(tmp_path: Path) -> None:
     mnt = tmp_path / "demo-mount"
-    env = {**os.environ, "MEMFS_DEMO_DIR": str(tmp_path / "demo"),
-           "MEMFS_DEMO_PORT": str(_free_port()), "MEMFS_DEMO_MOUNT": str(mnt)}
+    env = {
+        **os.environ,
+        "MEMFS_DEMO_DIR": str(tmp_path / "demo"),
+        "MEMFS_DEMO_PORT": str(_free_port()),
+        "MEMFS_DEMO_MOUNT": str(mnt),
+    }
     env.pop("ANTHROPIC_BASE_URL", None)
-    demo = subprocess.Popen(["bash", str(REPO_ROOT / "scripts" / "demo")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    demo = subprocess.Popen(
+        ["bash", str(REPO_ROOT / "scripts" / "demo")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     assert demo.stdout is not None and demo.stderr is not None
     try:
         hints = []
@@ -313,8 +393,9 @@ def test_the_demo_hints_work_from_another_terminal(tmp_path: Path) -> None:
             del other["XDG_RUNTIME_DIR"]  # the same control-socket directory as the demo
         for hint in hints:
             assert ".venv/bin/memfs" not in hint or f"{REPO_ROOT}/.venv/bin/memfs" in hint
-            out = subprocess.run(["bash", "-c", hint], cwd="/", env=other,
-                                 capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                ["bash", "-c", hint], cwd="/", env=other, capture_output=True, text=True, timeout=60
+            )
             assert out.returncode == 0, (hint, out.stdout, out.stderr)
     finally:
         os.killpg(demo.pid, signal.SIGINT)

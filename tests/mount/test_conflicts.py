@@ -17,8 +17,6 @@ from tests.support.server import ServerProcess
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
 
 
-
-
 def listed(mount: MountProcess) -> list[dict[str, Any]]:
     answer = json.loads(cli_ok(mount, "conflicts", str(mount.mountpoint), "--json"))
     (one,) = answer["mounts"]
@@ -47,7 +45,8 @@ def force_conflict(mount: MountProcess, api: Api, store_id: str, remote: str) ->
 
 
 def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
-        quiet: MountProcess, shared_api: Api, store: dict[str, Any]) -> None:
+    quiet: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     f = force_conflict(quiet, shared_api, sid, "remote wins\n")
     winner = memory(shared_api, sid, "/plan.md")
@@ -79,7 +78,8 @@ def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
 
 
 def test_a_restore_that_loses_again_is_kept_again(
-        quiet: MountProcess, shared_api: Api, store: dict[str, Any]) -> None:
+    quiet: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     f = force_conflict(quiet, shared_api, sid, "remote wins\n")
     (first,) = listed(quiet)
@@ -94,19 +94,19 @@ def test_a_restore_that_loses_again_is_kept_again(
     assert len(copies) == 2
     second = next(c for c in copies if c["id"] != first["id"])
     assert Path(second["copy"]).read_bytes() == LOSING
-    assert second["remote_version"] == memory(shared_api, sid,
-                                              "/plan.md")["memory_version_id"]
+    assert second["remote_version"] == memory(shared_api, sid, "/plan.md")["memory_version_id"]
     # a dirty file is not overwritten without --force
     f.write_text("new local work\n")
-    refused = cli_bytes(quiet, "conflicts", "restore", second["id"], "--mount",
-                  str(quiet.mountpoint))
+    refused = cli_bytes(
+        quiet, "conflicts", "restore", second["id"], "--mount", str(quiet.mountpoint)
+    )
     assert refused.returncode == 1 and b"not pushed yet" in refused.stderr
     assert f.read_text() == "new local work\n"
 
 
 def test_copies_outlive_the_mount_and_a_read_only_store_refuses_their_restore(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, Any]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     first = mount_store(tmp_path, shared_server.url, sid, "--sync-interval", "3600")
     try:

@@ -36,7 +36,6 @@ from tests.support.server import ServerProcess, start_server
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
 
-
 PATHS = [f"{d}/f{i}.md" for d in ("a", "b", "a/deep") for i in range(4)]
 SEED = int(os.environ.get("MEMFS_CRASH_SEED", "20261202"))
 
@@ -45,8 +44,9 @@ class Writer(threading.Thread):
     """Random changes to a mount; `acked` is the state every acknowledged change left,
     `in_flight` the paths of the one change whose system call had not returned."""
 
-    def __init__(self, root: Path, model: dict[str, str], rng: random.Random,
-                 max_ops: int, tag: str) -> None:
+    def __init__(
+        self, root: Path, model: dict[str, str], rng: random.Random, max_ops: int, tag: str
+    ) -> None:
         super().__init__(daemon=True)
         self.root = root
         self.acked = dict(model)
@@ -125,8 +125,8 @@ def settle(model: dict[str, str], seen: dict[str, str], in_flight: set[str]) -> 
 
 
 def test_kill_9_daemon_at_random_points_loses_nothing_acknowledged(
-        request: pytest.FixtureRequest, tmp_path: Path, shared_server: ServerProcess,
-        shared_api: Api) -> None:
+    request: pytest.FixtureRequest, tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     trials = 500 if request.config.getoption("--long") else 50
     rng = random.Random(SEED)
@@ -142,8 +142,7 @@ def test_kill_9_daemon_at_random_points_loses_nothing_acknowledged(
             root = proc.mountpoint
             kind = rng.choice(list(kinds))
             kinds[kind] += 1
-            writer = Writer(root, model, rng, max_ops=rng.randint(5, 40),
-                            tag=f"t{trial}")
+            writer = Writer(root, model, rng, max_ops=rng.randint(5, 40), tag=f"t{trial}")
             if kind == "writes":
                 writer.start()
                 time.sleep(rng.uniform(0, 0.25))
@@ -154,7 +153,10 @@ def test_kill_9_daemon_at_random_points_loses_nothing_acknowledged(
                 if kind == "mid-pass":
                     syncing = subprocess.Popen(
                         [sys.executable, "-m", "memfs.cli", "sync", str(root)],
-                        env=proc.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        env=proc.env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                     time.sleep(rng.uniform(0, 0.3))
                     kill9(proc)
                     syncing.wait(30)
@@ -171,10 +173,12 @@ def test_kill_9_daemon_at_random_points_loses_nothing_acknowledged(
             seen = local_files(proc.mountpoint)
             settle(model, seen, writer.in_flight)
             assert seen == model, (
-                f"trial {trial} ({kind}, seed {SEED}): the mount lost acknowledged changes")
+                f"trial {trial} ({kind}, seed {SEED}): the mount lost acknowledged changes"
+            )
             proc.sync()
             assert store_files(shared_api, sid) == model, (
-                f"trial {trial} ({kind}, seed {SEED}): the store disagrees after a sync")
+                f"trial {trial} ({kind}, seed {SEED}): the store disagrees after a sync"
+            )
             assert local_files(proc.mountpoint) == model
         assert proc.stop() == 0
         assert store_files(shared_api, sid) == model
@@ -211,9 +215,12 @@ def test_kill_9_of_the_server_under_load(tmp_path: Path) -> None:
             # load: a background `memfs sync` loop while files are written
             def sync_loop() -> None:
                 while not stop.is_set():
-                    subprocess.run([sys.executable, "-m", "memfs.cli", "sync", str(root),
-                                    "--timeout", "60"], env=proc.env, capture_output=True,
-                                   timeout=90)
+                    subprocess.run(
+                        [sys.executable, "-m", "memfs.cli", "sync", str(root), "--timeout", "60"],
+                        env=proc.env,
+                        capture_output=True,
+                        timeout=90,
+                    )
 
             syncer = threading.Thread(target=sync_loop, daemon=True)
             syncer.start()

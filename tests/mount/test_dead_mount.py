@@ -23,8 +23,8 @@ pytestmark = pytest.mark.deadline(180)
 
 
 def test_status_explains_a_dead_mount_and_the_command_that_recovers_it(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, object]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     store_id = str(store["id"])
     proc = mount_store(tmp_path, shared_server.url, store_id, "--sync-interval", "300")
     root = proc.mountpoint
@@ -55,9 +55,13 @@ def test_status_explains_a_dead_mount_and_the_command_that_recovers_it(
 
         command = shlex.split(answer["recover"])
         assert command[0] == "memfs"
-        recovered = subprocess.run([sys.executable, "-m", "memfs.cli", *command[1:]],
-                                   env=proc.env, capture_output=True, text=True,
-                                   timeout=60)
+        recovered = subprocess.run(
+            [sys.executable, "-m", "memfs.cli", *command[1:]],
+            env=proc.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert recovered.returncode == 0, recovered.stderr
         assert local_files(root) == expected
         proc.sync()

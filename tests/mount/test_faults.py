@@ -37,12 +37,13 @@ from tests.support.server import ServerProcess, start_server
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
 
-
 SEED = int(os.environ.get("MEMFS_FAULT_SEED", "8"))
 FAULTS = f"error=0.2,drop_before=0.05,drop_after=0.05,seed={SEED}"
 SHARED = [f"shared/s{k}.md" for k in range(6)]
-CONFLICT_LINE = re.compile(r"keeping the remote version memory_store_id=\S+ path=(\S+) "
-                           r"conflict_copy=(\S+)")
+CONFLICT_LINE = re.compile(
+    r"keeping the remote version memory_store_id=\S+ path=(\S+) "
+    r"conflict_copy=(\S+)"
+)
 
 
 def version_contents(api: Api, store_id: str) -> set[str]:
@@ -50,8 +51,9 @@ def version_contents(api: Api, store_id: str) -> set[str]:
     seen: set[str] = set()
     params: dict[str, Any] = {"view": "full", "limit": 20}
     for _ in range(100_000):
-        page = api._ok(api.request("GET", f"/v1/memory_stores/{store_id}/memory_versions",
-                                   params=params))
+        page = api._ok(
+            api.request("GET", f"/v1/memory_stores/{store_id}/memory_versions", params=params)
+        )
         seen.update(v["content"] for v in page["data"] if v.get("content") is not None)
         if not page.get("next_page"):
             return seen
@@ -66,7 +68,7 @@ class Editor:
         self.index = index
         self.mount = mount
         self.rng = rng
-        self.private: dict[str, str] = {}   # path -> content: exact truth for the store
+        self.private: dict[str, str] = {}  # path -> content: exact truth for the store
         self.shared_last: dict[str, str] = {}  # shared path -> the last bytes written
         self.edits = 0
         (mount.mountpoint / f"p{index}").mkdir(exist_ok=True)
@@ -116,10 +118,23 @@ class Editor:
 
 def sync_all(mounts: list[MountProcess], timeout: float = 120) -> list[int]:
     """`memfs sync` on every mount at once (their passes race); exit codes."""
-    procs = [subprocess.Popen([sys.executable, "-m", "memfs.cli", "sync", str(m.mountpoint),
-                               "--timeout", str(timeout)], env=m.env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for m in mounts]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memfs.cli",
+                "sync",
+                str(m.mountpoint),
+                "--timeout",
+                str(timeout),
+            ],
+            env=m.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for m in mounts
+    ]
     return [p.wait(timeout + 30) for p in procs]
 
 
@@ -144,8 +159,7 @@ def run_faults(tmp_path: Path, edits: int, rounds: int) -> None:
         server.start()
         url = server.url
         for i in range(3):
-            mounts.append(mount_store(tmp_path, url, sid, "--sync-interval", "5",
-                                      name=f"m{i}"))
+            mounts.append(mount_store(tmp_path, url, sid, "--sync-interval", "5", name=f"m{i}"))
         editors = [Editor(i, m, random.Random(rng.random())) for i, m in enumerate(mounts)]
         t0 = time.monotonic()
         per_round = edits // rounds
@@ -190,8 +204,11 @@ def run_faults(tmp_path: Path, edits: int, rounds: int) -> None:
             mine = {p: c for p, c in head.items() if p.startswith(f"p{e.index}/")}
             assert mine == e.private, f"mount {e.index}: private files differ from its model"
             cache = tmp_path / f"m{e.index}-cache"
-            copies = {p.read_text(): p for p in (cache / "conflicts").glob("*")
-                      if not p.name.startswith(".")}
+            copies = {
+                p.read_text(): p
+                for p in (cache / "conflicts").glob("*")
+                if not p.name.startswith(".")
+            }
             log = e.mount.log()
             named = {(path, copy) for path, copy in CONFLICT_LINE.findall(log)}
             # every conflict copy is named in this mount's log, with its path
@@ -207,16 +224,17 @@ def run_faults(tmp_path: Path, edits: int, rounds: int) -> None:
                 in_copy = text in copies
                 assert in_store or in_copy, (
                     f"mount {e.index}: its last bytes for {path} are neither in the store "
-                    f"nor in a conflict copy: {text!r}")
+                    f"nor in a conflict copy: {text!r}"
+                )
                 kept += in_copy and not in_store
             for bad in ("Traceback", "unexpected error in handler"):
                 assert bad not in log, log[-3000:]
             assert "retrying store request" in log or "memory sync failed" in log
-            report.append(f"m{e.index}: {e.edits} edits, {len(copies)} conflict copies "
-                          f"({kept} only there)")
+            report.append(
+                f"m{e.index}: {e.edits} edits, {len(copies)} conflict copies ({kept} only there)"
+            )
         server_log = server.log_path.read_text()
-        faults = {k: server_log.count(f"fault={k}") for k in ("error", "drop_before",
-                                                              "drop_after")}
+        faults = {k: server_log.count(f"fault={k}") for k in ("error", "drop_before", "drop_after")}
         assert all(n > 0 for n in faults.values()), faults
         for m in mounts:
             assert m.stop() == 0
@@ -228,15 +246,15 @@ def run_faults(tmp_path: Path, edits: int, rounds: int) -> None:
 
 
 def test_1000_edits_across_3_mounts_under_20pct_faults(
-        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     if request.config.getoption("--long"):
         run_faults(tmp_path, edits=10_000, rounds=100)
     else:
         run_faults(tmp_path, edits=1_000, rounds=10)
 
 
-def test_racing_preconditions_between_passes(tmp_path: Path,
-                                             shared_server: ServerProcess) -> None:
+def test_racing_preconditions_between_passes(tmp_path: Path, shared_server: ServerProcess) -> None:
     """Two mounts edit the same file between passes, many times: exactly one upload
     wins each race (the store's precondition), the loser's bytes land in a conflict
     copy named in its log, and both mounts end with the winner's bytes."""
@@ -257,8 +275,10 @@ def test_racing_preconditions_between_passes(tmp_path: Path,
                 winner = store_files(api, sid)["race.md"]
                 assert winner in (a, b)
                 loser, loser_name = (b, "two") if winner == a else (a, "one")
-                copies = [p.read_text() for p in (tmp_path / f"{loser_name}-cache"
-                                                  / "conflicts").glob("*")]
+                copies = [
+                    p.read_text()
+                    for p in (tmp_path / f"{loser_name}-cache" / "conflicts").glob("*")
+                ]
                 assert loser in copies, f"round {i}: the losing bytes were not kept"
                 assert (one.mountpoint / "race.md").read_text() == winner
                 assert (two.mountpoint / "race.md").read_text() == winner
@@ -267,8 +287,9 @@ def test_racing_preconditions_between_passes(tmp_path: Path,
                     assert Path(copy).exists()
             history = version_contents(api, sid)
             # exactly one content per round reached the store
-            assert sum(1 for i in range(8) for who in ("one", "two")
-                       if f"{who} {i}\n" in history) == 8
+            assert (
+                sum(1 for i in range(8) for who in ("one", "two") if f"{who} {i}\n" in history) == 8
+            )
         finally:
             one.cleanup()
             two.cleanup()

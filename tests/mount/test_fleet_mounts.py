@@ -21,8 +21,11 @@ pytestmark = pytest.mark.fuse
 
 
 def local_tree(root: Path) -> dict[str, str]:
-    return {"/" + str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".anthropic-memory-store"}
+    return {
+        "/" + str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".anthropic-memory-store"
+    }
 
 
 def store_tree(api: Api, sid: str) -> dict[str, str]:
@@ -56,7 +59,8 @@ def converge(mounts: list[MountProcess]) -> None:
 
 
 def test_three_mounts_on_three_instances_converge(
-        tmp_path: Path, instances: list[ServerProcess]) -> None:
+    tmp_path: Path, instances: list[ServerProcess]
+) -> None:
     require_fuse()
     api = Api(instances[0].url)
     sid = str(api.create_store("fleet")["id"])
@@ -65,8 +69,10 @@ def test_three_mounts_on_three_instances_converge(
         api.create_memory(sid, path, "seed")
     mounts = [mount_store(tmp_path, p.url, sid, name=f"m{i}") for i, p in enumerate(instances)]
     try:
-        loads = [threading.Thread(target=write_load, args=(m.mountpoint, f"m{i}", 40, expected))
-                 for i, m in enumerate(mounts)]
+        loads = [
+            threading.Thread(target=write_load, args=(m.mountpoint, f"m{i}", 40, expected))
+            for i, m in enumerate(mounts)
+        ]
         for t in loads:
             t.start()
         for t in loads:
@@ -83,15 +89,18 @@ def test_three_mounts_on_three_instances_converge(
 
 
 def test_kill_9_of_an_instance_and_a_database_restart_lose_nothing(
-        tmp_path: Path, instances: list[ServerProcess], postgres: PostgresCluster) -> None:
+    tmp_path: Path, instances: list[ServerProcess], postgres: PostgresCluster
+) -> None:
     require_fuse()
     api = Api(instances[0].url)
     sid = str(api.create_store("fleet-crash")["id"])
     expected: dict[str, str] = {}
     mounts = [mount_store(tmp_path, p.url, sid, name=f"m{i}") for i, p in enumerate(instances)]
     try:
-        loads = [threading.Thread(target=write_load, args=(m.mountpoint, f"m{i}", 60, expected))
-                 for i, m in enumerate(mounts)]
+        loads = [
+            threading.Thread(target=write_load, args=(m.mountpoint, f"m{i}", 60, expected))
+            for i, m in enumerate(mounts)
+        ]
         for t in loads:
             t.start()
         mounts[1].memfs("sync", str(mounts[1].mountpoint), check=False)
@@ -126,12 +135,27 @@ def test_a_mount_on_a_scoped_token(tmp_path: Path, instances: list[ServerProcess
         ro = db.create_token({mine: tokens.READ_ONLY, theirs: tokens.READ_ONLY}, 3600)["token"]
     finally:
         db.close()
-    writer = MountProcess(["mount", mine, str(tmp_path / "w"), "--cache-dir",
-                           str(tmp_path / "w-cache")], tmp_path / "w", url=instances[1].url,
-                          log_path=tmp_path / "w.log", env={"ANTHROPIC_AUTH_TOKEN": rw})
-    reader = MountProcess(["mount", mine, str(tmp_path / "r"), "--read-only", "--cache-dir",
-                           str(tmp_path / "r-cache")], tmp_path / "r", url=instances[2].url,
-                          log_path=tmp_path / "r.log", env={"ANTHROPIC_AUTH_TOKEN": ro})
+    writer = MountProcess(
+        ["mount", mine, str(tmp_path / "w"), "--cache-dir", str(tmp_path / "w-cache")],
+        tmp_path / "w",
+        url=instances[1].url,
+        log_path=tmp_path / "w.log",
+        env={"ANTHROPIC_AUTH_TOKEN": rw},
+    )
+    reader = MountProcess(
+        [
+            "mount",
+            mine,
+            str(tmp_path / "r"),
+            "--read-only",
+            "--cache-dir",
+            str(tmp_path / "r-cache"),
+        ],
+        tmp_path / "r",
+        url=instances[2].url,
+        log_path=tmp_path / "r.log",
+        env={"ANTHROPIC_AUTH_TOKEN": ro},
+    )
     try:
         writer.start()
         assert (writer.mountpoint / "seed.md").read_text() == "seed"
@@ -140,10 +164,13 @@ def test_a_mount_on_a_scoped_token(tmp_path: Path, instances: list[ServerProcess
         assert store_tree(api, mine) == {"/seed.md": "seed", "/new.md": "from a token"}
         reader.start()
         assert local_tree(reader.mountpoint) == store_tree(api, mine)
-        refused = MountProcess(["mount", theirs, str(tmp_path / "x"), "--cache-dir",
-                                str(tmp_path / "x-cache")], tmp_path / "x",
-                               url=instances[0].url, log_path=tmp_path / "x.log",
-                               env={"ANTHROPIC_AUTH_TOKEN": rw})
+        refused = MountProcess(
+            ["mount", theirs, str(tmp_path / "x"), "--cache-dir", str(tmp_path / "x-cache")],
+            tmp_path / "x",
+            url=instances[0].url,
+            log_path=tmp_path / "x.log",
+            env={"ANTHROPIC_AUTH_TOKEN": rw},
+        )
         with pytest.raises(RuntimeError, match="exited"):
             refused.start()
         refused.cleanup()

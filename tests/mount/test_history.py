@@ -29,21 +29,36 @@ MOUNT_ACTOR = {"type": "api_actor", "api_key_id": api_key_id(MOUNT_KEY)}
 REMOTE_ACTOR = {"type": "api_actor", "api_key_id": api_key_id(REMOTE_KEY)}
 
 
-def start_mount(tmp_path: Path, url: str, store_id: str, *extra: str,
-                name: str = "mnt") -> MountProcess:
+def start_mount(
+    tmp_path: Path, url: str, store_id: str, *extra: str, name: str = "mnt"
+) -> MountProcess:
     """A mount writing as MOUNT_KEY (the shared server accepts any key and names it;
     MountProcess drops ANTHROPIC_API_KEY, so it goes as a bearer token). It syncs only
     when asked, so no pass lands between a test's steps."""
     mountpoint = tmp_path / name
-    args = ["mount", store_id, str(mountpoint), "--cache-dir", str(tmp_path / f"{name}-c"),
-            "--sync-interval", "3600", *extra]
-    return MountProcess(args, mountpoint, url=url, log_path=tmp_path / f"{name}.log",
-                        env={"ANTHROPIC_AUTH_TOKEN": MOUNT_KEY}).start()
+    args = [
+        "mount",
+        store_id,
+        str(mountpoint),
+        "--cache-dir",
+        str(tmp_path / f"{name}-c"),
+        "--sync-interval",
+        "3600",
+        *extra,
+    ]
+    return MountProcess(
+        args,
+        mountpoint,
+        url=url,
+        log_path=tmp_path / f"{name}.log",
+        env={"ANTHROPIC_AUTH_TOKEN": MOUNT_KEY},
+    ).start()
 
 
 @pytest.fixture
-def keyed(tmp_path: Path, shared_server: ServerProcess,
-          store: dict[str, Any]) -> Iterator[MountProcess]:
+def keyed(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, Any]
+) -> Iterator[MountProcess]:
     proc = start_mount(tmp_path, shared_server.url, str(store["id"]))
     try:
         yield proc
@@ -56,8 +71,6 @@ def remote(shared_server: ServerProcess) -> Iterator[Api]:
     """Another writer of the same store, with its own key (its own actor)."""
     with Api(shared_server.url, REMOTE_KEY) as client:
         yield client
-
-
 
 
 def log(mount: MountProcess, path: str) -> dict[str, Any]:
@@ -81,7 +94,8 @@ V4 = b"four, from elsewhere\n"
 
 
 def test_four_versions_with_actors_then_show_diff_restore_round_trip_exact_bytes(
-        keyed: MountProcess, remote: Api, store: dict[str, Any]) -> None:
+    keyed: MountProcess, remote: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     f = keyed.mountpoint / "plan.md"
     f.write_bytes(V1)
@@ -99,12 +113,10 @@ def test_four_versions_with_actors_then_show_diff_restore_round_trip_exact_bytes
     assert answer["memory_id"] == memory["id"] and answer["path"] == "/plan.md"
     assert answer["local"]["state"] == "clean"
     versions = answer["versions"]
-    assert [v["operation"] for v in versions] == ["modified", "modified", "modified",
-                                                  "created"]
+    assert [v["operation"] for v in versions] == ["modified", "modified", "modified", "created"]
     assert [v["created_by"] for v in versions] == [REMOTE_ACTOR] + [MOUNT_ACTOR] * 3
     assert [v["content_sha256"] for v in versions] == [sha(V4), sha(V3), sha(V2), sha(V1)]
-    assert [v["content_size_bytes"] for v in versions] == [len(V4), len(V3), len(V2),
-                                                           len(V1)]
+    assert [v["content_size_bytes"] for v in versions] == [len(V4), len(V3), len(V2), len(V1)]
     text = cli_ok(keyed, "log", str(f)).decode()
     assert f"api:{api_key_id(REMOTE_KEY)}" in text.splitlines()[1]
     assert "(head)" in text.splitlines()[1]
@@ -119,10 +131,15 @@ def test_four_versions_with_actors_then_show_diff_restore_round_trip_exact_bytes
     assert cli_ok(keyed, "diff", str(f)) == b""
     f.write_bytes(b"five\n")
     assert cli_ok(keyed, "diff", str(f)).decode().splitlines()[2:] == [
-        "@@ -1 +1 @@", "-four, from elsewhere", "+five"]
+        "@@ -1 +1 @@",
+        "-four, from elsewhere",
+        "+five",
+    ]
     between = cli_ok(keyed, "diff", f"{f}@~2", "@~1")
-    assert between.decode().splitlines()[:2] == [f"--- {f}@{versions[2]['id']}",
-                                                 f"+++ {f}@{versions[1]['id']}"]
+    assert between.decode().splitlines()[:2] == [
+        f"--- {f}@{versions[2]['id']}",
+        f"+++ {f}@{versions[1]['id']}",
+    ]
     rebuilt = keyed.mountpoint.parent / "rebuilt.md"
     rebuilt.write_bytes(V2)
     subprocess.run(["patch", "-s", str(rebuilt)], input=between, check=True, timeout=30)
@@ -151,7 +168,8 @@ def test_four_versions_with_actors_then_show_diff_restore_round_trip_exact_bytes
 
 
 def test_a_deleted_file_is_found_by_its_path_and_restored_as_a_new_memory(
-        keyed: MountProcess, remote: Api, store: dict[str, Any]) -> None:
+    keyed: MountProcess, remote: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     d = keyed.mountpoint / "notes"
     d.mkdir()
@@ -181,7 +199,8 @@ def test_a_deleted_file_is_found_by_its_path_and_restored_as_a_new_memory(
 
 
 def test_store_form_reads_history_and_restores_with_a_precondition(
-        keyed: MountProcess, remote: Api, store: dict[str, Any]) -> None:
+    keyed: MountProcess, remote: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     created = remote.create_memory(sid, "/a.md", "first\n")
     remote.update_memory(sid, created["id"], content="second\n")
@@ -189,7 +208,10 @@ def test_store_form_reads_history_and_restores_with_a_precondition(
     assert answer["local"] is None
     assert [v["created_by"] for v in answer["versions"]] == [REMOTE_ACTOR] * 2
     assert cli_ok(keyed, "diff", f"{sid}:/a.md").decode().splitlines()[2:] == [
-        "@@ -1 +1 @@", "-first", "+second"]
+        "@@ -1 +1 @@",
+        "-first",
+        "+second",
+    ]
     out = cli_ok(keyed, "restore", f"{sid}:/a.md", "--to", "~1").decode()
     assert "as new version memver_" in out
     assert remote.get_memory(sid, created["id"])["content"] == "first\n"
@@ -200,7 +222,8 @@ def test_store_form_reads_history_and_restores_with_a_precondition(
 
 
 def test_read_only_stores_show_history_and_refuse_every_restore(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api, remote: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, remote: Api
+) -> None:
     sid = str(shared_api.create_store("History RO")["id"])
     created = remote.create_memory(sid, "/fact.md", "v1\n")
     remote.update_memory(sid, created["id"], content="v2\n")
@@ -212,7 +235,10 @@ def test_read_only_stores_show_history_and_refuse_every_restore(
         assert len(answer["versions"]) == 2
         assert cli_ok(ro, "show", f"{f}@~1") == b"v1\n"
         assert cli_ok(ro, "diff", f"{f}@~1").decode().splitlines()[2:] == [
-            "@@ -1 +1 @@", "-v1", "+v2"]
+            "@@ -1 +1 @@",
+            "-v1",
+            "+v2",
+        ]
         refused = cli_bytes(ro, "restore", str(f), "--to", "~1")
         assert refused.returncode == 1 and b"read-only store" in refused.stderr
         assert f.read_bytes() == b"v2\n"
@@ -227,23 +253,42 @@ def test_read_only_stores_show_history_and_refuse_every_restore(
 
 
 def test_a_session_shows_each_store_history_audit_and_refuses_the_read_only_one(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api, remote: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, remote: Api
+) -> None:
     notes = str(shared_api.create_store("Notes")["id"])
     team = str(shared_api.create_store("Team")["id"])
     fact = remote.create_memory(team, "/fact.md", "v1\n")
     remote.update_memory(team, fact["id"], content="v2\n")
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"resources": [
-        {"type": "memory_store", "memory_store_id": notes, "access": "read_write"},
-        {"type": "memory_store", "memory_store_id": team, "access": "read_only"}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "resources": [
+                    {"type": "memory_store", "memory_store_id": notes, "access": "read_write"},
+                    {"type": "memory_store", "memory_store_id": team, "access": "read_only"},
+                ]
+            }
+        )
+    )
     root = tmp_path / "root"
     root.mkdir()
     runtime = Path(tempfile.mkdtemp(prefix="mfs-rt-", dir="/tmp"))
-    proc = MountProcess(["session", str(spec), "--root", str(root), "--cache-dir",
-                         str(tmp_path / "session-cache"), "--sync-interval", "3600"],
-                        root, url=shared_server.url, log_path=tmp_path / "session.log",
-                        env={"ANTHROPIC_AUTH_TOKEN": MOUNT_KEY,
-                             "XDG_RUNTIME_DIR": str(runtime)})
+    proc = MountProcess(
+        [
+            "session",
+            str(spec),
+            "--root",
+            str(root),
+            "--cache-dir",
+            str(tmp_path / "session-cache"),
+            "--sync-interval",
+            "3600",
+        ],
+        root,
+        url=shared_server.url,
+        log_path=tmp_path / "session.log",
+        env={"ANTHROPIC_AUTH_TOKEN": MOUNT_KEY, "XDG_RUNTIME_DIR": str(runtime)},
+    )
     proc.start()
     try:
         mine = root / "notes" / "a.md"
@@ -254,9 +299,9 @@ def test_a_session_shows_each_store_history_audit_and_refuses_the_read_only_one(
         (version,) = answer["versions"]
         assert version["created_by"] == MOUNT_ACTOR
         trail = json.loads(cli_ok(proc, "audit", str(root), "--path", str(mine), "--json"))
-        assert [(r["comm"], r["op"], r["local_path"], r["outcome"]["version"])
-                for r in trail["records"]] == [("sh", "create", str(mine), version["id"]),
-                                               ("sh", "write", str(mine), version["id"])]
+        assert [
+            (r["comm"], r["op"], r["local_path"], r["outcome"]["version"]) for r in trail["records"]
+        ] == [("sh", "create", str(mine), version["id"]), ("sh", "write", str(mine), version["id"])]
         theirs = root / "team" / "fact.md"
         answer = log(proc, str(theirs))
         assert answer["access"] == "read_only" and len(answer["versions"]) == 2
@@ -264,9 +309,11 @@ def test_a_session_shows_each_store_history_audit_and_refuses_the_read_only_one(
         refused = cli_bytes(proc, "restore", str(theirs), "--to", "~1")
         assert refused.returncode == 1 and b"read-only store" in refused.stderr
         assert remote.get_memory(team, fact["id"])["content"] == "v2\n"
-        for where, why in [(root, b"the session root is not a memory"),
-                           (root / "team", b"a store's directory is not a memory"),
-                           (root / "other" / "x.md", b"no store of this session")]:
+        for where, why in [
+            (root, b"the session root is not a memory"),
+            (root / "team", b"a store's directory is not a memory"),
+            (root / "other" / "x.md", b"no store of this session"),
+        ]:
             wrong = cli_bytes(proc, "log", str(where))
             assert wrong.returncode == 1 and why in wrong.stderr, wrong.stderr
     finally:

@@ -27,8 +27,9 @@ MEMFS = [sys.executable, "-m", "memfs.cli"]
 @pytest.fixture
 def slow_server(tmp_path: Path) -> Iterator[ServerProcess]:
     """Every memory request waits up to 1.5 s: a pass over 40 files takes seconds."""
-    proc = start_server(tmp_path / "slow.db",
-                        extra_args=["--faults", "latency_ms=1500,paths=memories,seed=3"])
+    proc = start_server(
+        tmp_path / "slow.db", extra_args=["--faults", "latency_ms=1500,paths=memories,seed=3"]
+    )
     try:
         yield proc
     finally:
@@ -36,8 +37,14 @@ def slow_server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*MEMFS, *args], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [*MEMFS, *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def interrupt(proc: subprocess.Popen[str], after: float) -> tuple[int, str]:
@@ -70,8 +77,9 @@ def write_files(root: Path, n: int) -> dict[str, str]:
     return files
 
 
-def test_sync_timeout_leaves_the_daemon_alive(mount: MountProcess, shared_api: Api,
-                                              store: dict[str, object]) -> None:
+def test_sync_timeout_leaves_the_daemon_alive(
+    mount: MountProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     files = write_files(mount.mountpoint, 5)
     result = mount.memfs("sync", str(mount.mountpoint), "--timeout", "0.001", check=False)
     assert result.returncode == 1
@@ -85,8 +93,11 @@ def test_garbage_and_silent_peers_leave_the_daemon_alive(mount: MountProcess) ->
     import json
     import socket
 
-    info = next(json.loads(p.read_text())
-                for p in runtime_entries() if str(mount.mountpoint) in p.read_text())
+    info = next(
+        json.loads(p.read_text())
+        for p in runtime_entries()
+        if str(mount.mountpoint) in p.read_text()
+    )
     for payload in (b"\xff\xfe not json\n", b"[1,2]\n", b'{"op": 7}\n', b"x" * 70000, b""):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(info["socket"])
@@ -107,7 +118,8 @@ def runtime_entries() -> list[Path]:
 
 
 def test_ctrl_c_on_a_slow_sync_leaves_the_pass_running(
-        tmp_path: Path, slow_server: ServerProcess) -> None:
+    tmp_path: Path, slow_server: ServerProcess
+) -> None:
     with Api(slow_server.url) as api:
         store_id = str(api.create_store("slow")["id"])
         proc = mount_store(tmp_path, slow_server.url, store_id, "--sync-interval", "300")
@@ -123,11 +135,13 @@ def test_ctrl_c_on_a_slow_sync_leaves_the_pass_running(
 
 
 def test_ctrl_c_on_unmount_during_a_long_flush_finishes_the_unmount(
-        tmp_path: Path, slow_server: ServerProcess) -> None:
+    tmp_path: Path, slow_server: ServerProcess
+) -> None:
     with Api(slow_server.url) as api:
         store_id = str(api.create_store("slow")["id"])
-        proc = mount_store(tmp_path, slow_server.url, store_id, "--sync-interval", "300",
-                           "--flush-timeout", "120")
+        proc = mount_store(
+            tmp_path, slow_server.url, store_id, "--sync-interval", "300", "--flush-timeout", "120"
+        )
         try:
             files = write_files(proc.mountpoint, 40)
             code, err = interrupt(cli(proc.env, "unmount", str(proc.mountpoint)), after=2.0)
@@ -159,8 +173,15 @@ def test_ctrl_c_on_mount_daemon_against_a_hung_server_aborts_cleanly(tmp_path: P
     mountpoint.mkdir()
     with HungServer() as hung:
         env = {**os.environ, "ANTHROPIC_BASE_URL": hung.url}
-        proc = cli(env, "mount", "memstore_hung", str(mountpoint), "--daemon",
-                   "--cache-dir", str(tmp_path / "cache"))
+        proc = cli(
+            env,
+            "mount",
+            "memstore_hung",
+            str(mountpoint),
+            "--daemon",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        )
         code, err = interrupt(proc, after=1.5)
         assert code == 130, err
         assert_one_line(err)
@@ -173,19 +194,22 @@ def test_ctrl_c_on_mount_daemon_against_a_hung_server_aborts_cleanly(tmp_path: P
         assert not any(str(mountpoint) in p.read_text() for p in runtime_entries())
 
 
-@pytest.mark.parametrize("command", [
-    ["mount", "memstore_hung", "{mnt}", "--cache-dir", "{tmp}/cache"],
-    ["session", "{tmp}/spec.json", "--root", "{mnt}", "--cache-dir", "{tmp}/cache"],
-    ["store", "list"],
-    ["store", "show", "memstore_hung"],
-    ["store", "export", "memstore_hung", "{tmp}/out"],
-    ["store", "import", "memstore_hung", "{tmp}"],
-])
-def test_ctrl_c_against_a_hung_server_prints_one_line(tmp_path: Path,
-                                                      command: list[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["mount", "memstore_hung", "{mnt}", "--cache-dir", "{tmp}/cache"],
+        ["session", "{tmp}/spec.json", "--root", "{mnt}", "--cache-dir", "{tmp}/cache"],
+        ["store", "list"],
+        ["store", "show", "memstore_hung"],
+        ["store", "export", "memstore_hung", "{tmp}/out"],
+        ["store", "import", "memstore_hung", "{tmp}"],
+    ],
+)
+def test_ctrl_c_against_a_hung_server_prints_one_line(tmp_path: Path, command: list[str]) -> None:
     (tmp_path / "mnt").mkdir()
     (tmp_path / "spec.json").write_text(
-        '{"resources": [{"type": "memory_store", "memory_store_id": "memstore_hung"}]}')
+        '{"resources": [{"type": "memory_store", "memory_store_id": "memstore_hung"}]}'
+    )
     args = [a.format(tmp=tmp_path, mnt=tmp_path / "mnt") for a in command]
     with HungServer() as hung:
         env = {**os.environ, "ANTHROPIC_BASE_URL": hung.url, "ANTHROPIC_API_KEY": "k"}
@@ -218,12 +242,24 @@ def test_ctrl_c_on_commands_waiting_for_a_silent_daemon(tmp_path: Path) -> None:
     listener.listen(16)
     sleeper = subprocess.Popen(["sleep", "120"])  # the "daemon" pid that stays alive
     try:
-        (runtime / "memfs" / "silent.json").write_text(json.dumps({
-            "mountpoint": str(mountpoint), "pid": sleeper.pid, "socket": str(sock_path),
-            "mode": "single", "stores": ["memstore_x"]}))
+        (runtime / "memfs" / "silent.json").write_text(
+            json.dumps(
+                {
+                    "mountpoint": str(mountpoint),
+                    "pid": sleeper.pid,
+                    "socket": str(sock_path),
+                    "mode": "single",
+                    "stores": ["memstore_x"],
+                }
+            )
+        )
         env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
-        for args in (["sync", str(mountpoint)], ["status", str(mountpoint)], ["status"],
-                     ["unmount", str(mountpoint)]):
+        for args in (
+            ["sync", str(mountpoint)],
+            ["status", str(mountpoint)],
+            ["status"],
+            ["unmount", str(mountpoint)],
+        ):
             code, err = interrupt(cli(env, *args), after=1.5)
             assert code == 130, (args, err)
             assert_one_line(err)

@@ -18,20 +18,27 @@ from tests.support.server import ServerProcess
 
 
 @pytest.mark.deadline(180)
-def test_a_live_mount_counts_its_work(tmp_path: Path, shared_server: ServerProcess,
-                                      shared_api: Api, store: dict[str, object]) -> None:
+def test_a_live_mount_counts_its_work(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     sid = str(store["id"])
     shared = shared_api.create_memory(sid, "/shared.md", "v1\n")
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    proc = mount_store(tmp_path, shared_server.url, sid, "--metrics-addr",
-                       f"127.0.0.1:{port}", "--sync-interval", "3600")
+    proc = mount_store(
+        tmp_path,
+        shared_server.url,
+        sid,
+        "--metrics-addr",
+        f"127.0.0.1:{port}",
+        "--sync-interval",
+        "3600",
+    )
     try:
         root = proc.mountpoint
         before = scrape(url)
         assert value(before, "memfs_sync_passes_total", store=sid, outcome="ok") == 1
-        assert value(before, "memfs_store_requests_total", kind="list_memories",
-                     status="200") >= 1
+        assert value(before, "memfs_store_requests_total", kind="list_memories", status="200") >= 1
         assert value(before, "memfs_memories", store=sid) == 1
         assert value(before, "memfs_dirty_files", store=sid) == 0
 
@@ -47,26 +54,26 @@ def test_a_live_mount_counts_its_work(tmp_path: Path, shared_server: ServerProce
         assert value(written, "memfs_dirty_files", store=sid) == 4
         assert value(written, "memfs_refused_files", store=sid) == 1
         assert value(written, "memfs_fuse_operations_total", op="write", result="ok") >= 4
-        assert value(written, "memfs_fuse_operations_total", op="flush",
-                     result="EILSEQ") == 1
+        assert value(written, "memfs_fuse_operations_total", op="flush", result="EILSEQ") == 1
         # each new name was looked up first: a negative entry (answered "ok", inode 0)
         # where the kernel may cache it, ENOENT where it must not
-        assert (value(written, "memfs_fuse_operations_total", op="lookup", result="ok")
-                + value(written, "memfs_fuse_operations_total", op="lookup",
-                        result="ENOENT")) >= 4
+        assert (
+            value(written, "memfs_fuse_operations_total", op="lookup", result="ok")
+            + value(written, "memfs_fuse_operations_total", op="lookup", result="ENOENT")
+        ) >= 4
 
         proc.sync()
         after = scrape(url)
         assert value(after, "memfs_sync_passes_total", store=sid, outcome="ok") == 2
         assert value(after, "memfs_conflicts_total", store=sid) == 1
-        assert value(after, "memfs_store_requests_total", kind="create_memory",
-                     status="200") == 3
+        assert value(after, "memfs_store_requests_total", kind="create_memory", status="200") == 3
         assert value(after, "memfs_push_seconds_count", kind="create") == 3
         assert value(after, "memfs_push_seconds_sum", kind="create") > 0
         up = value(after, "memfs_store_bytes_total", direction="up")
         assert up - value(before, "memfs_store_bytes_total", direction="up") > 3 * 800
         assert value(after, "memfs_store_bytes_total", direction="down") > value(
-            before, "memfs_store_bytes_total", direction="down")
+            before, "memfs_store_bytes_total", direction="down"
+        )
         assert value(after, "memfs_dirty_files", store=sid) == 0
         assert value(after, "memfs_refused_files", store=sid) == 1
         assert value(after, "memfs_memories", store=sid) == 5  # the conflict copy is in the cache
@@ -78,16 +85,31 @@ def test_a_live_mount_counts_its_work(tmp_path: Path, shared_server: ServerProce
 
 
 def test_a_bad_or_taken_metrics_address_refuses_the_start(
-        tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+) -> None:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     env_url = {"ANTHROPIC_BASE_URL": shared_server.url}
 
     def mount(addr: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "memfs.cli", "mount", str(store["id"]), str(mnt),
-             "--cache-dir", str(tmp_path / "cache"), "--metrics-addr", addr],
-            env={**os.environ, **env_url}, capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "memfs.cli",
+                "mount",
+                str(store["id"]),
+                str(mnt),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--metrics-addr",
+                addr,
+            ],
+            env={**os.environ, **env_url},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     bad = mount("9100")
     assert bad.returncode == 2
@@ -98,29 +120,52 @@ def test_a_bad_or_taken_metrics_address_refuses_the_start(
         port = taken.getsockname()[1]
         busy = mount(f"127.0.0.1:{port}")
     assert busy.returncode == 2
-    assert f"cannot listen on --metrics-addr 127.0.0.1:{port}: the port is already in use" \
+    assert (
+        f"cannot listen on --metrics-addr 127.0.0.1:{port}: the port is already in use"
         in busy.stderr
+    )
     assert not list(mnt.iterdir())
 
 
 @pytest.mark.deadline(120)
-def test_a_session_reports_each_store(tmp_path: Path, shared_server: ServerProcess,
-                                      shared_api: Api) -> None:
+def test_a_session_reports_each_store(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     notes = shared_api.create_store("Notes")["id"]
     team = shared_api.create_store("Team")["id"]
     shared_api.create_memory(team, "/a.md", "a\n")
     shared_api.create_memory(team, "/b.md", "b\n")
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"resources": [
-        {"type": "memory_store", "memory_store_id": notes, "access": "read_write"},
-        {"type": "memory_store", "memory_store_id": team, "access": "read_only"}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "resources": [
+                    {"type": "memory_store", "memory_store_id": notes, "access": "read_write"},
+                    {"type": "memory_store", "memory_store_id": team, "access": "read_only"},
+                ]
+            }
+        )
+    )
     root = tmp_path / "memory"
     root.mkdir()
     port = free_port()
-    proc = MountProcess(["session", str(spec), "--root", str(root), "--cache-dir",
-                         str(tmp_path / "cache"), "--sync-interval", "3600",
-                         "--metrics-addr", f"127.0.0.1:{port}"], root,
-                        url=shared_server.url, log_path=tmp_path / "session.log")
+    proc = MountProcess(
+        [
+            "session",
+            str(spec),
+            "--root",
+            str(root),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--sync-interval",
+            "3600",
+            "--metrics-addr",
+            f"127.0.0.1:{port}",
+        ],
+        root,
+        url=shared_server.url,
+        log_path=tmp_path / "session.log",
+    )
     proc.env["ANTHROPIC_API_KEY"] = "anything"  # a session needs a credential
     proc.start()
     try:

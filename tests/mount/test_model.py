@@ -91,6 +91,7 @@ class FileOps(RuleBasedStateMachine):
                 return -1
             with open(p, "a") as f:
                 return f.write(data)
+
         self.both(op)
 
     @rule(d=DIRS, name=NAMES, data=TEXT, offset=st.integers(0, 2000))
@@ -101,6 +102,7 @@ class FileOps(RuleBasedStateMachine):
                 return os.pwrite(fd, data.encode(), offset)
             finally:
                 os.close(fd)
+
         self.both(op)
 
     @rule(d=DIRS, name=NAMES, size=st.integers(0, 3000))
@@ -135,6 +137,7 @@ class FileOps(RuleBasedStateMachine):
             with open(root / d / name, "rb") as f:
                 os.unlink(root / d / name)
                 return f.read()
+
         self.both(op)
 
     @rule(d=DIRS, name=NAMES, data=TEXT)
@@ -144,6 +147,7 @@ class FileOps(RuleBasedStateMachine):
             tmp.write_text(data)
             os.fsync(os.open(tmp, os.O_RDONLY))
             os.replace(tmp, root / d / name)
+
         self.both(op)
 
     @rule(d=DIRS, name=NAMES)
@@ -154,13 +158,17 @@ class FileOps(RuleBasedStateMachine):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
         self.both(op)
 
     # -- sync and remote edits ------------------------------------------------------------
     def store_files(self) -> dict[str, dict[str, Any]]:
         prefix = f"/{self.case}/"
-        return {m["path"][len(prefix):]: m for m in self.api.list_memories(self.store_id)
-                if m["path"].startswith(prefix)}
+        return {
+            m["path"][len(prefix) :]: m
+            for m in self.api.list_memories(self.store_id)
+            if m["path"].startswith(prefix)
+        }
 
     def sync(self) -> None:
         info = control.find_mount(str(self.mount.mountpoint))
@@ -242,8 +250,9 @@ class FileOps(RuleBasedStateMachine):
 
 
 @pytest.fixture
-def model_env(mount: MountProcess, shared_api: Api, store: dict[str, object],
-              tmp_path: Path) -> Iterator[None]:
+def model_env(
+    mount: MountProcess, shared_api: Api, store: dict[str, object], tmp_path: Path
+) -> Iterator[None]:
     FileOps.mount = mount
     FileOps.api = shared_api
     FileOps.store_id = str(store["id"])
@@ -253,13 +262,13 @@ def model_env(mount: MountProcess, shared_api: Api, store: dict[str, object],
     shutil.rmtree(FileOps.native_base, ignore_errors=True)
 
 
-def test_memfs_behaves_like_a_local_directory(model_env: None,
-                                              request: pytest.FixtureRequest) -> None:
+def test_memfs_behaves_like_a_local_directory(
+    model_env: None, request: pytest.FixtureRequest
+) -> None:
     long_run = bool(request.config.getoption("--long"))
     run = FileOps.TestCase
     run.settings = settings(
-        max_examples=int(os.environ.get("MEMFS_MODEL_EXAMPLES", 0))
-        or (2000 if long_run else 60),
+        max_examples=int(os.environ.get("MEMFS_MODEL_EXAMPLES", 0)) or (2000 if long_run else 60),
         stateful_step_count=60 if long_run else 30,
         deadline=None,
         derandomize=not long_run,

@@ -46,7 +46,8 @@ def _need_helper() -> None:
     ours = BIN / "mount.fuse.memfs"
     assert os.path.realpath(HELPER) == os.path.realpath(ours), (
         f"{HELPER} is not this checkout's helper ({os.path.realpath(HELPER)}); "
-        f"run scripts/install here")
+        f"run scripts/install here"
+    )
 
 
 class Host:
@@ -71,10 +72,13 @@ class Host:
 
     def place(self, text: str) -> str:
         """A docs example with this host's store and paths."""
-        for old, new in ((DOC_STORE, self.store), ("/mnt/prefs", str(self.mountpoint)),
-                         ("/etc/memfs/prefs.env", str(self.env_file)),
-                         ("/var/cache/memfs/prefs", str(self.cache)),
-                         ("/opt/memfs/.venv/bin/memfs", str(BIN / "memfs"))):
+        for old, new in (
+            (DOC_STORE, self.store),
+            ("/mnt/prefs", str(self.mountpoint)),
+            ("/etc/memfs/prefs.env", str(self.env_file)),
+            ("/var/cache/memfs/prefs", str(self.cache)),
+            ("/opt/memfs/.venv/bin/memfs", str(BIN / "memfs")),
+        ):
             text = text.replace(old, new)
         return text
 
@@ -84,10 +88,14 @@ class Host:
         return path
 
 
-def run(*argv: str, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
-                          env=env if env is not None else boot_env())
+def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env if env is not None else boot_env(),
+    )
 
 
 def boot_env() -> dict[str, str]:
@@ -98,8 +106,11 @@ def boot_env() -> dict[str, str]:
 def shell_env() -> dict[str, str]:
     """A root login shell of a systemd host: it sets XDG_RUNTIME_DIR (the docs' command
     clears it)."""
-    return {"PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-            "XDG_RUNTIME_DIR": "/run/user/0"}
+    return {
+        "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "XDG_RUNTIME_DIR": "/run/user/0",
+    }
 
 
 def mount_source(mountpoint: Path) -> tuple[str, str]:
@@ -109,8 +120,13 @@ def mount_source(mountpoint: Path) -> tuple[str, str]:
 
 
 def daemon_pid(mountpoint: Path) -> int:
-    done = run(str(BIN / "memfs"), "status", str(mountpoint), "--json",
-               env={**boot_env(), "XDG_RUNTIME_DIR": ""})
+    done = run(
+        str(BIN / "memfs"),
+        "status",
+        str(mountpoint),
+        "--json",
+        env={**boot_env(), "XDG_RUNTIME_DIR": ""},
+    )
     assert done.returncode == 0, done.stderr
     return int(json.loads(done.stdout)["mounts"][0]["pid"])
 
@@ -134,8 +150,9 @@ def host(tmp_path: Path, shared_server: ServerProcess, shared_api: Api) -> Itera
     finally:
         lazy_unmount(h.mountpoint)
         # the docs' lines without cache_dir= use the user's ~/.cache/memfs/STORE_ID
-        shutil.rmtree(Path(pwd.getpwuid(os.getuid()).pw_dir, ".cache", "memfs", store),
-                      ignore_errors=True)
+        shutil.rmtree(
+            Path(pwd.getpwuid(os.getuid()).pw_dir, ".cache", "memfs", store), ignore_errors=True
+        )
 
 
 def test_fstab_line_mount_a_and_umount(host: Host, shared_api: Api) -> None:
@@ -168,7 +185,9 @@ def test_fstab_line_mount_a_and_umount(host: Host, shared_api: Api) -> None:
     wait_gone(pid)
     assert not is_mounted(host.mountpoint)
     assert store_files(shared_api, host.store) == {
-        "style.md": "terse\n", "from-fstab.md": "written before umount\n"}
+        "style.md": "terse\n",
+        "from-fstab.md": "written before umount\n",
+    }
 
 
 def test_mount_t_fuse_memfs_by_mountpoint_and_options(host: Host, shared_api: Api) -> None:
@@ -214,15 +233,15 @@ def test_refusals_keep_memfs_exit_codes(host: Host) -> None:
     assert "mount option 'sync_interval': write it as sync_interval=SECONDS" in bare.stderr
     short = run(*base, f"env_file={host.env_file},sync_interval=1")
     assert short.returncode == 2 and "at least 5 seconds" in short.stderr
-    down = run(*base, f"env_file={host.env_file},api_url=http://127.0.0.1:9,"
-               f"cache_dir={host.cache}")
+    down = run(*base, f"env_file={host.env_file},api_url=http://127.0.0.1:9,cache_dir={host.cache}")
     assert down.returncode == 3 and "cannot reach the store" in down.stderr
     missing = run(*base, f"env_file={host.tmp}/missing.env")
     assert missing.returncode == 2
     assert f"env_file: cannot read {host.tmp}/missing.env: No such file" in missing.stderr
     assert not is_mounted(host.mountpoint)
-    sloppy = run("mount", "-s", *base[1:], f"env_file={host.env_file},noexec,"
-                 f"cache_dir={host.cache}")
+    sloppy = run(
+        "mount", "-s", *base[1:], f"env_file={host.env_file},noexec,cache_dir={host.cache}"
+    )
     assert sloppy.returncode == 0, sloppy.stderr
     assert "ignoring the unknown mount option 'noexec' (-s)" in sloppy.stderr
     pid = daemon_pid(host.mountpoint)
@@ -242,8 +261,10 @@ def test_fuse3_mount_fuse_runs_memfs(host: Host, shared_api: Api) -> None:
     pid = daemon_pid(host.mountpoint)
     assert run("umount", str(host.mountpoint)).returncode == 0
     wait_gone(pid)
-    assert store_files(shared_api, host.store) == {"style.md": "terse\n",
-                                                   "via-fuse3.md": "mount.fuse\n"}
+    assert store_files(shared_api, host.store) == {
+        "style.md": "terse\n",
+        "via-fuse3.md": "mount.fuse\n",
+    }
 
 
 def test_a_boot_without_home_uses_the_users_cache(host: Host) -> None:
@@ -251,8 +272,15 @@ def test_a_boot_without_home_uses_the_users_cache(host: Host) -> None:
     _need_helper()
     home = Path(pwd.getpwuid(os.getuid()).pw_dir)
     assert "HOME" not in boot_env()
-    done = run("mount", "-t", "fuse.memfs", host.store, str(host.mountpoint), "-o",
-               f"env_file={host.env_file}")
+    done = run(
+        "mount",
+        "-t",
+        "fuse.memfs",
+        host.store,
+        str(host.mountpoint),
+        "-o",
+        f"env_file={host.env_file}",
+    )
     assert done.returncode == 0, done.stderr
     assert (home / ".cache" / "memfs" / host.store / "journal.sqlite").exists()
     assert f"logs: {home}/.cache/memfs/memfs.log" in done.stderr

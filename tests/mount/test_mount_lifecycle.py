@@ -41,13 +41,21 @@ def tree_of(root: Path) -> dict[str, Any]:
     return out
 
 
-def test_kill_9_recovery(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-                         store: dict[str, object]) -> None:
+def test_kill_9_recovery(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     require_fuse()
     store_id = str(store["id"])
-    ids = {p: shared_api.create_memory(store_id, p, c)["id"] for p, c in (
-        ("/keep.md", "keep\n"), ("/edit.md", "old\n"), ("/move.md", "move\n"),
-        ("/gone.md", "gone\n"), ("/dir/inside.md", "inside\n"))}
+    ids = {
+        p: shared_api.create_memory(store_id, p, c)["id"]
+        for p, c in (
+            ("/keep.md", "keep\n"),
+            ("/edit.md", "old\n"),
+            ("/move.md", "move\n"),
+            ("/gone.md", "gone\n"),
+            ("/dir/inside.md", "inside\n"),
+        )
+    }
     before = store_contents(shared_api, store_id)
     proc = mount_store(tmp_path, shared_server.url, store_id)
     try:
@@ -80,9 +88,13 @@ def test_kill_9_recovery(tmp_path: Path, shared_server: ServerProcess, shared_ap
         assert xattrs(root / "bin.md")["user.memfs.state.store_state"] == "refused"
         proc.sync()
         assert store_contents(shared_api, store_id) == {
-            "/keep.md": "keep\n", "/edit.md": "new\n", "/sub/moved.md": "move\n",
-            "/renamed/inside.md": "inside\n", "/new.md": "brand new\n",
-            "/open.md": "written, never closed\n"}
+            "/keep.md": "keep\n",
+            "/edit.md": "new\n",
+            "/sub/moved.md": "move\n",
+            "/renamed/inside.md": "inside\n",
+            "/new.md": "brand new\n",
+            "/open.md": "written, never closed\n",
+        }
         now = {m["path"]: m["id"] for m in shared_api.list_memories(store_id)}
         assert now["/edit.md"] == ids["/edit.md"]
         assert now["/sub/moved.md"] == ids["/move.md"]
@@ -94,16 +106,33 @@ def test_kill_9_recovery(tmp_path: Path, shared_server: ServerProcess, shared_ap
         proc.cleanup()
 
 
-def mount_cli(tmp_path: Path, url: str, store_id: str, mountpoint: Path, *extra: str,
-              cache: str = "cli-cache", api_key: str | None = None
-              ) -> subprocess.CompletedProcess[str]:
+def mount_cli(
+    tmp_path: Path,
+    url: str,
+    store_id: str,
+    mountpoint: Path,
+    *extra: str,
+    cache: str = "cli-cache",
+    api_key: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """A `memfs mount` expected to fail at start-up."""
     env = {**os.environ, "ANTHROPIC_BASE_URL": url}
     env.pop("ANTHROPIC_API_KEY", None)
     if api_key is not None:
         env["ANTHROPIC_API_KEY"] = api_key
-    cmd = [sys.executable, "-m", "memfs.cli", "--log-level", "error", "mount", store_id,
-           str(mountpoint), "--cache-dir", str(tmp_path / cache), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memfs.cli",
+        "--log-level",
+        "error",
+        "mount",
+        store_id,
+        str(mountpoint),
+        "--cache-dir",
+        str(tmp_path / cache),
+        *extra,
+    ]
     try:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
@@ -111,38 +140,60 @@ def mount_cli(tmp_path: Path, url: str, store_id: str, mountpoint: Path, *extra:
         raise
 
 
-def test_start_up_errors_are_one_clear_line(tmp_path: Path, shared_server: ServerProcess,
-                                            store: dict[str, object],
-                                            mount: MountProcess) -> None:
+def test_start_up_errors_are_one_clear_line(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object], mount: MountProcess
+) -> None:
     store_id = str(store["id"])
     url = shared_server.url
     missing = tmp_path / "missing"
-    one_line(mount_cli(tmp_path, url, store_id, missing), 2,
-             rf"memfs: mount point {re.escape(str(missing))} does not exist")
+    one_line(
+        mount_cli(tmp_path, url, store_id, missing),
+        2,
+        rf"memfs: mount point {re.escape(str(missing))} does not exist",
+    )
     full = tmp_path / "full"
     full.mkdir()
     (full / "x").write_text("x")
-    one_line(mount_cli(tmp_path, url, store_id, full), 2,
-             rf"memfs: mount point {re.escape(str(full))} is not empty")
-    one_line(mount_cli(tmp_path, url, store_id, mount.mountpoint), 2,
-             rf"memfs: mount point {re.escape(str(mount.mountpoint))} is already a mount")
+    one_line(
+        mount_cli(tmp_path, url, store_id, full),
+        2,
+        rf"memfs: mount point {re.escape(str(full))} is not empty",
+    )
+    one_line(
+        mount_cli(tmp_path, url, store_id, mount.mountpoint),
+        2,
+        rf"memfs: mount point {re.escape(str(mount.mountpoint))} is already a mount",
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
-    one_line(mount_cli(tmp_path, url, "memstore_doesnotexist", empty), 1,
-             r"memfs: memory store memstore_doesnotexist does not exist")
-    one_line(mount_cli(tmp_path, "http://127.0.0.1:9", store_id, empty), 3,
-             r"memfs: cannot reach the store at .*127\.0\.0\.1:9.*")
+    one_line(
+        mount_cli(tmp_path, url, "memstore_doesnotexist", empty),
+        1,
+        r"memfs: memory store memstore_doesnotexist does not exist",
+    )
+    one_line(
+        mount_cli(tmp_path, "http://127.0.0.1:9", store_id, empty),
+        3,
+        r"memfs: cannot reach the store at .*127\.0\.0\.1:9.*",
+    )
     # Two daemons can't share one cache directory (the `mount` fixture holds mnt-cache).
-    one_line(mount_cli(tmp_path, url, store_id, empty, cache="mnt-cache"), 2,
-             r"memfs: cache directory .*mnt-cache is in use by another memfs daemon; "
-             r"give each mount its own --cache-dir")
+    one_line(
+        mount_cli(tmp_path, url, store_id, empty, cache="mnt-cache"),
+        2,
+        r"memfs: cache directory .*mnt-cache is in use by another memfs daemon; "
+        r"give each mount its own --cache-dir",
+    )
     keyed = start_server(tmp_path / "keyed.db", api_key="the-right-key")
     try:
         with Api(keyed.url, "the-right-key") as api:
             keyed_store = str(api.create_store("keyed")["id"])
-        one_line(mount_cli(tmp_path, keyed.url, keyed_store, empty, cache="keyed-cache",
-                           api_key="a-wrong-key"), 2,
-                 r"memfs: the store refused the credentials: (?!.*the store refused).*")
+        one_line(
+            mount_cli(
+                tmp_path, keyed.url, keyed_store, empty, cache="keyed-cache", api_key="a-wrong-key"
+            ),
+            2,
+            r"memfs: the store refused the credentials: (?!.*the store refused).*",
+        )
     finally:
         keyed.stop()
     assert os.listdir(empty) == [] and not is_mounted(empty)
@@ -150,8 +201,9 @@ def test_start_up_errors_are_one_clear_line(tmp_path: Path, shared_server: Serve
     assert (mount.mountpoint / "still.md").read_text() == "the first daemon is unharmed"
 
 
-def test_directory_with_5000_entries(tmp_path: Path, shared_server: ServerProcess,
-                                     shared_api: Api, store: dict[str, object]) -> None:
+def test_directory_with_5000_entries(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     require_fuse()
     store_id = str(store["id"])
     names = [f"note-{i:05d}.md" for i in range(5000)]
@@ -165,8 +217,9 @@ def test_directory_with_5000_entries(tmp_path: Path, shared_server: ServerProces
         listed = os.listdir(many)
         assert sorted(listed) == names
         assert os.listdir(many) == listed  # stable across readdir calls
-        ls = subprocess.run(["ls", "-1", str(many)], capture_output=True, text=True,
-                            check=True).stdout.split()
+        ls = subprocess.run(
+            ["ls", "-1", str(many)], capture_output=True, text=True, check=True
+        ).stdout.split()
         assert ls == names
         with os.scandir(many) as it:
             assert sum(1 for e in it if e.is_file()) == 5000
@@ -183,9 +236,9 @@ def _retrieves(server: ServerProcess, store_id: str, since: int) -> list[str]:
     return re.findall(rf"method=GET path=/v1/memory_stores/{store_id}/memories/(\S+) ", text)
 
 
-def test_warm_cache_remount_downloads_nothing(tmp_path: Path, shared_server: ServerProcess,
-                                              shared_api: Api,
-                                              store: dict[str, object]) -> None:
+def test_warm_cache_remount_downloads_nothing(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     require_fuse()
     store_id = str(store["id"])
     for i in range(10):
@@ -208,8 +261,10 @@ def test_warm_cache_remount_downloads_nothing(tmp_path: Path, shared_server: Ser
         assert contents[3] == "changed remotely\n"
         assert all(contents[i] == f"memory {i}\n" for i in range(10) if i != 3)
         deadline = time.monotonic() + 10
-        while ("downloaded memory contents memory_store_id=" not in proc.log()
-               and time.monotonic() < deadline):
+        while (
+            "downloaded memory contents memory_store_id=" not in proc.log()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)  # the background download reports when it is done
         # only what changed is downloaded again
         assert set(_retrieves(shared_server, store_id, mark)) == {ids["/m3.md"]}
@@ -218,8 +273,9 @@ def test_warm_cache_remount_downloads_nothing(tmp_path: Path, shared_server: Ser
         proc.cleanup()
 
 
-def test_daemon_mode_and_unmount_command(tmp_path: Path, shared_server: ServerProcess,
-                                         shared_api: Api, store: dict[str, object]) -> None:
+def test_daemon_mode_and_unmount_command(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     require_fuse()
     store_id = str(store["id"])
     mountpoint = tmp_path / "dmn"
@@ -229,15 +285,29 @@ def test_daemon_mode_and_unmount_command(tmp_path: Path, shared_server: ServerPr
     cli = [sys.executable, "-m", "memfs.cli"]
     try:
         started = subprocess.run(
-            [*cli, "--log-file", str(tmp_path / "dmn.log"), "mount", store_id,
-             str(mountpoint), "--cache-dir", str(tmp_path / "dmn-cache"), "--daemon"],
-            env=env, capture_output=True, text=True, timeout=30)
+            [
+                *cli,
+                "--log-file",
+                str(tmp_path / "dmn.log"),
+                "mount",
+                store_id,
+                str(mountpoint),
+                "--cache-dir",
+                str(tmp_path / "dmn-cache"),
+                "--daemon",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert started.returncode == 0, started.stderr
         assert started.stderr.startswith(f"memfs: mounted at {mountpoint}")
         assert is_mounted(mountpoint)  # live as soon as the command returns
         (mountpoint / "d.md").write_text("written in daemon mode\n")
-        stopped = subprocess.run([*cli, "unmount", str(mountpoint)], env=env,
-                                 capture_output=True, text=True, timeout=60)
+        stopped = subprocess.run(
+            [*cli, "unmount", str(mountpoint)], env=env, capture_output=True, text=True, timeout=60
+        )
         assert stopped.returncode == 0, stopped.stderr
         assert not is_mounted(mountpoint) and os.listdir(mountpoint) == []
         assert store_contents(shared_api, store_id) == {"/d.md": "written in daemon mode\n"}

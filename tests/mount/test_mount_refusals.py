@@ -24,8 +24,9 @@ from tests.support.server import ServerProcess
 
 
 @pytest.fixture
-def ro_mount(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-             store: dict[str, object]) -> Iterator[MountProcess]:
+def ro_mount(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> Iterator[MountProcess]:
     require_fuse()
     store_id = str(store["id"])
     shared_api.create_memory(store_id, "/notes/a.md", "remote\n")
@@ -38,15 +39,14 @@ def ro_mount(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
 
 
 def test_read_only_mount_refuses_every_mutation_even_for_root(
-        tmp_path: Path, ro_mount: MountProcess, shared_api: Api,
-        store: dict[str, object]) -> None:
+    tmp_path: Path, ro_mount: MountProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     root = ro_mount.mountpoint
     a = root / "notes/a.md"
     outside = tmp_path / "outside.md"
     outside.write_text("outside\n")
     assert a.read_text() == "remote\n"
-    for flags in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC,
-                  os.O_WRONLY | os.O_APPEND):
+    for flags in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND):
         refused(errno.EROFS, os.open, a, flags)
     refused(errno.EROFS, os.open, root / "new.md", os.O_CREAT | os.O_WRONLY, 0o644)
     refused(errno.EROFS, os.mkdir, root / "dir")
@@ -71,8 +71,9 @@ def test_read_only_mount_refuses_every_mutation_even_for_root(
     # rename in (mv copies across file systems) and out (the unlink fails)
     tool_fails("mv", str(outside), str(root / "in.md"), message="Read-only file system")
     assert outside.exists()
-    tool_fails("mv", str(root / "top.md"), str(tmp_path / "out.md"),
-               message="Read-only file system")
+    tool_fails(
+        "mv", str(root / "top.md"), str(tmp_path / "out.md"), message="Read-only file system"
+    )
     assert (root / "top.md").read_text() == "top\n"
     # modes 0444/0555, the mount point too
     assert stat.S_IMODE(a.stat().st_mode) == 0o444
@@ -81,7 +82,9 @@ def test_read_only_mount_refuses_every_mutation_even_for_root(
     assert stat.S_IMODE((root / MARKER).stat().st_mode) == 0o444
     assert sorted(os.listdir(root)) == [MARKER, "notes", "top.md"]
     assert sorted(m["path"] for m in shared_api.list_memories(str(store["id"]))) == [
-        "/notes/a.md", "/top.md"]
+        "/notes/a.md",
+        "/top.md",
+    ]
 
 
 def test_links_devices_fifos_and_sockets_are_eperm(mount: MountProcess) -> None:
@@ -101,8 +104,9 @@ def test_links_devices_fifos_and_sockets_are_eperm(mount: MountProcess) -> None:
     assert sorted(os.listdir(root)) == [MARKER, "a.md"]
 
 
-def test_efbig_past_the_content_limit(shared_api: Api, store: dict[str, object],
-                                      mount: MountProcess, tmp_path: Path) -> None:
+def test_efbig_past_the_content_limit(
+    shared_api: Api, store: dict[str, object], mount: MountProcess, tmp_path: Path
+) -> None:
     root = mount.mountpoint
     path = root / "big.md"
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
@@ -132,11 +136,12 @@ def test_paths_the_api_would_reject(mount: MountProcess) -> None:
     (root / "ok.md").write_text("ok")
     rootb = os.fsencode(root)
     for name, code in (
-            (b"x" * 1024, errno.ENAMETOOLONG),
-            (unicodedata.normalize("NFD", "café.md").encode(), errno.EINVAL),
-            (b"ctl\x01.md", errno.EINVAL),
-            ("zw\u200b.md".encode(), errno.EINVAL),
-            (b"bad\xff.md", errno.EINVAL)):
+        (b"x" * 1024, errno.ENAMETOOLONG),
+        (unicodedata.normalize("NFD", "café.md").encode(), errno.EINVAL),
+        (b"ctl\x01.md", errno.EINVAL),
+        ("zw\u200b.md".encode(), errno.EINVAL),
+        (b"bad\xff.md", errno.EINVAL),
+    ):
         target = rootb + b"/" + name
         refused(code, os.open, target, os.O_CREAT | os.O_WRONLY, 0o644)
         refused(code, os.mkdir, target)
@@ -154,7 +159,8 @@ def test_paths_the_api_would_reject(mount: MountProcess) -> None:
 
 
 def test_non_utf8_content_is_eilseq_at_close_and_never_uploaded(
-        shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     root = mount.mountpoint
     path = root / "latin1.md"
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
@@ -165,8 +171,9 @@ def test_non_utf8_content_is_eilseq_at_close_and_never_uploaded(
     attrs = xattrs(path)
     assert attrs["user.memfs.state.store_state"] == "refused"
     assert "UTF-8" in attrs["user.memfs.refused"]
-    dump = subprocess.run(["getfattr", "-d", str(path)], capture_output=True, text=True,
-                          check=True).stdout
+    dump = subprocess.run(
+        ["getfattr", "-d", str(path)], capture_output=True, text=True, check=True
+    ).stdout
     assert 'user.memfs.state.store_state="refused"' in dump
     status = json.loads(mount.memfs("status", str(root), "--json").stdout)
     text = json.dumps(status)
@@ -185,8 +192,8 @@ def test_non_utf8_content_is_eilseq_at_close_and_never_uploaded(
 
 
 def test_marker_is_read_only_and_never_uploaded(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, object]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     require_fuse()
     store_id = str(store["id"])
     shared_api.create_memory(store_id, "/" + MARKER, "version 1\nmemstore_forged")
@@ -217,8 +224,9 @@ def test_marker_is_read_only_and_never_uploaded(
         proc.cleanup()
 
 
-def test_xattrs_statfs_and_modes(shared_api: Api, store: dict[str, object],
-                                 mount: MountProcess) -> None:
+def test_xattrs_statfs_and_modes(
+    shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     root = mount.mountpoint
     (root / "d").mkdir()
     path = root / "d/a.md"
@@ -226,8 +234,9 @@ def test_xattrs_statfs_and_modes(shared_api: Api, store: dict[str, object],
     assert xattrs(path)["user.memfs.state.store_state"] == "dirty"
     mount.sync()
     memory = shared_api.list_memories(str(store["id"]))[0]
-    dump = subprocess.run(["getfattr", "-d", str(path)], capture_output=True, text=True,
-                          check=True).stdout
+    dump = subprocess.run(
+        ["getfattr", "-d", str(path)], capture_output=True, text=True, check=True
+    ).stdout
     assert f'user.memfs.memory_id="{memory["id"]}"' in dump
     sha = sha256_hex(b"hello\n")
     assert f'user.memfs.sha256="{sha}"' in dump
@@ -235,8 +244,9 @@ def test_xattrs_statfs_and_modes(shared_api: Api, store: dict[str, object],
     refused(errno.ENOTSUP, os.setxattr, path, "user.memfs.state.store_state", b"dirty")
     refused(errno.ENOTSUP, os.setxattr, path, "user.mine", b"1")
     refused(errno.ENOTSUP, os.removexattr, path, "user.memfs.state.store_state")
-    tool_fails("setfattr", "-n", "user.mine", "-v", "1", str(path),
-               message="Operation not supported")
+    tool_fails(
+        "setfattr", "-n", "user.mine", "-v", "1", str(path), message="Operation not supported"
+    )
     assert xattrs(path)["user.memfs.state.store_state"] == "clean"
     s = os.statvfs(root)
     assert s.f_bsize > 0 and s.f_blocks * s.f_frsize >= 10_000 * MAX_CONTENT_BYTES // 2

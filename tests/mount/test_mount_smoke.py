@@ -9,8 +9,9 @@ from tests.support.api import Api
 from tests.support.mount import MountProcess, is_mounted
 
 
-def test_listing_content_and_marker(shared_api: Api, store: dict[str, object],
-                                    mount: MountProcess) -> None:
+def test_listing_content_and_marker(
+    shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     store_id = str(store["id"])
     root = mount.mountpoint
     assert (root / ".anthropic-memory-store").read_bytes() == f"version 1\n{store_id}".encode()
@@ -23,8 +24,9 @@ def test_listing_content_and_marker(shared_api: Api, store: dict[str, object],
     assert shared_api.get_memory(store_id, memories["/notes/a.md"]["id"])["content"] == "bye\n"
 
 
-def test_sigterm_flushes_and_unmounts(shared_api: Api, store: dict[str, object],
-                                      mount: MountProcess) -> None:
+def test_sigterm_flushes_and_unmounts(
+    shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     (mount.mountpoint / "late.md").write_text("written just before stop")
     assert mount.stop() == 0
     assert not is_mounted(mount.mountpoint)

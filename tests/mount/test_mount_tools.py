@@ -14,8 +14,9 @@ from tests.support.mount import MountProcess
 
 
 def run(*cmd: str, cwd: Path | None = None, input: str | None = None) -> str:
-    result = subprocess.run(list(cmd), check=True, capture_output=True, text=True, cwd=cwd,
-                            input=input, timeout=30)
+    result = subprocess.run(
+        list(cmd), check=True, capture_output=True, text=True, cwd=cwd, input=input, timeout=30
+    )
     return result.stdout
 
 
@@ -23,20 +24,22 @@ def sh(script: str, cwd: Path) -> str:
     return run("bash", "-euo", "pipefail", "-c", script, cwd=cwd)
 
 
-def test_shell_tool_table(shared_api: Api, store: dict[str, object],
-                          mount: MountProcess) -> None:
+def test_shell_tool_table(shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
     store_id = str(store["id"])
-    seeded = {p: shared_api.create_memory(store_id, p, c)["id"] for p, c in (
-        ("/docs/readme.md", "line one\nline two\nneedle here\n"),
-        ("/docs/replace-me.md", "old\n"),
-        ("/edit/sed.md", "colour\n"),
-        ("/edit/python.md", "abcdef\n"),
-        ("/edit/save.md", "version 1\n"),
-        ("/gone/x.md", "x\n"),
-        ("/gone/y/z.md", "z\n"),
-        ("/single.md", "single\n"),
-        ("/olddir/keep.md", "kept\n"),
-    )}
+    seeded = {
+        p: shared_api.create_memory(store_id, p, c)["id"]
+        for p, c in (
+            ("/docs/readme.md", "line one\nline two\nneedle here\n"),
+            ("/docs/replace-me.md", "old\n"),
+            ("/edit/sed.md", "colour\n"),
+            ("/edit/python.md", "abcdef\n"),
+            ("/edit/save.md", "version 1\n"),
+            ("/gone/x.md", "x\n"),
+            ("/gone/y/z.md", "z\n"),
+            ("/single.md", "single\n"),
+            ("/olddir/keep.md", "kept\n"),
+        )
+    }
     mount.sync()
     root = mount.mountpoint
 
@@ -78,23 +81,32 @@ def test_shell_tool_table(shared_api: Api, store: dict[str, object],
     run("rmdir", str(root / "empty-then-gone"))
 
     # writing
-    sh("touch touched.md; echo hello > echo.md; echo again >> echo.md; : > colon.md; "
-       "echo 'append me' | tee -a echo.md > /dev/null; "
-       "printf 0123456789 > trunc.md; truncate -s 4 trunc.md; "
-       "sed -i s/colour/color/ edit/sed.md", root)
-    run(sys.executable, "-c",
+    sh(
+        "touch touched.md; echo hello > echo.md; echo again >> echo.md; : > colon.md; "
+        "echo 'append me' | tee -a echo.md > /dev/null; "
+        "printf 0123456789 > trunc.md; truncate -s 4 trunc.md; "
+        "sed -i s/colour/color/ edit/sed.md",
+        root,
+    )
+    run(
+        sys.executable,
+        "-c",
         "import sys\n"
         "with open(sys.argv[1], 'r+') as f:\n"
         "    f.seek(2); f.write('XY'); f.seek(0, 2); f.write('end\\n')\n",
-        str(root / "edit/python.md"))
+        str(root / "edit/python.md"),
+    )
     # an editor's save: write a temp file, fsync, rename it over the original
-    run(sys.executable, "-c",
+    run(
+        sys.executable,
+        "-c",
         "import os, sys\n"
         "p = sys.argv[1]; t = p + '.tmp'\n"
         "with open(t, 'w') as f:\n"
         "    f.write('version 2\\n'); f.flush(); os.fsync(f.fileno())\n"
         "os.rename(t, p)\n",
-        str(root / "edit/save.md"))
+        str(root / "edit/save.md"),
+    )
     assert (root / "edit/save.md").read_text() == "version 2\n"
     assert (root / "echo.md").read_text() == "hello\nagain\nappend me\n"
     assert (root / "trunc.md").read_text() == "0123"

@@ -31,15 +31,15 @@ LONGEST = "z" * 252 + ".md"  # 255 bytes: allowed
 
 @pytest.mark.deadline(120)
 def test_names_over_255_bytes_are_enametoolong_everywhere(
-        shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     root = mount.mountpoint
     (root / "ok.md").write_text("ok\n")
     (root / "d").mkdir()
     tool_fails("touch", str(root / TOO_LONG), message="File name too long")
     tool_fails("mkdir", str(root / TOO_LONG), message="File name too long")
     tool_fails("mv", str(root / "ok.md"), str(root / TOO_LONG), message="File name too long")
-    tool_fails("cp", str(root / "ok.md"), str(root / "d" / TOO_LONG),
-               message="File name too long")
+    tool_fails("cp", str(root / "ok.md"), str(root / "d" / TOO_LONG), message="File name too long")
     long_multibyte = "é" * 128  # 256 bytes in 128 characters
     for name in (TOO_LONG, long_multibyte, "x" * 1000):
         target = root / name
@@ -57,14 +57,16 @@ def test_names_over_255_bytes_are_enametoolong_everywhere(
     assert os.statvfs(root).f_namemax == 255
     mount.sync()
     assert store_files(shared_api, str(store["id"])) == {
-        LONGEST: "the longest name\n", f"d/{LONGEST}": "ok\n"}
+        LONGEST: "the longest name\n",
+        f"d/{LONGEST}": "ok\n",
+    }
     assert "Traceback" not in mount.log()
 
 
 @pytest.mark.deadline(180)
 def test_remote_names_over_255_bytes_are_reachable_under_a_stable_alias(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, object]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     store_id = str(store["id"])
     long_file = "f" * 300 + ".md"
     long_dir = "d" * 400
@@ -81,11 +83,17 @@ def test_remote_names_over_255_bytes_are_reachable_under_a_stable_alias(
         assert file_alias.endswith(".md") and file_alias != long_file
         # readable, and the real path is one xattr away
         assert (root / file_alias).read_text() == "long file\n"
-        assert subprocess.run(["cat", str(root / dir_alias / "inner.md")], check=True,
-                              capture_output=True, text=True).stdout == "inner\n"
+        assert (
+            subprocess.run(
+                ["cat", str(root / dir_alias / "inner.md")],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            == "inner\n"
+        )
         assert xattrs(root / file_alias)["user.memfs.path"] == "/" + long_file
-        assert xattrs(root / dir_alias / "inner.md")["user.memfs.path"] == \
-            f"/{long_dir}/inner.md"
+        assert xattrs(root / dir_alias / "inner.md")["user.memfs.path"] == f"/{long_dir}/inner.md"
         assert "user.memfs.path" not in xattrs(root / MARKER)
         refused(errno.ENAMETOOLONG, os.stat, root / long_file)
 
@@ -107,8 +115,11 @@ def test_remote_names_over_255_bytes_are_reachable_under_a_stable_alias(
         subprocess.run(["mv", str(root / file_alias), str(root / "short.md")], check=True)
         mount.sync()
         memories = {m["path"]: m["id"] for m in shared_api.list_memories(store_id)}
-        assert memories == {"/short.md": file_id, f"/{long_dir}/inner.md": memories[
-            f"/{long_dir}/inner.md"], f"/{long_dir}/new.md": memories[f"/{long_dir}/new.md"]}
+        assert memories == {
+            "/short.md": file_id,
+            f"/{long_dir}/inner.md": memories[f"/{long_dir}/inner.md"],
+            f"/{long_dir}/new.md": memories[f"/{long_dir}/new.md"],
+        }
         assert "Traceback" not in mount.log()
     finally:
         mount.cleanup()
@@ -116,7 +127,8 @@ def test_remote_names_over_255_bytes_are_reachable_under_a_stable_alias(
 
 @pytest.mark.deadline(120)
 def test_vim_swap_files_are_local_only_and_the_save_reaches_the_store(
-        shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     vim = shutil.which("vim")
     assert vim is not None, "scripts/install installs vim"
     root = mount.mountpoint
@@ -125,9 +137,28 @@ def test_vim_swap_files_are_local_only_and_the_save_reaches_the_store(
     # -n is NOT given: vim writes its binary swap file .notes.md.swp next to the file;
     # :preserve forces every block into it (and fsyncs it) before the save.
     result = subprocess.run(
-        [vim, "-N", "-u", "NONE", "-i", "NONE", "-es", "-c", "normal! Goline two",
-         "-c", "preserve", "-c", "wq", "notes.md"],
-        cwd=root, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        [
+            vim,
+            "-N",
+            "-u",
+            "NONE",
+            "-i",
+            "NONE",
+            "-es",
+            "-c",
+            "normal! Goline two",
+            "-c",
+            "preserve",
+            "-c",
+            "wq",
+            "notes.md",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert (root / "notes.md").read_text() == "line one\nline two\n"
     # a swap file that stays behind (vim killed) is an ordinary, readable local file

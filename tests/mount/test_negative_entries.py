@@ -41,7 +41,8 @@ def test_a_missing_name_is_looked_up_once(mount: MountProcess) -> None:
 
 
 def test_remote_create_is_visible_after_a_pass(
-        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
     sid = str(store["id"])
     root = mount.mountpoint
     old = shared_api.create_memory(sid, "/old.md", "old\n")
@@ -58,12 +59,12 @@ def test_remote_create_is_visible_after_a_pass(
     assert (root / "sub" / "deep.md").read_text() == "deep\n"
     assert (root / "moved.md").read_text() == "old\n"
     assert missing(root / "old.md")
-    assert sorted(os.listdir(root)) == [".anthropic-memory-store", "moved.md", "new.md",
-                                        "sub"]
+    assert sorted(os.listdir(root)) == [".anthropic-memory-store", "moved.md", "new.md", "sub"]
 
 
 def test_local_create_on_a_name_cached_missing(
-        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
     sid = str(store["id"])
     root = mount.mountpoint
     names = ("a.md", "dir", "b.md", "c.md", "saved.md", ".saved.md.swp")
@@ -89,8 +90,8 @@ def test_local_create_on_a_name_cached_missing(
 
 
 def test_read_only_mount_sees_a_remote_create(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, Any]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     ro = mount_store(tmp_path, shared_server.url, sid, "--read-only", name="ro")
     try:

@@ -18,8 +18,13 @@ pytestmark = pytest.mark.deadline(300)
 def test_the_new_user_robustness_script_passes() -> None:
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "MEMFS": str(bin_dir / "memfs"), "PYTHON": sys.executable}
-    result = subprocess.run(["bash", str(REPO / "scripts" / "try-robustness")], env=env,
-                            capture_output=True, text=True, timeout=280)
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "try-robustness")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all checks passed" in result.stdout
     assert "FAIL" not in result.stdout and "Traceback" not in result.stdout + result.stderr

@@ -45,37 +45,39 @@ def wait_for_log(mount: MountProcess, text: str, timeout: float = 20.0) -> str:
 
 @pytest.mark.deadline(120)
 def test_start_removes_objects_no_journal_row_names(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, object]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     store_id = str(store["id"])
-    ids = [shared_api.create_memory(store_id, f"/n{i}.md", f"first {i}\n")["id"]
-           for i in range(5)]
+    ids = [shared_api.create_memory(store_id, f"/n{i}.md", f"first {i}\n")["id"] for i in range(5)]
     mount = mount_store(tmp_path, shared_server.url, store_id)
     cache = tmp_path / "mnt-cache"
     try:
         root = mount.mountpoint
-        assert [(root / f"n{i}.md").read_text() for i in range(5)] == \
-            [f"first {i}\n" for i in range(5)]
+        assert [(root / f"n{i}.md").read_text() for i in range(5)] == [
+            f"first {i}\n" for i in range(5)
+        ]
         for i, memory_id in enumerate(ids):
             shared_api.update_memory(store_id, memory_id, content=f"second {i}\n")
         mount.sync()
-        assert [(root / f"n{i}.md").read_text() for i in range(5)] == \
-            [f"second {i}\n" for i in range(5)]
+        assert [(root / f"n{i}.md").read_text() for i in range(5)] == [
+            f"second {i}\n" for i in range(5)
+        ]
         assert mount.stop() == 0
         assert len(objects(cache)) == 10  # the first contents are garbage now
         mount = mount_store(tmp_path, shared_server.url, store_id)
         wait_for_log(mount, "object cache collected")
         assert len(objects(cache)) == 5
-        assert [(root / f"n{i}.md").read_text() for i in range(5)] == \
-            [f"second {i}\n" for i in range(5)]
+        assert [(root / f"n{i}.md").read_text() for i in range(5)] == [
+            f"second {i}\n" for i in range(5)
+        ]
     finally:
         mount.cleanup()
 
 
 @pytest.mark.deadline(120)
 def test_cache_max_size_evicts_clean_contents_that_read_back(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, object]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
     store_id = str(store["id"])
     texts = {f"m{i}.md": f"{i}" * 10_000 for i in range(8)}
     for name, text in texts.items():
@@ -87,20 +89,22 @@ def test_cache_max_size_evicts_clean_contents_that_read_back(
         assert {n: (root / n).read_text() for n in texts} == texts
         assert mount.stop() == 0
         assert sum(objects(cache).values()) == 80_000
-        mount = mount_store(tmp_path, shared_server.url, store_id,
-                            "--cache-max-size", "30K")
+        mount = mount_store(tmp_path, shared_server.url, store_id, "--cache-max-size", "30K")
         wait_for_log(mount, "evicted=5")
         assert sum(objects(cache).values()) <= 30 * 1024
         # sizes are known without the bytes; the bytes come back on demand
-        assert {n: (root / n).stat().st_size for n in texts} == \
-            {n: 10_000 for n in texts}
-        out = subprocess.run(["cat", *(str(root / n) for n in sorted(texts))],
-                             capture_output=True, text=True, check=True, timeout=60)
+        assert {n: (root / n).stat().st_size for n in texts} == {n: 10_000 for n in texts}
+        out = subprocess.run(
+            ["cat", *(str(root / n) for n in sorted(texts))],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
         assert out.stdout == "".join(texts[n] for n in sorted(texts))
         # an evicted file renamed: the push brings its content in first
         assert mount.stop() == 0
-        mount = mount_store(tmp_path, shared_server.url, store_id,
-                            "--cache-max-size", "0")
+        mount = mount_store(tmp_path, shared_server.url, store_id, "--cache-max-size", "0")
         wait_for_log(mount, "evicted=8")
         os.rename(root / "m0.md", root / "renamed.md")
         for _ in range(3):
@@ -120,8 +124,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs (the test runs as root, like the rest of the FUSE tier)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M,mode=0700", "tmpfs", str(disk)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1M,mode=0700", "tmpfs", str(disk)],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield disk
     finally:
@@ -130,16 +137,23 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.deadline(180)
 def test_full_cache_disk_is_enospc_and_loses_nothing_acknowledged(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        store: dict[str, object], small_disk: Path) -> None:
+    tmp_path: Path,
+    shared_server: ServerProcess,
+    shared_api: Api,
+    store: dict[str, object],
+    small_disk: Path,
+) -> None:
     store_id = str(store["id"])
     cache = small_disk / "cache"
     args = ("--cache-dir", str(cache), "--sync-interval", "300")
 
     def start(log: str, *extra: str) -> MountProcess:
-        return MountProcess(["mount", store_id, str(tmp_path / "mnt"), *args, *extra],
-                            tmp_path / "mnt", url=shared_server.url,
-                            log_path=tmp_path / log).start()
+        return MountProcess(
+            ["mount", store_id, str(tmp_path / "mnt"), *args, *extra],
+            tmp_path / "mnt",
+            url=shared_server.url,
+            log_path=tmp_path / log,
+        ).start()
 
     # a memory whose content is evicted, so that reading it needs room in the cache
     shared_api.create_memory(store_id, "/seed.md", "from the store\n")

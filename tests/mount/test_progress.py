@@ -32,9 +32,20 @@ def env_for(url: str) -> dict[str, str]:
 
 
 def mount_args(store_id: str, tmp_path: Path, *extra: str) -> list[str]:
-    return ["--log-level", "debug", "--log-file", str(tmp_path / "mnt.log"), "mount",
-            store_id, str(tmp_path / "mnt"), "--cache-dir", str(tmp_path / "cache"),
-            "--sync-interval", "3600", *extra]
+    return [
+        "--log-level",
+        "debug",
+        "--log-file",
+        str(tmp_path / "mnt.log"),
+        "mount",
+        store_id,
+        str(tmp_path / "mnt"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--sync-interval",
+        "3600",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -60,8 +71,8 @@ def wait_for_file(path: Path, text: str, timeout: float = 60.0) -> None:
 
 @pytest.mark.deadline(120)
 def test_start_up_and_final_flush_on_a_terminal(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        pty_mounts: list[PtyProcess]) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, pty_mounts: list[PtyProcess]
+) -> None:
     sid = shared_api.create_store("listing")["id"]
     for i in range(120):
         shared_api.create_memory(sid, f"/d{i % 4}/m{i}.md", f"{i}\n")
@@ -80,13 +91,18 @@ def test_start_up_and_final_flush_on_a_terminal(
 
 @pytest.mark.deadline(240)
 def test_second_ctrl_c_asks_third_stops_and_the_journal_keeps_the_files(
-        tmp_path: Path, pty_mounts: list[PtyProcess]) -> None:
+    tmp_path: Path, pty_mounts: list[PtyProcess]
+) -> None:
     server = start_server(tmp_path / "store.db")
     try:
         with Api(server.url) as api:
             sid = api.create_store("stalled")["id"]
-        proc = MountProcess(mount_args(sid, tmp_path, "--flush-timeout", "600")[4:],
-                            tmp_path / "mnt", url=server.url, log_path=tmp_path / "mnt.log")
+        proc = MountProcess(
+            mount_args(sid, tmp_path, "--flush-timeout", "600")[4:],
+            tmp_path / "mnt",
+            url=server.url,
+            log_path=tmp_path / "mnt.log",
+        )
         proc.start()
         try:
             for i in range(13):
@@ -98,19 +114,25 @@ def test_second_ctrl_c_asks_third_stops_and_the_journal_keeps_the_files(
                 wait_for_file(proc.log_path, "final sync started files=13")
                 proc.proc.send_signal(signal.SIGINT)
                 seen = read_until(proc, "press Ctrl-C once more")
-                assert ("the final sync is still pushing 13 changed files; press Ctrl-C "
-                        "once more to stop it and keep them in the journal") in seen
+                assert (
+                    "the final sync is still pushing 13 changed files; press Ctrl-C "
+                    "once more to stop it and keep them in the journal"
+                ) in seen
                 proc.proc.send_signal(signal.SIGINT)
                 code = proc.wait(60)
                 seen += (proc.proc.stderr.read() or b"").decode()
             finally:
                 os.kill(server.proc.pid, signal.SIGCONT)
             assert code == 130, seen
-            assert ("memfs: final sync stopped; 13 changed files not pushed, kept in the "
-                    "journal: the next start pushes them") in seen
+            assert (
+                "memfs: final sync stopped; 13 changed files not pushed, kept in the "
+                "journal: the next start pushes them"
+            ) in seen
             named = ", ".join(f"/f{i:02}.md" for i in range(10))
-            assert (f"memfs: 13 changed files of {sid} could not be pushed; they stay in "
-                    f"the journal for the next start: {named} and 3 more") in seen
+            assert (
+                f"memfs: 13 changed files of {sid} could not be pushed; they stay in "
+                f"the journal for the next start: {named} and 3 more"
+            ) in seen
         finally:
             proc.cleanup()
 
@@ -121,7 +143,8 @@ def test_second_ctrl_c_asks_third_stops_and_the_journal_keeps_the_files(
         assert re.search(r"^pushing 13 of 13 files \[#+\]", p.text, re.M), p.text
         with Api(server.url) as api:
             assert sorted(m["path"] for m in api.list_memories(sid)) == [
-                f"/f{i:02}.md" for i in range(13)]
+                f"/f{i:02}.md" for i in range(13)
+            ]
         p.proc.send_signal(signal.SIGINT)
         assert p.wait() == 0, p.text
     finally:
@@ -142,10 +165,12 @@ def read_until(proc: MountProcess, text: str, timeout: float = 60.0) -> str:
 
 @pytest.mark.deadline(180)
 def test_sync_and_unmount_show_pushing_on_a_terminal_and_stay_clean_on_a_pipe(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     # Each memory request waits up to 300 ms, so pushing 80 files takes a while.
-    server = start_server(tmp_path / "store.db",
-                          extra_args=["--faults", "latency_ms=300,paths=memories,seed=1"])
+    server = start_server(
+        tmp_path / "store.db", extra_args=["--faults", "latency_ms=300,paths=memories,seed=1"]
+    )
     try:
         with Api(server.url) as api:
             sid = api.create_store("slow")["id"]
@@ -167,7 +192,11 @@ def test_sync_and_unmount_show_pushing_on_a_terminal_and_stay_clean_on_a_pipe(
                 (proc.mountpoint / f"n{i}.md").write_text(f"{i} again\n")
             piped = subprocess.run(
                 [sys.executable, "-m", "memfs.cli", "sync", str(proc.mountpoint), "--json"],
-                env=env_for(server.url), capture_output=True, text=True, timeout=120)
+                env=env_for(server.url),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert piped.returncode == 0, piped.stderr
             answer = json.loads(piped.stdout)  # `status --json`'s schema
             [store] = answer["mounts"][0]["stores"]

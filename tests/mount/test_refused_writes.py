@@ -39,7 +39,8 @@ def big(tmp_path: Path) -> Path:
 
 @pytest.mark.deadline(120)
 def test_a_copy_refused_with_efbig_is_held_back_until_written(
-        big: Path, shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
+    big: Path, shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     store_id = str(store["id"])
     root = mount.mountpoint
     (root / "keep.md").write_text("kept\n")
@@ -48,8 +49,12 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
     assert binary is not None and os.path.getsize(binary) > MAX_CONTENT_BYTES
     tool_fails("cp", binary, str(root / "ls.md"), message="File too large")
     # a shell redirection that stops half way: 100 KB written, then EFBIG
-    result = subprocess.run(["bash", "-c", f"head -c 150000 {big} > {root}/half.md"],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        ["bash", "-c", f"head -c 150000 {big} > {root}/half.md"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode != 0 and "File too large" in result.stderr
     assert (root / "half.md").stat().st_size <= MAX_CONTENT_BYTES
     for name in ("big.md", "ls.md", "half.md"):
@@ -60,8 +65,7 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
     assert store_files(shared_api, store_id) == {"keep.md": "kept\n"}
     s = status(mount)
     assert s["refused"] == 3
-    assert sorted(r["path"] for r in s["refused_files"]) == \
-        ["/big.md", "/half.md", "/ls.md"]  # type: ignore[attr-defined]
+    assert sorted(r["path"] for r in s["refused_files"]) == ["/big.md", "/half.md", "/ls.md"]  # type: ignore[attr-defined]
     # a refusal survives a restart
     assert mount.stop() == 0
     mount.start()
@@ -76,14 +80,18 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
     assert xattrs(root / "half.md")["user.memfs.state.store_state"] == "refused"
     mount.sync()
     assert store_files(shared_api, store_id) == {
-        "keep.md": "kept\n", "big.md": "small now\n", "ls.md": ""}
+        "keep.md": "kept\n",
+        "big.md": "small now\n",
+        "ls.md": "",
+    }
     assert status(mount)["refused"] == 1
     assert "Traceback" not in mount.log()
 
 
 @pytest.mark.deadline(120)
 def test_a_refused_overwrite_keeps_the_memory_as_it_was(
-        big: Path, shared_api: Api, store: dict[str, object], mount: MountProcess) -> None:
+    big: Path, shared_api: Api, store: dict[str, object], mount: MountProcess
+) -> None:
     store_id = str(store["id"])
     root = mount.mountpoint
     (root / "notes.md").write_text("version 1\n")

@@ -64,7 +64,8 @@ def test_writers_still_flush_and_get_eilseq_at_close(mount: MountProcess) -> Non
 
 
 def test_cached_listings_follow_remote_and_local_changes(
-        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
     """With cache_readdir a second listing costs no READDIR; a pull that adds, removes
     or moves a name drops the listing; a local change is seen at once."""
     sid = str(store["id"])
@@ -94,8 +95,7 @@ def test_cached_listings_follow_remote_and_local_changes(
     mount.sync()
     assert sorted(os.listdir(d)) == ["a.md", "new.md", "only-added.md"]
     assert sorted(os.listdir(root / "e")) == ["away.md"]
-    assert sorted(os.listdir(root)) == [".anthropic-memory-store", "d", "e", "new-top.md",
-                                        "top.md"]
+    assert sorted(os.listdir(root)) == [".anthropic-memory-store", "d", "e", "new-top.md", "top.md"]
     (d / "local.md").write_text("l\n")
     os.rename(d / "a.md", d / "b.md")
     assert sorted(os.listdir(d)) == ["b.md", "local.md", "new.md", "only-added.md"]
@@ -139,8 +139,14 @@ def test_ls_l_asks_for_acls_once_per_inode(mount: MountProcess) -> None:
     # An ACL granting one more user read access: "\x02\0\0\0" is the xattr version.
     acl = b"\x02\0\0\0" + b"".join(
         tag.to_bytes(2, "little") + perm.to_bytes(2, "little") + ident.to_bytes(4, "little")
-        for tag, perm, ident in ((1, 6, 0xFFFFFFFF), (2, 4, 65534), (4, 0, 0xFFFFFFFF),
-                                 (0x10, 4, 0xFFFFFFFF), (0x20, 0, 0xFFFFFFFF)))
+        for tag, perm, ident in (
+            (1, 6, 0xFFFFFFFF),
+            (2, 4, 65534),
+            (4, 0, 0xFFFFFFFF),
+            (0x10, 4, 0xFFFFFFFF),
+            (0x20, 0, 0xFFFFFFFF),
+        )
+    )
     with pytest.raises(OSError) as info:
         os.setxattr(d / "masked.md", "system.posix_acl_access", acl)
     assert info.value.errno in (errno.ENOTSUP, errno.EOPNOTSUPP)

@@ -38,7 +38,6 @@ from tests.support.server import ServerProcess
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(240)]
 
 
-
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 SYS_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -46,7 +45,7 @@ SYS_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 
 # Runs a list of operations and prints {label: "ok" | "ok:<detail>" | "<ERRNO>"}.
 # Standalone (stdlib only), so it runs as nobody with the system python.
-OPS_SCRIPT = r'''
+OPS_SCRIPT = r"""
 import errno, json, mmap, os, sys
 
 def run(op, a):
@@ -121,14 +120,18 @@ for label, op, a in json.loads(sys.argv[1]):
     except OSError as e:
         out[label] = errno.errorcode.get(e.errno, str(e.errno))
 print(json.dumps(out))
-'''
+"""
 
 
 def run_ops(ops: list[tuple[str, str, dict[str, Any]]], *, user: str) -> dict[str, str]:
     """Run `ops` in a child process as `user` ("root" or "nobody"), bounded in time."""
     prefix = NOBODY if user == "nobody" else []
-    result = subprocess.run([*prefix, SYS_PY, "-c", OPS_SCRIPT, json.dumps(ops)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*prefix, SYS_PY, "-c", OPS_SCRIPT, json.dumps(ops)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     answer: dict[str, str] = json.loads(result.stdout)
     return answer
@@ -144,13 +147,20 @@ def open_dir() -> Iterator[Path]:
     finally:
         for mp in base.glob("mnt*"):
             if is_mounted(mp):
-                subprocess.run(["fusermount3", "-u", "-z", str(mp)], check=False,
-                               capture_output=True)
+                subprocess.run(
+                    ["fusermount3", "-u", "-z", str(mp)], check=False, capture_output=True
+                )
         shutil.rmtree(base, ignore_errors=True)
 
 
-def start_mount(base: Path, url: str, store_id: str, *extra: str, name: str = "mnt",
-                env: dict[str, str] | None = None) -> MountProcess:
+def start_mount(
+    base: Path,
+    url: str,
+    store_id: str,
+    *extra: str,
+    name: str = "mnt",
+    env: dict[str, str] | None = None,
+) -> MountProcess:
     mp = base / name
     mp.mkdir(exist_ok=True)
     os.chmod(mp, 0o755)
@@ -177,8 +187,11 @@ def read_only_table(root: Path, outside: Path) -> list[tuple[str, str, dict[str,
         ("open_rdwr", "open", {"path": a, "flags": os.O_RDWR}),
         ("open_trunc", "open", {"path": a, "flags": os.O_RDONLY | os.O_TRUNC}),
         ("open_append", "open", {"path": a, "flags": os.O_WRONLY | os.O_APPEND}),
-        ("create", "open", {"path": str(root / "new.md"),
-                            "flags": os.O_CREAT | os.O_WRONLY | os.O_EXCL}),
+        (
+            "create",
+            "open",
+            {"path": str(root / "new.md"), "flags": os.O_CREAT | os.O_WRONLY | os.O_EXCL},
+        ),
         ("mkdir", "mkdir", {"path": str(root / "dir")}),
         ("unlink", "unlink", {"path": a}),
         ("rmdir", "rmdir", {"path": str(root / "notes")}),
@@ -201,10 +214,16 @@ def read_only_table(root: Path, outside: Path) -> list[tuple[str, str, dict[str,
         ("mkfifo", "mkfifo", {"path": str(root / "fifo")}),
         ("mmap_shared_write", "mmap_shared_write", {"path": a}),
         ("mmap_private_write", "mmap_private_write", {"path": a}),
-        ("copy_file_range_into", "copy_file_range",
-         {"src": str(outside), "dst": a, "flags": os.O_WRONLY}),
-        ("copy_file_range_new", "copy_file_range",
-         {"src": str(outside), "dst": str(root / "copy.md"), "flags": os.O_WRONLY | os.O_CREAT}),
+        (
+            "copy_file_range_into",
+            "copy_file_range",
+            {"src": str(outside), "dst": a, "flags": os.O_WRONLY},
+        ),
+        (
+            "copy_file_range_new",
+            "copy_file_range",
+            {"src": str(outside), "dst": str(root / "copy.md"), "flags": os.O_WRONLY | os.O_CREAT},
+        ),
         ("fallocate", "fallocate", {"path": a, "flags": os.O_WRONLY}),
         ("fallocate_rdonly", "fallocate", {"path": a, "flags": os.O_RDONLY}),
         ("marker_write", "write", {"path": str(root / MARKER_NAME), "flags": os.O_WRONLY}),
@@ -214,18 +233,19 @@ def read_only_table(root: Path, outside: Path) -> list[tuple[str, str, dict[str,
 
 EXPECTED_READ_ONLY = {
     "read": "ok:remote\n",
-    "mmap_shared_write": "EACCES",        # not opened for writing: no shared write map
+    "mmap_shared_write": "EACCES",  # not opened for writing: no shared write map
     "mmap_private_write": "ok:X|remote\n",  # a private copy changes, the file never
     "fallocate_rdonly": "EBADF",
-    "rename_in": "EXDEV",                 # the kernel refuses cross-mount renames first
+    "rename_in": "EXDEV",  # the kernel refuses cross-mount renames first
     "rename_out": "EXDEV",
     "read_after": "ok:remote\n",
 }
 
 
 @pytest.mark.parametrize("user", ["root", "nobody"])
-def test_read_only_mount_table(user: str, open_dir: Path, shared_server: ServerProcess,
-                               shared_api: Api) -> None:
+def test_read_only_mount_table(
+    user: str, open_dir: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store(f"ro table {user}")["id"])
     shared_api.create_memory(sid, "/notes/a.md", "remote\n")
@@ -241,8 +261,10 @@ def test_read_only_mount_table(user: str, open_dir: Path, shared_server: ServerP
         outside.write_text("outside\n")
         os.chmod(outside, 0o666)
         got = run_ops(read_only_table(root, outside), user=user)
-        want = {label: EXPECTED_READ_ONLY.get(label, "EROFS")
-                for label, _, _ in read_only_table(root, outside)}
+        want = {
+            label: EXPECTED_READ_ONLY.get(label, "EROFS")
+            for label, _, _ in read_only_table(root, outside)
+        }
         assert got == want
         # nothing moved, locally or in the store; the outside file is untouched
         assert sorted(os.listdir(root)) == [MARKER_NAME, "notes", "top.md"]
@@ -250,8 +272,7 @@ def test_read_only_mount_table(user: str, open_dir: Path, shared_server: ServerP
         assert outside.read_text() == "outside\n"
         assert sorted(os.listdir(work)) == ["outside.md"]
         proc.sync()
-        assert {m["path"]: m["content_sha256"]
-                for m in shared_api.list_memories(sid)} == before
+        assert {m["path"]: m["content_sha256"] for m in shared_api.list_memories(sid)} == before
         no_daemon_errors(proc)
     finally:
         proc.cleanup()
@@ -283,11 +304,18 @@ def shell_writes(directory: Path, user: str) -> dict[str, str]:
     prefix = NOBODY if user == "nobody" else []
     out = {}
     for label, command in SHELL_WRITES:
-        result = subprocess.run([*prefix, "sh", "-c", command], cwd=directory,
-                                capture_output=True, text=True, timeout=30)
-        out[label] = ("EROFS" if result.returncode != 0
-                      and "Read-only file system" in result.stderr
-                      else f"{result.returncode}:{result.stderr.strip()}")
+        result = subprocess.run(
+            [*prefix, "sh", "-c", command],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        out[label] = (
+            "EROFS"
+            if result.returncode != 0 and "Read-only file system" in result.stderr
+            else f"{result.returncode}:{result.stderr.strip()}"
+        )
     return out
 
 
@@ -306,16 +334,42 @@ def ro_rw_session(shared_server: ServerProcess) -> Iterator[tuple[Path, str, str
     root.mkdir()
     os.chmod(root, 0o755)
     spec = base / "spec.json"
-    spec.write_text(json.dumps({"resources": [
-        {"type": "memory_store", "memory_store_id": ro, "access": "read_only",
-         "mount_path": f"{root}/ro"},
-        {"type": "memory_store", "memory_store_id": rw, "access": "read_write",
-         "mount_path": f"{root}/rw"}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "resources": [
+                    {
+                        "type": "memory_store",
+                        "memory_store_id": ro,
+                        "access": "read_only",
+                        "mount_path": f"{root}/ro",
+                    },
+                    {
+                        "type": "memory_store",
+                        "memory_store_id": rw,
+                        "access": "read_write",
+                        "mount_path": f"{root}/rw",
+                    },
+                ]
+            }
+        )
+    )
     runtime = base / "runtime"
     runtime.mkdir(mode=0o700)
-    proc = MountProcess(["session", str(spec), "--root", str(root), "--allow-other",
-                         "--cache-dir", str(base / "session-cache")], root,
-                        url=shared_server.url, log_path=base / "session.log")
+    proc = MountProcess(
+        [
+            "session",
+            str(spec),
+            "--root",
+            str(root),
+            "--allow-other",
+            "--cache-dir",
+            str(base / "session-cache"),
+        ],
+        root,
+        url=shared_server.url,
+        log_path=base / "session.log",
+    )
     proc.env.update(ANTHROPIC_API_KEY="anything", XDG_RUNTIME_DIR=str(runtime))
     try:
         proc.start()
@@ -328,7 +382,8 @@ def ro_rw_session(shared_server: ServerProcess) -> Iterator[tuple[Path, str, str
 
 @pytest.mark.parametrize("user", ["root", "nobody"])
 def test_read_only_store_in_a_session_is_erofs_for_every_user(
-        user: str, ro_rw_session: tuple[Path, str, str], shared_api: Api) -> None:
+    user: str, ro_rw_session: tuple[Path, str, str], shared_api: Api
+) -> None:
     """Session mode is not `ro` at the mount (other stores are writable), so memfs checks
     permissions itself after EROFS: every write into a read-only store, and into the
     session root, is EROFS for root and for other users alike, as on `--read-only`."""
@@ -343,23 +398,31 @@ def test_read_only_store_in_a_session_is_erofs_for_every_user(
     table = read_only_table(root / "ro", outside)
     got = run_ops(table, user=user)
     assert got == {label: EXPECTED_READ_ONLY.get(label, "EROFS") for label, _, _ in table}
-    assert run_ops([
-        ("create", "open", {"path": str(root / "new.md"), "flags": os.O_CREAT | os.O_WRONLY}),
-        ("mkdir", "mkdir", {"path": str(root / "dir")}),
-        ("rmdir_store", "rmdir", {"path": str(root / "ro")}),
-        ("rename_store", "rename", {"src": str(root / "rw"), "dst": str(root / "x")}),
-        ("chmod", "chmod", {"path": str(root), "mode": 0o777}),
-        ("access_w", "access_w", {"path": str(root / "ro/top.md")}),
-    ], user=user) == {"create": "EROFS", "mkdir": "EROFS", "rmdir_store": "EROFS",
-                      "rename_store": "EROFS", "chmod": "EROFS", "access_w": "EROFS"}
+    assert run_ops(
+        [
+            ("create", "open", {"path": str(root / "new.md"), "flags": os.O_CREAT | os.O_WRONLY}),
+            ("mkdir", "mkdir", {"path": str(root / "dir")}),
+            ("rmdir_store", "rmdir", {"path": str(root / "ro")}),
+            ("rename_store", "rename", {"src": str(root / "rw"), "dst": str(root / "x")}),
+            ("chmod", "chmod", {"path": str(root), "mode": 0o777}),
+            ("access_w", "access_w", {"path": str(root / "ro/top.md")}),
+        ],
+        user=user,
+    ) == {
+        "create": "EROFS",
+        "mkdir": "EROFS",
+        "rmdir_store": "EROFS",
+        "rename_store": "EROFS",
+        "chmod": "EROFS",
+        "access_w": "EROFS",
+    }
     assert shell_writes(root / "ro", user) == {label: "EROFS" for label, _ in SHELL_WRITES}
     assert sorted(os.listdir(root / "ro")) == [MARKER_NAME, "notes", "top.md"]
     assert (root / "ro/notes/a.md").read_text() == "remote\n"
     assert {m["path"]: m["content_sha256"] for m in shared_api.list_memories(ro)} == before
 
 
-def other_user_table(root: Path) -> tuple[list[tuple[str, str, dict[str, Any]]],
-                                           dict[str, str]]:
+def other_user_table(root: Path) -> tuple[list[tuple[str, str, dict[str, Any]]], dict[str, str]]:
     """Files the mounting user made in `root`, what nobody tries there and must get."""
     (root / "public.md").write_text("public\n")
     (root / "secret.md").write_text("secret\n")
@@ -392,18 +455,32 @@ def other_user_table(root: Path) -> tuple[list[tuple[str, str, dict[str, Any]]],
         ("read_private", "read", {"path": f"{p}/private/inside.md"}),
         ("mmap_shared_write", "mmap_shared_write", {"path": f"{p}/public.md"}),
         ("write_open", "write", {"path": f"{p}/open.md", "flags": os.O_WRONLY}),
-        ("create_shared", "open", {"path": f"{p}/shared/n.md",
-                                   "flags": os.O_CREAT | os.O_WRONLY}),
+        ("create_shared", "open", {"path": f"{p}/shared/n.md", "flags": os.O_CREAT | os.O_WRONLY}),
         ("read_after", "read", {"path": f"{p}/public.md"}),
     ]
     expected = {
-        "stat": "ok:0o644", "read": "ok:public\n", "write": "EACCES",
-        "append": "EACCES", "truncate": "EACCES", "chmod": "EPERM", "chown": "EPERM",
-        "utime_times": "EPERM", "utime_now": "EACCES", "utime_now_open": "ok",
-        "unlink": "EACCES", "create": "EACCES", "mkdir": "EACCES", "rename": "EACCES",
-        "read_secret": "EACCES", "list_private": "EACCES", "read_private": "EACCES",
-        "mmap_shared_write": "EACCES", "write_open": "ok", "create_shared": "ok",
-        "read_after": "ok:public\n"}
+        "stat": "ok:0o644",
+        "read": "ok:public\n",
+        "write": "EACCES",
+        "append": "EACCES",
+        "truncate": "EACCES",
+        "chmod": "EPERM",
+        "chown": "EPERM",
+        "utime_times": "EPERM",
+        "utime_now": "EACCES",
+        "utime_now_open": "ok",
+        "unlink": "EACCES",
+        "create": "EACCES",
+        "mkdir": "EACCES",
+        "rename": "EACCES",
+        "read_secret": "EACCES",
+        "list_private": "EACCES",
+        "read_private": "EACCES",
+        "mmap_shared_write": "EACCES",
+        "write_open": "ok",
+        "create_shared": "ok",
+        "read_after": "ok:public\n",
+    }
     return ops, expected
 
 
@@ -415,7 +492,8 @@ def check_other_user_results(root: Path) -> None:
 
 
 def test_allow_other_keeps_other_users_to_the_modes_shown(
-        open_dir: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    open_dir: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store("allow other")["id"])
     proc = start_mount(open_dir, shared_server.url, sid, "--allow-other")
@@ -434,7 +512,8 @@ def test_allow_other_keeps_other_users_to_the_modes_shown(
 
 
 def test_writable_store_in_a_session_keeps_other_users_to_the_modes_shown(
-        ro_rw_session: tuple[Path, str, str]) -> None:
+    ro_rw_session: tuple[Path, str, str],
+) -> None:
     """memfs's own checks in session mode give nobody what the kernel's give it on a
     single mount (the same table as the test above)."""
     rw = ro_rw_session[0] / "rw"
@@ -442,13 +521,18 @@ def test_writable_store_in_a_session_keeps_other_users_to_the_modes_shown(
     assert run_ops(ops, user="nobody") == expected
     check_other_user_results(rw)
     # the mounting user (root here) and the owner bits still rule for itself
-    assert run_ops([("read_private", "read", {"path": str(rw / "private/inside.md")}),
-                    ("write", "write", {"path": str(rw / "public.md"), "flags": os.O_WRONLY})],
-                   user="root") == {"read_private": "ok:inside\n", "write": "ok"}
+    assert run_ops(
+        [
+            ("read_private", "read", {"path": str(rw / "private/inside.md")}),
+            ("write", "write", {"path": str(rw / "public.md"), "flags": os.O_WRONLY}),
+        ],
+        user="root",
+    ) == {"read_private": "ok:inside\n", "write": "ok"}
 
 
 def test_cache_directory_is_private_to_the_mounting_user(
-        open_dir: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    open_dir: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     """The mount hides files from other users (no --allow-other); the cache dir, which
     holds the same bytes (journal rows, objects), must not hand them out either."""
     require_fuse()
@@ -465,8 +549,11 @@ def test_cache_directory_is_private_to_the_mounting_user(
         cache = open_dir / "mnt-cache"
         objects = [str(p) for p in cache.rglob("*") if p.is_file()]
         assert any("objects" in p for p in objects)
-        got = run_ops([(p, "read", {"path": p}) for p in objects] +
-                      [("mount", "listdir", {"path": str(proc.mountpoint)})], user="nobody")
+        got = run_ops(
+            [(p, "read", {"path": p}) for p in objects]
+            + [("mount", "listdir", {"path": str(proc.mountpoint)})],
+            user="nobody",
+        )
         assert got.pop("mount") == "EACCES"
         leaked = sorted(p for p, v in got.items() if v.startswith("ok"))
         assert leaked == [], "other users can read the cache"
@@ -537,12 +624,17 @@ class Hostile:
 
     def view(self, mid: str, full: bool) -> dict[str, Any]:
         m = self.memories[mid]
-        obj = {"type": "memory", "id": mid, "memory_store_id": self.store_id,
-               "path": m["path"], "content_sha256": m.get("sha", sha(m["content"])),
-               "content_size_bytes": m.get("size", len(m["content"].encode(
-                   "utf-8", "surrogatepass"))),
-               "memory_version_id": f"memver_{mid}", "created_at": "2026-01-01T00:00:00Z",
-               "updated_at": "2026-01-01T00:00:00Z"}
+        obj = {
+            "type": "memory",
+            "id": mid,
+            "memory_store_id": self.store_id,
+            "path": m["path"],
+            "content_sha256": m.get("sha", sha(m["content"])),
+            "content_size_bytes": m.get("size", len(m["content"].encode("utf-8", "surrogatepass"))),
+            "memory_version_id": f"memver_{mid}",
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }
         if full:
             obj["content"] = m["content"]
         return obj
@@ -575,23 +667,37 @@ class Hostile:
             self.send(h, 500, b'{"type":"error","error":{"type":"api_error","message":"no"}}')
             return
         if parts == ["v1", "memory_stores", self.store_id]:
-            body = {"type": "memory_store", "id": self.store_id, "name": "Hostile",
-                    "description": "", "metadata": {}, "created_at": "2026-01-01T00:00:00Z",
-                    "updated_at": "2026-01-01T00:00:00Z", "archived_at": None}
+            body = {
+                "type": "memory_store",
+                "id": self.store_id,
+                "name": "Hostile",
+                "description": "",
+                "metadata": {},
+                "created_at": "2026-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:00Z",
+                "archived_at": None,
+            }
             self.send(h, 200, json.dumps(body).encode())
         elif parts == ["v1", "memory_stores", self.store_id, "memories"]:
             full = query.get("view") == "full"
             limit = int(query.get("limit", "20"))
             start = int(query.get("page", "page_0")[5:])
-            ids = sorted(self.memories, key=lambda i: self.memories[i]["path"].encode(
-                "utf-8", "surrogatepass"))
-            chunk = ids[start:start + limit]
+            ids = sorted(
+                self.memories,
+                key=lambda i: self.memories[i]["path"].encode("utf-8", "surrogatepass"),
+            )
+            chunk = ids[start : start + limit]
             more = start + limit < len(ids)
-            body = {"data": [self.view(i, full) for i in chunk],
-                    "next_page": f"page_{start + limit}" if more else None}
+            body = {
+                "data": [self.view(i, full) for i in chunk],
+                "next_page": f"page_{start + limit}" if more else None,
+            }
             self.send(h, 200, json.dumps(body).encode())
-        elif len(parts) == 5 and parts[:4] == ["v1", "memory_stores", self.store_id,
-                                               "memories"] and parts[4] in self.memories:
+        elif (
+            len(parts) == 5
+            and parts[:4] == ["v1", "memory_stores", self.store_id, "memories"]
+            and parts[4] in self.memories
+        ):
             self.retrieved.append(parts[4])
             how = self.behaviour.get(parts[4])
             if how == "hang":
@@ -604,8 +710,7 @@ class Hostile:
             else:
                 self.send(h, 200, json.dumps(self.view(parts[4], True)).encode())
         else:
-            self.send(h, 404, b'{"type":"error","error":{"type":"not_found_error",'
-                              b'"message":"no"}}')
+            self.send(h, 404, b'{"type":"error","error":{"type":"not_found_error","message":"no"}}')
 
 
 def tree_listing(root: Path, skip: tuple[Path, ...] = ()) -> set[str]:
@@ -623,8 +728,13 @@ def cache_files_are_expected(cache: Path) -> None:
     conflicts/…"""
     for p in cache.rglob("*"):
         rel = p.relative_to(cache).parts
-        if rel[0] in ("journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "lock",
-                      "audit.jsonl") or re.fullmatch(r"audit\.jsonl\.\d+", rel[0]):
+        if rel[0] in (
+            "journal.sqlite",
+            "journal.sqlite-wal",
+            "journal.sqlite-shm",
+            "lock",
+            "audit.jsonl",
+        ) or re.fullmatch(r"audit\.jsonl\.\d+", rel[0]):
             assert len(rel) == 1
         elif rel[0] == "objects":
             if len(rel) == 1:
@@ -639,11 +749,27 @@ def cache_files_are_expected(cache: Path) -> None:
 
 
 BAD_PATHS = [
-    "/../memfs-escape-f3a9.md", "/a/../../memfs-escape-f3a9-2.md",
-    "/..", "/.", "/./dot.md", "//double.md",
-    "/a//b.md", "/trailing/", "relative.md", "", "/", "/ctl\x01.md", "/nul\x00.md",
-    "/nl\n.md", "/del\x7f.md", "/zw\u200b.md", "/ls\u2028.md", "/cafe\u0301.md",
-    "/" + "x" * 1030, "/" + "/".join(["s"] * 21), "/" + "é" * 600,
+    "/../memfs-escape-f3a9.md",
+    "/a/../../memfs-escape-f3a9-2.md",
+    "/..",
+    "/.",
+    "/./dot.md",
+    "//double.md",
+    "/a//b.md",
+    "/trailing/",
+    "relative.md",
+    "",
+    "/",
+    "/ctl\x01.md",
+    "/nul\x00.md",
+    "/nl\n.md",
+    "/del\x7f.md",
+    "/zw\u200b.md",
+    "/ls\u2028.md",
+    "/cafe\u0301.md",
+    "/" + "x" * 1030,
+    "/" + "/".join(["s"] * 21),
+    "/" + "é" * 600,
 ]
 
 
@@ -679,8 +805,10 @@ def test_hostile_paths_never_escape_the_mount(open_dir: Path) -> None:
             # nothing appeared outside the mount point and the cache directory
             after = tree_listing(open_dir, skip=(root, open_dir / "mnt-cache"))
             assert after - before <= {"mnt", "mnt-cache", "mnt.log"}
-            assert not any("memfs-escape-f3a9" in p for p in tree_listing(Path("/tmp"), skip=(
-                Path("/tmp/pytest-of-root"), root)))
+            assert not any(
+                "memfs-escape-f3a9" in p
+                for p in tree_listing(Path("/tmp"), skip=(Path("/tmp/pytest-of-root"), root))
+            )
             cache_files_are_expected(open_dir / "mnt-cache")
             no_daemon_errors(proc)
         finally:
@@ -702,8 +830,13 @@ def test_hostile_content_sha_cannot_touch_files_outside_the_cache(open_dir: Path
         try:
             root = proc.mountpoint
             assert (root / "ok.md").read_text() == "fine\n"
-            got = run_ops([(n, "read", {"path": str(root / n)})
-                           for n in ("relative.md", "absolute.md", "short.md")], user="root")
+            got = run_ops(
+                [
+                    (n, "read", {"path": str(root / n)})
+                    for n in ("relative.md", "absolute.md", "short.md")
+                ],
+                user="root",
+            )
             # never the victim's bytes; a lying sha is the server's error, not content
             assert all(v != "ok:do not touch\n" for v in got.values()), got
             assert victim.read_text() == "do not touch\n"
@@ -721,8 +854,9 @@ def test_hostile_volume_10000_memories_and_full_size_contents(open_dir: Path) ->
     with Hostile() as srv:
         for i in range(10_000):
             srv.add(f"/many/m{i:05d}.md", f"memory {i}\n")
-        big = {f"/big{i}.md": (chr(ord("a") + i) * (MAX_CONTENT_BYTES - 1) + "\n")
-               for i in range(3)}
+        big = {
+            f"/big{i}.md": (chr(ord("a") + i) * (MAX_CONTENT_BYTES - 1) + "\n") for i in range(3)
+        }
         for p, text in big.items():
             srv.add(p, text)
         srv.add("/multibyte.md", "é" * (MAX_CONTENT_BYTES // 2))  # 102,400 bytes
@@ -766,15 +900,18 @@ def test_unavailable_content_answers_eio_within_the_content_timeout(open_dir: Pa
             "html.md": srv.add("/html.md", "html"),
             "hang.md": srv.add("/hang.md", "hang"),
         }
-        srv.behaviour.update({ids["garbage.md"]: "garbage", ids["html.md"]: "html",
-                              ids["hang.md"]: "hang"})
+        srv.behaviour.update(
+            {ids["garbage.md"]: "garbage", ids["html.md"]: "html", ids["hang.md"]: "hang"}
+        )
         srv.add("/ok.md", "fine\n")
         proc = start_mount(open_dir, srv.url, srv.store_id, "--read-only")
         try:
             root = proc.mountpoint
             results: dict[str, Any] = {}
-            threads = [threading.Thread(target=read_bounded, args=(root / n, results),
-                                        daemon=True) for n in ids]
+            threads = [
+                threading.Thread(target=read_bounded, args=(root / n, results), daemon=True)
+                for n in ids
+            ]
             for t in threads:
                 t.start()
             # Once the never-answered retrieve is at the server, hang.md's content is
@@ -790,7 +927,8 @@ def test_unavailable_content_answers_eio_within_the_content_timeout(open_dir: Pa
             assert time.monotonic() - t0 < 2, "the mount stalled behind pending reads"
             hang_read = threads[list(ids).index("hang.md")]
             assert hang_read.is_alive() and "hang.md" not in results, (
-                "hang.md's read ended before the checks: they did not run beside it")
+                "hang.md's read ended before the checks: they did not run beside it"
+            )
             for t in threads:
                 t.join(60)
             assert not any(t.is_alive() for t in threads), "a read hung past 60 s"
@@ -822,23 +960,34 @@ def test_server_that_hangs_or_answers_garbage_after_mount(open_dir: Path) -> Non
             for mode in ("hang", "garbage"):
                 srv.mode = mode
                 t0 = time.monotonic()
-                got = run_ops([
-                    ("read", "read", {"path": str(root / "a.md")}),
-                    ("list", "listdir", {"path": str(root)}),
-                    ("create", "open", {"path": str(root / f"{mode}.md"),
-                                        "flags": os.O_CREAT | os.O_WRONLY}),
-                    ("mkdir", "mkdir", {"path": str(root / f"{mode}-dir")}),
-                    ("rename", "rename", {"src": str(root / f"{mode}-dir"),
-                                          "dst": str(root / f"{mode}-dir2")}),
-                    ("xattr", "getxattr", {"path": str(root / "a.md"),
-                                           "name": "user.memfs.state.store_state"}),
-                ], user="root")
+                got = run_ops(
+                    [
+                        ("read", "read", {"path": str(root / "a.md")}),
+                        ("list", "listdir", {"path": str(root)}),
+                        (
+                            "create",
+                            "open",
+                            {"path": str(root / f"{mode}.md"), "flags": os.O_CREAT | os.O_WRONLY},
+                        ),
+                        ("mkdir", "mkdir", {"path": str(root / f"{mode}-dir")}),
+                        (
+                            "rename",
+                            "rename",
+                            {"src": str(root / f"{mode}-dir"), "dst": str(root / f"{mode}-dir2")},
+                        ),
+                        (
+                            "xattr",
+                            "getxattr",
+                            {"path": str(root / "a.md"), "name": "user.memfs.state.store_state"},
+                        ),
+                    ],
+                    user="root",
+                )
                 assert time.monotonic() - t0 < 5, mode
                 assert got["read"] == "ok:cached\n" and got["create"] == "ok", got
                 assert got["mkdir"] == got["rename"] == "ok" and got["xattr"] == "ok:clean"
                 t0 = time.monotonic()
-                result = proc.memfs("sync", str(root), "--timeout", "5", check=False,
-                                    timeout=30)
+                result = proc.memfs("sync", str(root), "--timeout", "5", check=False, timeout=30)
                 assert result.returncode == 1, result.stdout
                 assert time.monotonic() - t0 < 15
                 proc.memfs("status", str(root), "--json")
@@ -856,7 +1005,8 @@ def test_server_that_hangs_or_answers_garbage_after_mount(open_dir: Path) -> Non
 
 @pytest.mark.parametrize("mode", ["garbage", "hang"])
 def test_start_up_against_a_hostile_server_fails_in_bounded_time(
-        request: pytest.FixtureRequest, open_dir: Path, mode: str) -> None:
+    request: pytest.FixtureRequest, open_dir: Path, mode: str
+) -> None:
     """Garbage fails at once; silence fails after the start-up first-byte bound (5 s)."""
     require_fuse()
     with Hostile() as srv:
@@ -865,12 +1015,21 @@ def test_start_up_against_a_hostile_server_fails_in_bounded_time(
         mp.mkdir()
         env = {**os.environ, "ANTHROPIC_BASE_URL": srv.url}
         env.pop("ANTHROPIC_API_KEY", None)
-        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", "error", "mount",
-               srv.store_id, str(mp), "--cache-dir", str(open_dir / "cache")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memfs.cli",
+            "--log-level",
+            "error",
+            "mount",
+            srv.store_id,
+            str(mp),
+            "--cache-dir",
+            str(open_dir / "cache"),
+        ]
         t0 = time.monotonic()
         try:
-            result = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                    timeout=150)
+            result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
         finally:
             if is_mounted(mp):
                 subprocess.run(["fusermount3", "-u", "-z", str(mp)], check=False)
@@ -885,18 +1044,23 @@ def test_start_up_against_a_hostile_server_fails_in_bounded_time(
 
 
 def test_garbage_on_a_control_socket_does_not_end_the_daemon(
-        open_dir: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    open_dir: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store("control garbage")["id"])
     runtime = open_dir / "rt"
     runtime.mkdir(mode=0o700)
-    proc = start_mount(open_dir, shared_server.url, sid,
-                       env={"XDG_RUNTIME_DIR": str(runtime)})
+    proc = start_mount(open_dir, shared_server.url, sid, env={"XDG_RUNTIME_DIR": str(runtime)})
     try:
         sock_path = next((runtime / "memfs").glob("*.sock"))
         assert os.stat(sock_path).st_mode & 0o077 == 0
-        for payload in (b"\xff\xfe\n", b"[1,2]\n", b'{"op": "nope"}\n', b"x" * 70000,
-                        b'{"op": "status"'):
+        for payload in (
+            b"\xff\xfe\n",
+            b"[1,2]\n",
+            b'{"op": "nope"}\n',
+            b"x" * 70000,
+            b'{"op": "status"',
+        ):
             with socket.socket(socket.AF_UNIX) as s:
                 s.settimeout(5)
                 s.connect(str(sock_path))
@@ -915,7 +1079,8 @@ def test_garbage_on_a_control_socket_does_not_end_the_daemon(
 
 
 def test_sigkill_of_mount_leaves_no_writable_bare_directory(
-        open_dir: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    open_dir: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store("bare dir")["id"])
     proc = start_mount(open_dir, shared_server.url, sid)

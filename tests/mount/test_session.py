@@ -63,21 +63,33 @@ def base_env(url: str, runtime: Path, credentials: bool = True) -> dict[str, str
     return env
 
 
-def cli(env: dict[str, str], *args: str, user: bool = False, timeout: float = 60.0
-        ) -> subprocess.CompletedProcess[str]:
+def cli(
+    env: dict[str, str], *args: str, user: bool = False, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
     """Run the memfs CLI (optionally as `nobody`), logs kept off stderr."""
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if user else []
     cmd = [*prefix, sys.executable, "-m", "memfs.cli", "--log-level", "error", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=Path(__file__).resolve().parents[2])
+    return subprocess.run(
+        cmd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).resolve().parents[2],
+    )
 
 
 def write_spec(path: Path, resources: list[dict[str, Any]], *, session: bool = True) -> Path:
     """A session object as the Sessions API returns it, or a bare {"resources": [...]}."""
     body: dict[str, Any] = {"resources": resources}
     if session:
-        body = {"id": "sesn_011CTestSession", "type": "session", "status": "idle",
-                "agent": {"id": "agent_1", "type": "agent"}, **body}
+        body = {
+            "id": "sesn_011CTestSession",
+            "type": "session",
+            "status": "idle",
+            "agent": {"id": "agent_1", "type": "agent"},
+            **body,
+        }
     path.write_text(json.dumps(body))
     return path
 
@@ -86,10 +98,24 @@ def ms(store_id: str, access: str = "read_write", **extra: Any) -> dict[str, Any
     return {"type": "memory_store", "memory_store_id": store_id, "access": access, **extra}
 
 
-def start_session(tmp_path: Path, url: str, runtime: Path, spec: Path, root: Path,
-                  *extra: str, name: str = "session") -> MountProcess:
-    args = ["session", str(spec), "--root", str(root),
-            "--cache-dir", str(tmp_path / f"{name}-cache"), *extra]
+def start_session(
+    tmp_path: Path,
+    url: str,
+    runtime: Path,
+    spec: Path,
+    root: Path,
+    *extra: str,
+    name: str = "session",
+) -> MountProcess:
+    args = [
+        "session",
+        str(spec),
+        "--root",
+        str(root),
+        "--cache-dir",
+        str(tmp_path / f"{name}-cache"),
+        *extra,
+    ]
     proc = MountProcess(args, root, url=url, log_path=tmp_path / f"{name}.log")
     proc.env.update(CREDENTIALS, XDG_RUNTIME_DIR=str(runtime))
     return proc.start()
@@ -126,20 +152,28 @@ def start_three(tmp_path: Path, url: str, api: Api, runtime: Path) -> Three:
     api.create_memory(scratch, "/todo.md", "- test sessions\n")
     root = tmp_path / "memory"
     root.mkdir()
-    spec = write_spec(tmp_path / "spec.json", [
-        {"id": "sesrsc_01", **ms(prefs, name="User Preferences",
-                                 instructions="the user's standing preferences")},
-        {"type": "file", "id": "sesrsc_02", "file_id": "file_011", "mount_path": "/mnt/x"},
-        {"id": "sesrsc_03", **ms(team, "read_only")},
-        {"id": "sesrsc_04", **ms(scratch, mount_path=f"{root}/scratch")},
-    ])
+    spec = write_spec(
+        tmp_path / "spec.json",
+        [
+            {
+                "id": "sesrsc_01",
+                **ms(
+                    prefs, name="User Preferences", instructions="the user's standing preferences"
+                ),
+            },
+            {"type": "file", "id": "sesrsc_02", "file_id": "file_011", "mount_path": "/mnt/x"},
+            {"id": "sesrsc_03", **ms(team, "read_only")},
+            {"id": "sesrsc_04", **ms(scratch, mount_path=f"{root}/scratch")},
+        ],
+    )
     proc = start_session(tmp_path, url, runtime, spec, root)
     return Three(proc, root, prefs, team, scratch, runtime)
 
 
 @pytest.fixture
-def three(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-          runtime_dir: Path) -> Iterator[Three]:
+def three(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
+) -> Iterator[Three]:
     """A fresh three-store session, for tests that change it."""
     session = start_three(tmp_path, shared_server.url, shared_api, runtime_dir)
     try:
@@ -149,8 +183,9 @@ def three(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
 
 
 @pytest.fixture(scope="module")
-def three_shared(tmp_path_factory: pytest.TempPathFactory,
-                 shared_server: ServerProcess) -> Iterator[Three]:
+def three_shared(
+    tmp_path_factory: pytest.TempPathFactory, shared_server: ServerProcess
+) -> Iterator[Three]:
     """One three-store session for the tests that only look and get refused."""
     tmp_path = tmp_path_factory.mktemp("three")
     runtime = Path(tempfile.mkdtemp(prefix="mfs-rt-", dir="/tmp"))
@@ -167,8 +202,11 @@ def test_layout_mount_paths_and_ignored_resources(three_shared: Three) -> None:
     three = three_shared
     root = three.root
     assert sorted(os.listdir(root)) == ["scratch", "team-notes-2026", "user-preferences"]
-    for dir_name, store_id in (("user-preferences", three.prefs),
-                               ("team-notes-2026", three.team), ("scratch", three.scratch)):
+    for dir_name, store_id in (
+        ("user-preferences", three.prefs),
+        ("team-notes-2026", three.team),
+        ("scratch", three.scratch),
+    ):
         assert (root / dir_name / MARKER).read_bytes() == marker_content(store_id)
     assert (root / "user-preferences/style.md").read_text() == "be concise\n"
     assert (root / "user-preferences/projects/memfs.md").read_text() == "a FUSE filesystem\n"
@@ -179,8 +217,11 @@ def test_layout_mount_paths_and_ignored_resources(three_shared: Three) -> None:
     assert os.stat(root / "team-notes-2026").st_mode & 0o222 == 0
     assert os.stat(root / "user-preferences").st_mode & 0o200
     log = three.proc.log()
-    assert re.search(r"INFO memfs\.session: ignoring a session resource that is not a "
-                     r"memory store type=file id=sesrsc_02", log), log
+    assert re.search(
+        r"INFO memfs\.session: ignoring a session resource that is not a "
+        r"memory store type=file id=sesrsc_02",
+        log,
+    ), log
 
 
 def test_root_refuses_every_write(three_shared: Three, tmp_path: Path) -> None:
@@ -208,24 +249,26 @@ def test_root_refuses_every_write(three_shared: Three, tmp_path: Path) -> None:
     refused(errno.EROFS, os.utime, root, None)
     refused(errno.EROFS, os.setxattr, root, "user.x", b"1")
     # a shell sees the same
-    result = subprocess.run(["sh", "-c", f"echo hi > '{root}/x.md'"], capture_output=True,
-                            text=True, timeout=10)
+    result = subprocess.run(
+        ["sh", "-c", f"echo hi > '{root}/x.md'"], capture_output=True, text=True, timeout=10
+    )
     assert result.returncode != 0 and "Read-only file system" in result.stderr
-    result = subprocess.run(["rm", "-rf", str(root / "team-notes-2026")],
-                            capture_output=True, text=True, timeout=10)
+    result = subprocess.run(
+        ["rm", "-rf", str(root / "team-notes-2026")], capture_output=True, text=True, timeout=10
+    )
     assert result.returncode != 0 and "Read-only file system" in result.stderr
     assert sorted(os.listdir(root)) == ["scratch", "team-notes-2026", "user-preferences"]
 
 
 def test_read_only_store_refuses_every_mutation_even_for_root(
-        three_shared: Three, shared_api: Api) -> None:
+    three_shared: Three, shared_api: Api
+) -> None:
     three = three_shared
     assert os.getuid() == 0
     team = three.root / "team-notes-2026"
     a = team / "deep/a/b.md"
     before = store_contents(shared_api, three.team)
-    for flags in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC,
-                  os.O_WRONLY | os.O_APPEND):
+    for flags in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND):
         refused(errno.EROFS, os.open, a, flags)
     refused(errno.EROFS, os.open, team / "new.md", os.O_CREAT | os.O_WRONLY, 0o644)
     refused(errno.EROFS, os.mkdir, team / "dir")
@@ -242,8 +285,9 @@ def test_read_only_store_refuses_every_mutation_even_for_root(
     refused(errno.EROFS, os.symlink, "b.md", team / "sym")
     refused(errno.EROFS, os.mknod, team / "node.md", stat.S_IFREG | 0o644)
     refused(errno.EROFS, os.setxattr, a, "user.x", b"1")
-    result = subprocess.run(["sed", "-i", "s/deep/shallow/", str(a)], capture_output=True,
-                            text=True, timeout=10)
+    result = subprocess.run(
+        ["sed", "-i", "s/deep/shallow/", str(a)], capture_output=True, text=True, timeout=10
+    )
     assert result.returncode != 0
     assert a.read_text() == "deep\n"
     three.memfs("sync", str(three.root))
@@ -251,7 +295,8 @@ def test_read_only_store_refuses_every_mutation_even_for_root(
 
 
 def test_writable_stores_behave_normally_and_sync_covers_every_store(
-        three: Three, shared_api: Api) -> None:
+    three: Three, shared_api: Api
+) -> None:
     prefs = three.root / "user-preferences"
     scratch = three.root / "scratch"
     (prefs / "new.md").write_text("new preference\n")
@@ -266,11 +311,14 @@ def test_writable_stores_behave_normally_and_sync_covers_every_store(
     result = three.memfs("sync", str(three.root))
     lines = result.stdout.strip().splitlines()
     assert sorted(line.split(":")[0] for line in lines) == sorted(
-        [three.prefs, three.team, three.scratch])
+        [three.prefs, three.team, three.scratch]
+    )
     assert all(": ok " in line for line in lines), lines
     assert store_contents(shared_api, three.prefs) == {
-        "/new.md": "new preference\n", "/style.md": "be brief\n",
-        "/notes/memfs.md": "a FUSE filesystem\n"}
+        "/new.md": "new preference\n",
+        "/style.md": "be brief\n",
+        "/notes/memfs.md": "a FUSE filesystem\n",
+    }
     assert store_contents(shared_api, three.scratch) == {"/done.md": "- sessions tested\n"}
     assert (three.root / "team-notes-2026/remote.md").read_text() == "from elsewhere\n"
 
@@ -283,14 +331,14 @@ def _status_json(three: Three, *args: str) -> dict[str, Any]:
 
 def _status_on_a_terminal(env: dict[str, str], path: str) -> str:
     """`memfs status PATH` with stdout on a pseudo-terminal (the human table)."""
-    code, out, err = on_a_terminal([sys.executable, "-m", "memfs.cli", "status", path], env,
-                                   timeout=30)
+    code, out, err = on_a_terminal(
+        [sys.executable, "-m", "memfs.cli", "status", path], env, timeout=30
+    )
     assert code == 0, err
     return out
 
 
-def test_status_shows_every_store_in_json_and_on_a_terminal(
-        three: Three, shared_api: Api) -> None:
+def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared_api: Api) -> None:
     root = three.root
     prefs, scratch = root / "user-preferences", root / "scratch"
     # a conflict: the same file changed on both sides; the store wins, the copy is kept
@@ -324,7 +372,8 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(
     assert (t["memories"], t["bytes"]) == (2, len("welcome\n") + len("deep\n"))
     assert s["memories"] == 3
     assert s["bytes"] == len("- test sessions\n") + len("not pushed yet\n") + len(
-        b"\xff\xfe not utf-8")
+        b"\xff\xfe not utf-8"
+    )
     assert (p["dirty"], t["dirty"], s["dirty"]) == (0, 0, 1)
     assert s["dirty_files"] == ["/new.md"]
     assert p["conflicts"] == 1 and t["conflicts"] == 0 and s["conflicts"] == 0
@@ -332,7 +381,9 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(
     assert copy["path"] == "/style.md"
     assert Path(copy["copy"]).read_text() == "local edit\n"
     assert (s["refused"], s["refused_files"]) == (
-        1, [{"path": "/bad.md", "why": "content is not valid UTF-8"}])
+        1,
+        [{"path": "/bad.md", "why": "content is not valid UTF-8"}],
+    )
     assert (p["pending_deletes"], p["pending_delete_paths"]) == (1, ["/projects/memfs.md"])
     assert t["pending_deletes"] == 0 and s["pending_deletes"] == 0
     for store in (p, t, s):
@@ -345,16 +396,24 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(
     text = _status_on_a_terminal(three.proc.env, str(root))
     assert not text.lstrip().startswith("{"), text
     assert f"{root} (pid {mount['pid']})" in text
-    assert re.search(rf"{re.escape(str(root))}/user-preferences  {three.prefs}  read_write"
-                     r"  \(User Preferences\)", text), text
-    assert re.search(rf"{re.escape(str(root))}/team-notes-2026  {three.team}  read_only",
-                     text), text
+    assert re.search(
+        rf"{re.escape(str(root))}/user-preferences  {three.prefs}  read_write"
+        r"  \(User Preferences\)",
+        text,
+    ), text
+    assert re.search(rf"{re.escape(str(root))}/team-notes-2026  {three.team}  read_only", text), (
+        text
+    )
     assert re.search(rf"{re.escape(str(root))}/scratch  {three.scratch}  read_write", text)
-    assert (f"memories=3 bytes={s['bytes']} dirty=1 conflicts=0 refused=1 "
-            "pending_deletes=0") in text
+    assert (
+        f"memories=3 bytes={s['bytes']} dirty=1 conflicts=0 refused=1 pending_deletes=0"
+    ) in text
     assert "memories=1 bytes=12 dirty=0 conflicts=1 refused=0 pending_deletes=1" in text
-    assert re.search(r"last pass: \d\d:\d\d:\d\d ok [0-9.]+s; next pass: \d\d:\d\d:\d\d "
-                     r"\(in \d+s\)", text), text
+    assert re.search(
+        r"last pass: \d\d:\d\d:\d\d ok [0-9.]+s; next pass: \d\d:\d\d:\d\d "
+        r"\(in \d+s\)",
+        text,
+    ), text
     assert f"conflict: /style.md -> {copy['copy']}" in text
     assert "refused: /bad.md (content is not valid UTF-8)" in text
     assert "pending delete: /projects/memfs.md" in text
@@ -376,8 +435,7 @@ def test_sigterm_final_sync_then_unmount(three: Three, shared_api: Api) -> None:
     assert list(three.runtime.glob("memfs/*")) == []  # the control socket is gone
     log = three.proc.log()
     assert "stopping on signal=SIGTERM" in log and "unmounted mountpoint=" in log
-    assert three.memfs("status", "--json").stdout.strip() == json.dumps(
-        {"mounts": []}, indent=2)
+    assert three.memfs("status", "--json").stdout.strip() == json.dumps({"mounts": []}, indent=2)
 
 
 def test_unmount_command_final_sync_then_exit_zero(three: Three, shared_api: Api) -> None:
@@ -397,17 +455,16 @@ def test_unmount_command_final_sync_then_exit_zero(three: Three, shared_api: Api
 
 # ------------------------------------------------------------------ lifecycle failures
 def test_final_flush_that_cannot_push_exits_non_zero_and_a_restart_pushes(
-        tmp_path: Path, server: ServerProcess, api: Api, runtime_dir: Path) -> None:
+    tmp_path: Path, server: ServerProcess, api: Api, runtime_dir: Path
+) -> None:
     require_fuse()
     notes = api.create_store("Notes")["id"]
     ref = api.create_store("Reference")["id"]
     api.create_memory(notes, "/a.md", "a\n")
     root = tmp_path / "memory"
     root.mkdir()
-    spec = write_spec(tmp_path / "spec.json", [ms(notes), ms(ref, "read_only")],
-                      session=False)
-    proc = start_session(tmp_path, server.url, runtime_dir, spec, root,
-                         "--flush-timeout", "2")
+    spec = write_spec(tmp_path / "spec.json", [ms(notes), ms(ref, "read_only")], session=False)
+    proc = start_session(tmp_path, server.url, runtime_dir, spec, root, "--flush-timeout", "2")
     try:
         (root / "notes/unpushed.md").write_text("keep me\n")
         (root / "notes/a.md").write_text("a, edited\n")
@@ -418,24 +475,30 @@ def test_final_flush_that_cannot_push_exits_non_zero_and_a_restart_pushes(
         assert time.monotonic() - t0 < 10  # the flush is bounded by --flush-timeout
         assert proc.proc is not None and proc.proc.stderr is not None
         stderr = proc.proc.stderr.read().decode()
-        assert re.search(rf"memfs: 2 changed files of {notes} could not be pushed; they "
-                         r"stay in the journal for the next start: (/a\.md, /unpushed\.md|"
-                         r"/unpushed\.md, /a\.md)", stderr), stderr
+        assert re.search(
+            rf"memfs: 2 changed files of {notes} could not be pushed; they "
+            r"stay in the journal for the next start: (/a\.md, /unpushed\.md|"
+            r"/unpushed\.md, /a\.md)",
+            stderr,
+        ), stderr
         assert ref not in stderr  # a read-only store has nothing to push
         log = proc.log()
-        assert re.search(rf"WARNING memfs\.daemon: memory flush left changed files "
-                         rf"un-pushed; they stay in the journal for the next start "
-                         rf"memory_store_id={notes} files=2 paths=", log), log
+        assert re.search(
+            rf"WARNING memfs\.daemon: memory flush left changed files "
+            rf"un-pushed; they stay in the journal for the next start "
+            rf"memory_store_id={notes} files=2 paths=",
+            log,
+        ), log
         assert not is_mounted(root) and os.listdir(root) == []
     finally:
         proc.cleanup()
     server.start()
-    again = start_session(tmp_path, server.url, runtime_dir, spec, root,
-                          "--flush-timeout", "2", name="session")
+    again = start_session(
+        tmp_path, server.url, runtime_dir, spec, root, "--flush-timeout", "2", name="session"
+    )
     try:
         # the journal is pushed during start-up, before the mount goes live
-        assert store_contents(api, notes) == {"/a.md": "a, edited\n",
-                                              "/unpushed.md": "keep me\n"}
+        assert store_contents(api, notes) == {"/a.md": "a, edited\n", "/unpushed.md": "keep me\n"}
         assert (root / "notes/unpushed.md").read_text() == "keep me\n"
         assert again.stop() == 0
     finally:
@@ -443,8 +506,8 @@ def test_final_flush_that_cannot_push_exits_non_zero_and_a_restart_pushes(
 
 
 def test_a_killed_session_is_cleared_and_its_journal_pushed_at_the_next_start(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        runtime_dir: Path) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
+) -> None:
     require_fuse()
     store_id = shared_api.create_store("Crash Test")["id"]
     root = tmp_path / "memory"
@@ -474,8 +537,8 @@ def test_a_killed_session_is_cleared_and_its_journal_pushed_at_the_next_start(
 
 
 def test_an_outside_fusermount_unmount_still_runs_the_final_sync(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        runtime_dir: Path) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
+) -> None:
     require_fuse()
     store_id = shared_api.create_store("Outside")["id"]
     root = tmp_path / "memory"
@@ -487,15 +550,15 @@ def test_an_outside_fusermount_unmount_still_runs_the_final_sync(
         subprocess.run(["fusermount3", "-u", str(root)], check=True, timeout=10)
         assert proc.wait(timeout=45) == 0
         assert "the mount was unmounted from outside (fusermount3 -u)" in proc.log()
-        assert store_contents(shared_api, store_id) == {
-            "/late.md": "pushed after fusermount3 -u\n"}
+        assert store_contents(shared_api, store_id) == {"/late.md": "pushed after fusermount3 -u\n"}
         assert not is_mounted(root) and os.listdir(root) == []
     finally:
         proc.cleanup()
 
 
 def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
-        tmp_path: Path, runtime_dir: Path) -> None:
+    tmp_path: Path, runtime_dir: Path
+) -> None:
     require_fuse()
     db_path = tmp_path / "faulty.db"
     db = Database.open(db_path)
@@ -513,12 +576,20 @@ def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
         root = tmp_path / "memory"
         root.mkdir()
         spec = write_spec(tmp_path / "spec.json", [ms(good), ms(bad)])
-        result = cli(base_env(server.url, runtime_dir), "session", str(spec), "--root",
-                     str(root), "--cache-dir", str(tmp_path / "cache"))
+        result = cli(
+            base_env(server.url, runtime_dir),
+            "session",
+            str(spec),
+            "--root",
+            str(root),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        )
         assert result.returncode == 3, result.stderr  # the store failed: "unreachable"
         lines = result.stderr.strip().splitlines()
         assert lines[-1].startswith(
-            f"memfs: failed to download memory store memory_store_id={bad}: "), lines
+            f"memfs: failed to download memory store memory_store_id={bad}: "
+        ), lines
         assert_nothing_mounted(root, [])
         # the cache directory of the good store is not left locked
         with open(tmp_path / "cache" / good / "lock", "w") as f:
@@ -528,8 +599,8 @@ def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
 
 
 def test_a_store_whose_cache_is_locked_fails_the_session(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        runtime_dir: Path) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
+) -> None:
     require_fuse()
     first = shared_api.create_store("First")["id"]
     second = shared_api.create_store("Second")["id"]
@@ -540,12 +611,20 @@ def test_a_store_whose_cache_is_locked_fails_the_session(
     (cache / second).mkdir(parents=True)
     with open(cache / second / "lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "another daemon" holds it
-        result = cli(base_env(shared_server.url, runtime_dir), "session", str(spec),
-                     "--root", str(root), "--cache-dir", str(cache))
+        result = cli(
+            base_env(shared_server.url, runtime_dir),
+            "session",
+            str(spec),
+            "--root",
+            str(root),
+            "--cache-dir",
+            str(cache),
+        )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"memfs: cache directory {cache / second} is in use by another memfs daemon; "
-        "give each mount its own --cache-dir")
+        "give each mount its own --cache-dir"
+    )
     assert_nothing_mounted(root, [])
 
 
@@ -567,9 +646,9 @@ def _must_not_mount(config: Any, *, daemonize: bool) -> int:
 
 
 @pytest.fixture
-def expect_refusals_in_process(monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str]
-                               ) -> Callable[[list[Case]], None]:
+def expect_refusals_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[[list[Case]], None]:
     """The same checks through `memfs.cli.commands.session` in this process: the parser, the
     command and every check are the real ones, only the interpreter start-up (about a
     second each on a busy host) is saved. Mounting is made impossible."""
@@ -591,8 +670,12 @@ def expect_refusals_in_process(monkeypatch: pytest.MonkeyPatch,
                 parsed = memfs_cli.build_parser().parse_args(args)
                 got = commands.session(parsed)
             err = capsys.readouterr().err
-            one_line(subprocess.CompletedProcess(args, got, "", err), code, pattern,
-                     context=" ".join(args))
+            one_line(
+                subprocess.CompletedProcess(args, got, "", err),
+                code,
+                pattern,
+                context=" ".join(args),
+            )
 
     return run
 
@@ -603,8 +686,11 @@ def refusal_env(shared_server: ServerProcess, runtime_dir: Path) -> dict[str, st
 
 
 def test_spec_problems_are_refused(
-        tmp_path: Path, refusal_env: dict[str, str], shared_api: Api,
-        expect_refusals_in_process: Callable[[list[Case]], None]) -> None:
+    tmp_path: Path,
+    refusal_env: dict[str, str],
+    shared_api: Api,
+    expect_refusals_in_process: Callable[[list[Case]], None],
+) -> None:
     root = tmp_path / "memory"
     root.mkdir()
     twice = shared_api.create_store("Twice")["id"]
@@ -614,81 +700,174 @@ def test_spec_problems_are_refused(
         spec = tmp_path / f"{name}.json"
         if body is not None:
             spec.write_text(body if isinstance(body, str) else json.dumps(body))
-        cases.append((refusal_env, ["session", str(spec), "--root", str(root), *extra],
-                      code, re.escape(f"memfs: {message}")))
+        cases.append(
+            (
+                refusal_env,
+                ["session", str(spec), "--root", str(root), *extra],
+                code,
+                re.escape(f"memfs: {message}"),
+            )
+        )
 
-    case("nine", {"resources": [ms(f"memstore_{i:02d}") for i in range(9)]}, 2,
-         "a session can attach at most 8 memory stores; this one attaches 9")
-    case("twice", {"resources": [ms(twice), ms(twice, "read_only")]}, 2,
-         f"memory store {twice} is attached twice")
-    case("missing", None, 2,
-         f"cannot read the session spec {tmp_path / 'missing.json'}: No such file or "
-         "directory")
-    case("shape", {"id": "sesn_1", "type": "session"}, 2,
-         'the session spec must be a JSON object with a "resources" list')
-    case("list", [ms(twice)], 2,
-         'the session spec must be a JSON object with a "resources" list')
+    case(
+        "nine",
+        {"resources": [ms(f"memstore_{i:02d}") for i in range(9)]},
+        2,
+        "a session can attach at most 8 memory stores; this one attaches 9",
+    )
+    case(
+        "twice",
+        {"resources": [ms(twice), ms(twice, "read_only")]},
+        2,
+        f"memory store {twice} is attached twice",
+    )
+    case(
+        "missing",
+        None,
+        2,
+        f"cannot read the session spec {tmp_path / 'missing.json'}: No such file or directory",
+    )
+    case(
+        "shape",
+        {"id": "sesn_1", "type": "session"},
+        2,
+        'the session spec must be a JSON object with a "resources" list',
+    )
+    case("list", [ms(twice)], 2, 'the session spec must be a JSON object with a "resources" list')
     case("item", {"resources": [1]}, 2, "resource #0 of the session spec is not an object")
-    case("noid", {"resources": [{"type": "memory_store"}]}, 2,
-         "resource #0 has no memory_store_id")
-    case("access", {"resources": [ms("memstore_x", "write")]}, 2,
-         "memory store memstore_x has an unknown access 'write' (read_write or read_only)")
-    case("mpath", {"resources": [ms("memstore_x", mount_path=7)]}, 2,
-         "memory store memstore_x has a mount_path that is not a string")
-    case("none", {"type": "session", "resources": [{"type": "file", "file_id": "f"}]}, 2,
-         "the session attaches no memory stores; nothing to mount")
-    case("interval", {"resources": [ms(twice)]}, 2,
-         "the sync interval must be at least 5 seconds", "--sync-interval", "1")
+    case("noid", {"resources": [{"type": "memory_store"}]}, 2, "resource #0 has no memory_store_id")
+    case(
+        "access",
+        {"resources": [ms("memstore_x", "write")]},
+        2,
+        "memory store memstore_x has an unknown access 'write' (read_write or read_only)",
+    )
+    case(
+        "mpath",
+        {"resources": [ms("memstore_x", mount_path=7)]},
+        2,
+        "memory store memstore_x has a mount_path that is not a string",
+    )
+    case(
+        "none",
+        {"type": "session", "resources": [{"type": "file", "file_id": "f"}]},
+        2,
+        "the session attaches no memory stores; nothing to mount",
+    )
+    case(
+        "interval",
+        {"resources": [ms(twice)]},
+        2,
+        "the sync interval must be at least 5 seconds",
+        "--sync-interval",
+        "1",
+    )
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    cases.append((refusal_env, ["session", str(bad), "--root", str(root)], 2,
-                  re.escape(f"memfs: the session spec {bad} is not valid JSON: ") + ".+"))
+    cases.append(
+        (
+            refusal_env,
+            ["session", str(bad), "--root", str(root)],
+            2,
+            re.escape(f"memfs: the session spec {bad} is not valid JSON: ") + ".+",
+        )
+    )
     expect_refusals(cases[:3])  # as real processes: exit codes and nothing else on stderr
     expect_refusals_in_process(cases)
     assert_nothing_mounted(root, [])
 
 
 def test_mount_path_problems_and_clashes_are_refused(
-        tmp_path: Path, refusal_env: dict[str, str], shared_api: Api,
-        expect_refusals_in_process: Callable[[list[Case]], None]) -> None:
+    tmp_path: Path,
+    refusal_env: dict[str, str],
+    shared_api: Api,
+    expect_refusals_in_process: Callable[[list[Case]], None],
+) -> None:
     store_id = shared_api.create_store("Paths")["id"]
     a = shared_api.create_store("Shared Notes")["id"]
     b = shared_api.create_store("shared-notes")["id"]
     root = tmp_path / "memory"
     root.mkdir()
     cases: list[Case] = []
-    for n, template in enumerate([
-            "{root}/../x", "relative/x", "{root}/a/b", "/mnt/memory/x", "{root}/", "{root}",
-            "{root}/./x", "{root}//x", "{root}/..", "{root}/x\u0007", "{root}/" + "n" * 256,
-            str(tmp_path / "other-root" / "x")]):
+    for n, template in enumerate(
+        [
+            "{root}/../x",
+            "relative/x",
+            "{root}/a/b",
+            "/mnt/memory/x",
+            "{root}/",
+            "{root}",
+            "{root}/./x",
+            "{root}//x",
+            "{root}/..",
+            "{root}/x\u0007",
+            "{root}/" + "n" * 256,
+            str(tmp_path / "other-root" / "x"),
+        ]
+    ):
         path = template.format(root=root)
         spec = write_spec(tmp_path / f"unclean-{n}.json", [ms(store_id, mount_path=path)])
-        cases.append((refusal_env, ["session", str(spec), "--root", str(root)], 2, re.escape(
-            f"memfs: memory store mount_path is not a clean absolute path: '{path}' "
-            f"(memory_store_id={store_id}); it must be {root}/<name>")))
+        cases.append(
+            (
+                refusal_env,
+                ["session", str(spec), "--root", str(root)],
+                2,
+                re.escape(
+                    f"memfs: memory store mount_path is not a clean absolute path: '{path}' "
+                    f"(memory_store_id={store_id}); it must be {root}/<name>"
+                ),
+            )
+        )
 
-    def clash(name: str, resources: list[dict[str, Any]], first: str, second: str,
-              shared: str) -> None:
+    def clash(
+        name: str, resources: list[dict[str, Any]], first: str, second: str, shared: str
+    ) -> None:
         spec = write_spec(tmp_path / f"{name}.json", resources)
-        cases.append((refusal_env, ["session", str(spec), "--root", str(root)], 2, re.escape(
-            f"memfs: memory stores {first} and {second} would share the mount path "
-            f"{root}/{shared} (paths may not differ only in case)")))
+        cases.append(
+            (
+                refusal_env,
+                ["session", str(spec), "--root", str(root)],
+                2,
+                re.escape(
+                    f"memfs: memory stores {first} and {second} would share the mount path "
+                    f"{root}/{shared} (paths may not differ only in case)"
+                ),
+            )
+        )
 
     clash("slug", [ms(a), ms(b)], a, b, "shared-notes")  # two names, one slug
-    clash("same", [ms(a, mount_path=f"{root}/notes"), ms(b, mount_path=f"{root}/notes")],
-          a, b, "notes")
-    clash("case", [ms(a, mount_path=f"{root}/Notes"), ms(b, mount_path=f"{root}/notes")],
-          a, b, "notes")
-    clash("mixed", [ms(a), ms(store_id, mount_path=f"{root}/Shared-Notes")], a, store_id,
-          "Shared-Notes")
+    clash(
+        "same",
+        [ms(a, mount_path=f"{root}/notes"), ms(b, mount_path=f"{root}/notes")],
+        a,
+        b,
+        "notes",
+    )
+    clash(
+        "case",
+        [ms(a, mount_path=f"{root}/Notes"), ms(b, mount_path=f"{root}/notes")],
+        a,
+        b,
+        "notes",
+    )
+    clash(
+        "mixed",
+        [ms(a), ms(store_id, mount_path=f"{root}/Shared-Notes")],
+        a,
+        store_id,
+        "Shared-Notes",
+    )
     expect_refusals([cases[0], cases[-4]])
     expect_refusals_in_process(cases)
     assert_nothing_mounted(root, [])
 
 
 def test_something_already_at_a_store_path_is_refused(
-        tmp_path: Path, refusal_env: dict[str, str], shared_api: Api,
-        expect_refusals_in_process: Callable[[list[Case]], None]) -> None:
+    tmp_path: Path,
+    refusal_env: dict[str, str],
+    shared_api: Api,
+    expect_refusals_in_process: Callable[[list[Case]], None],
+) -> None:
     fresh = shared_api.create_store("Fresh")["id"]
     left = shared_api.create_store("Left Over")["id"]
     cases: list[Case] = []
@@ -706,10 +885,18 @@ def test_something_already_at_a_store_path_is_refused(
             target.symlink_to(tmp_path / "nowhere")
         roots.append(root)
         spec = write_spec(tmp_path / f"{kind}.json", [ms(fresh), ms(left)])
-        cases.append((refusal_env, ["session", str(spec), "--root", str(root)], 2, re.escape(
-            f"memfs: something already exists at the memory store's path: "
-            f"{root}/left-over (memory_store_id={left}); it must not exist when the "
-            "session starts")))
+        cases.append(
+            (
+                refusal_env,
+                ["session", str(spec), "--root", str(root)],
+                2,
+                re.escape(
+                    f"memfs: something already exists at the memory store's path: "
+                    f"{root}/left-over (memory_store_id={left}); it must not exist when the "
+                    "session starts"
+                ),
+            )
+        )
     expect_refusals(cases[:1])
     expect_refusals_in_process(cases[1:])
     for root in roots:
@@ -718,8 +905,11 @@ def test_something_already_at_a_store_path_is_refused(
 
 
 def test_root_problems_are_refused(
-        tmp_path: Path, refusal_env: dict[str, str], shared_api: Api,
-        expect_refusals_in_process: Callable[[list[Case]], None]) -> None:
+    tmp_path: Path,
+    refusal_env: dict[str, str],
+    shared_api: Api,
+    expect_refusals_in_process: Callable[[list[Case]], None],
+) -> None:
     store_id = shared_api.create_store("Rooted")["id"]
     spec = write_spec(tmp_path / "spec.json", [ms(store_id)])
     missing = tmp_path / "missing"
@@ -727,22 +917,33 @@ def test_root_problems_are_refused(
     a_file.write_text("")
     mounted = tmp_path / "mounted"
     mounted.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mounted)],
-                   check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mounted)], check=True)
 
     def case(root: str, message: str) -> Case:
-        return (refusal_env, ["session", str(spec), "--root", root], 2,
-                re.escape(f"memfs: {message}"))
+        return (
+            refusal_env,
+            ["session", str(spec), "--root", root],
+            2,
+            re.escape(f"memfs: {message}"),
+        )
 
     try:
-        expect_refusals_in_process([
-            case(str(missing), f"the session root {missing} does not exist; prepare the "
-                 f"host with: sudo mkdir -p {missing} && sudo chown \"$USER\" {missing}"),
-            case(str(a_file), f"the session root {a_file} is not a directory"),
-            case("/", "the session root '/' is not a clean absolute path"),
-            case(str(mounted), f"the session root {mounted} is already a mount (is another "
-                 "session running? see `memfs status`)"),
-        ])
+        expect_refusals_in_process(
+            [
+                case(
+                    str(missing),
+                    f"the session root {missing} does not exist; prepare the "
+                    f'host with: sudo mkdir -p {missing} && sudo chown "$USER" {missing}',
+                ),
+                case(str(a_file), f"the session root {a_file} is not a directory"),
+                case("/", "the session root '/' is not a clean absolute path"),
+                case(
+                    str(mounted),
+                    f"the session root {mounted} is already a mount (is another "
+                    "session running? see `memfs status`)",
+                ),
+            ]
+        )
         expect_refusals([case(str(a_file), f"the session root {a_file} is not a directory")])
         assert not missing.exists() and os.listdir(mounted) == []
     finally:
@@ -761,6 +962,7 @@ def run_cli_as_nobody(argv: list[str], env: dict[str, str]) -> subprocess.Comple
 
     import memfs
     import memfs.cli.main
+
     for module in pkgutil.walk_packages(memfs.__path__, "memfs."):
         importlib.import_module(module.name)  # loaded now: the child cannot read the checkout
 
@@ -795,7 +997,8 @@ def run_cli_as_nobody(argv: list[str], env: dict[str, str]) -> subprocess.Comple
 
 
 def test_a_root_the_user_cannot_write_is_refused(
-        shared_server: ServerProcess, shared_api: Api) -> None:
+    shared_server: ServerProcess, shared_api: Api
+) -> None:
     store_id = shared_api.create_store("Not Mine")["id"]
     base = Path(tempfile.mkdtemp(prefix="mfs-nobody-", dir="/tmp"))
     try:
@@ -809,18 +1012,27 @@ def test_a_root_the_user_cannot_write_is_refused(
         env = base_env(shared_server.url, runtime)
         env["HOME"] = str(base)
         result = run_cli_as_nobody(["session", str(spec), "--root", str(root)], env)
-        one_line(result, 2, re.escape(
-            f"memfs: cannot create the memory store's folder under {root}: permission "
-            "denied; the worker host must make this mount path writable "
-            f"(sudo chown \"$USER\" {root})"))
+        one_line(
+            result,
+            2,
+            re.escape(
+                f"memfs: cannot create the memory store's folder under {root}: permission "
+                "denied; the worker host must make this mount path writable "
+                f'(sudo chown "$USER" {root})'
+            ),
+        )
         assert_nothing_mounted(root, [])
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
 def test_stores_without_credentials_are_refused(
-        tmp_path: Path, shared_server: ServerProcess, runtime_dir: Path, shared_api: Api,
-        expect_refusals_in_process: Callable[[list[Case]], None]) -> None:
+    tmp_path: Path,
+    shared_server: ServerProcess,
+    runtime_dir: Path,
+    shared_api: Api,
+    expect_refusals_in_process: Callable[[list[Case]], None],
+) -> None:
     store_id = shared_api.create_store("No Token")["id"]
     root = tmp_path / "memory"
     root.mkdir()
@@ -830,39 +1042,58 @@ def test_stores_without_credentials_are_refused(
     no_token = re.escape(
         f"memfs: no credentials for the store server at {shared_server.url}: set "
         "ANTHROPIC_API_KEY (a `memfs serve` started without --api-key accepts any value, "
-        "e.g. ANTHROPIC_API_KEY=local)")
+        "e.g. ANTHROPIC_API_KEY=local)"
+    )
     expect_refusals([(bare, args, 2, no_token)])
-    expect_refusals_in_process([
-        (bare, args, 2, no_token),
-        # an environment key alone is not a credential for the memory endpoints
-        ({**bare, "ANTHROPIC_ENVIRONMENT_KEY": "envkey", "ANTHROPIC_API_KEY": ""}, args, 2,
-         no_token),
-        ({**bare, "ANTHROPIC_WORK_SECRET": "%%% not base64 %%%"}, args, 2, re.escape(
-            "memfs: ANTHROPIC_WORK_SECRET is not a valid work-item secret (expected "
-            "base64url-encoded JSON)")),
-    ])
+    expect_refusals_in_process(
+        [
+            (bare, args, 2, no_token),
+            # an environment key alone is not a credential for the memory endpoints
+            (
+                {**bare, "ANTHROPIC_ENVIRONMENT_KEY": "envkey", "ANTHROPIC_API_KEY": ""},
+                args,
+                2,
+                no_token,
+            ),
+            (
+                {**bare, "ANTHROPIC_WORK_SECRET": "%%% not base64 %%%"},
+                args,
+                2,
+                re.escape(
+                    "memfs: ANTHROPIC_WORK_SECRET is not a valid work-item secret (expected "
+                    "base64url-encoded JSON)"
+                ),
+            ),
+        ]
+    )
     assert_nothing_mounted(root, [])
 
 
 def test_a_store_that_does_not_exist_or_cannot_be_reached_is_refused(
-        tmp_path: Path, refusal_env: dict[str, str], shared_api: Api,
-        runtime_dir: Path) -> None:
+    tmp_path: Path, refusal_env: dict[str, str], shared_api: Api, runtime_dir: Path
+) -> None:
     real = shared_api.create_store("Real")["id"]
     root = tmp_path / "memory"
     root.mkdir()
     spec = write_spec(tmp_path / "spec.json", [ms(real), ms("memstore_doesnotexist")])
     args = ["session", str(spec), "--root", str(root)]
-    expect_refusals([
-        (refusal_env, args, 1, "memfs: memory store memstore_doesnotexist does not exist"),
-        (base_env("http://127.0.0.1:9", runtime_dir), args, 3,
-         r"memfs: cannot reach the store at .*127\.0\.0\.1:9.*"),
-    ])
+    expect_refusals(
+        [
+            (refusal_env, args, 1, "memfs: memory store memstore_doesnotexist does not exist"),
+            (
+                base_env("http://127.0.0.1:9", runtime_dir),
+                args,
+                3,
+                r"memfs: cannot reach the store at .*127\.0\.0\.1:9.*",
+            ),
+        ]
+    )
     assert_nothing_mounted(root, [])
 
 
 def test_an_archived_store_mounts_read_only_with_a_warning(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-        runtime_dir: Path) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
+) -> None:
     require_fuse()
     live = shared_api.create_store("Live")["id"]
     old = shared_api.create_store("Old Archive")["id"]
@@ -875,19 +1106,36 @@ def test_an_archived_store_mounts_read_only_with_a_warning(
     env = base_env(shared_server.url, runtime_dir)
     log_path = tmp_path / "daemon.log"
     result = subprocess.run(
-        [sys.executable, "-m", "memfs.cli", "--log-file", str(log_path), "session",
-         str(spec), "--root", str(root), "--cache-dir", str(tmp_path / "cache"),
-         "--daemon"], env=env, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "memfs.cli",
+            "--log-file",
+            str(log_path),
+            "session",
+            str(spec),
+            "--root",
+            str(root),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--daemon",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     try:
         assert result.returncode == 0, result.stderr
-        assert f"memfs: {old} (Old Archive) -> {root}/old-archive [read_only]" in (
-            result.stderr)
+        assert f"memfs: {old} (Old Archive) -> {root}/old-archive [read_only]" in (result.stderr)
         assert f"memfs: mounted at {root} (pid " in result.stderr
-        assert re.search(r"WARNING memfs\.session: memory store is archived; mounting it "
-                         rf"read-only memory_store_id={old}", log_path.read_text())
+        assert re.search(
+            r"WARNING memfs\.session: memory store is archived; mounting it "
+            rf"read-only memory_store_id={old}",
+            log_path.read_text(),
+        )
         assert (root / "old-archive/history.md").read_text() == "kept\n"
-        refused(errno.EROFS, os.open, root / "old-archive/new.md",
-                os.O_CREAT | os.O_WRONLY, 0o644)
+        refused(errno.EROFS, os.open, root / "old-archive/new.md", os.O_CREAT | os.O_WRONLY, 0o644)
         refused(errno.EROFS, os.unlink, root / "old-archive/history.md")
         (root / "live/ok.md").write_text("fine\n")
         status = json.loads(cli(env, "status", str(root), "--json").stdout)
@@ -906,7 +1154,8 @@ def test_an_archived_store_mounts_read_only_with_a_warning(
 
 # ---------------------------------------------------------------------- a big session
 def test_eight_stores_of_1000_memories_are_ready_and_tear_down_cleanly(
-        tmp_path: Path, runtime_dir: Path) -> None:
+    tmp_path: Path, runtime_dir: Path
+) -> None:
     require_fuse()
     db_path = tmp_path / "big.db"
     db = Database.open(db_path)
@@ -914,8 +1163,11 @@ def test_eight_stores_of_1000_memories_are_ready_and_tear_down_cleanly(
     db.close()
 
     def seed(i: int) -> None:
-        seed_bulk(db_path, ids[i], [(f"/d{j % 10}/note-{j:04d}.md", f"store {i} note {j}\n")
-                                    for j in range(1000)])
+        seed_bulk(
+            db_path,
+            ids[i],
+            [(f"/d{j % 10}/note-{j:04d}.md", f"store {i} note {j}\n") for j in range(1000)],
+        )
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(seed, range(8)))
@@ -923,9 +1175,13 @@ def test_eight_stores_of_1000_memories_are_ready_and_tear_down_cleanly(
     try:
         root = tmp_path / "memory"
         root.mkdir()
-        spec = write_spec(tmp_path / "spec.json", [
-            ms(store_id, "read_only" if i % 4 == 3 else "read_write")
-            for i, store_id in enumerate(ids)])
+        spec = write_spec(
+            tmp_path / "spec.json",
+            [
+                ms(store_id, "read_only" if i % 4 == 3 else "read_write")
+                for i, store_id in enumerate(ids)
+            ],
+        )
         t0 = time.monotonic()
         proc = start_session(tmp_path, server.url, runtime_dir, spec, root)
         try:
@@ -941,7 +1197,8 @@ def test_eight_stores_of_1000_memories_are_ready_and_tear_down_cleanly(
             stores = status["mounts"][0]["stores"]
             assert [s["memories"] for s in stores] == [1001] + [1000] * 7
             assert [s["access"] for s in stores] == ["read_write"] * 3 + ["read_only"] + [
-                "read_write"] * 3 + ["read_only"]
+                "read_write"
+            ] * 3 + ["read_only"]
             t1 = time.monotonic()
             assert proc.stop(timeout=45) == 0
             stop_s = time.monotonic() - t1
@@ -964,4 +1221,3 @@ def _no_stray_mounts(tmp_path: Path) -> Iterator[None]:
         subprocess.run(["fusermount3", "-u", "-z", path], check=False, capture_output=True)
         subprocess.run(["umount", "-l", path], check=False, capture_output=True)
     assert not stray, f"left mounted: {stray}"
-

@@ -30,7 +30,6 @@ from tests.support.mount import MountProcess, xattrs
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
 
-
 STRESSORS = ["dentry", "dir", "rename", "open", "fstat", "chmod", "utime", "link"]
 # Stressors that cannot run on memfs, and the words stress-ng uses for it.
 IMPOSSIBLE = {"link": "link calls not allowed on the filesystem, skipping stressor"}
@@ -68,12 +67,14 @@ def test_parse_metrics_reads_the_table() -> None:
         "        32.78        1463.12\n"
         "stress-ng: metrc: [1] link                  0     12.23      0.08      0.54"
         "         0.08           1.62\n"
-        "stress-ng: metrc: [1] dentry           9372104.54 nanosecs per file creation\n")
+        "stress-ng: metrc: [1] dentry           9372104.54 nanosecs per file creation\n"
+    )
     assert parse_metrics(sample) == {"dentry": 270, "link": 0}
 
 
-def test_stress_ng_file_stressors(request: pytest.FixtureRequest, mount: MountProcess,
-                                  shared_api: Api, store: dict[str, Any]) -> None:
+def test_stress_ng_file_stressors(
+    request: pytest.FixtureRequest, mount: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     stress_ng = need("stress-ng")
     seconds = budget(request, 5, 300)
     work = mount.mountpoint / "stress"
@@ -83,8 +84,9 @@ def test_stress_ng_file_stressors(request: pytest.FixtureRequest, mount: MountPr
     for s in STRESSORS:
         cmd += [f"--{s}", "1"]
     cmd += ["--temp-path", str(work), "-t", str(seconds), "--metrics-brief"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 4 + 60,
-                            cwd=mount.mountpoint.parent)
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=seconds * 4 + 60, cwd=mount.mountpoint.parent
+    )
     out = result.stdout + result.stderr
     ops = parse_metrics(out)
     assert set(ops) == set(STRESSORS), out
@@ -141,24 +143,34 @@ bs=2k
 """
 
 
-def test_fio_verify_crc32c_small_files(request: pytest.FixtureRequest, mount: MountProcess,
-                                       shared_api: Api, store: dict[str, Any],
-                                       tmp_path: Path) -> None:
+def test_fio_verify_crc32c_small_files(
+    request: pytest.FixtureRequest,
+    mount: MountProcess,
+    shared_api: Api,
+    store: dict[str, Any],
+    tmp_path: Path,
+) -> None:
     fio = need("fio")
     long = request.config.getoption("--long")
     work = mount.mountpoint / "fio"
     work.mkdir()
     job = tmp_path / "verify.fio"
-    job.write_text(FIO_JOB.format(
-        directory=work, bs="4k",
-        runtime="time_based=1\nruntime=120" if long else "loops=3"))
-    result = subprocess.run([fio, "--output-format=json", str(job)], capture_output=True,
-                            text=True, timeout=600 if long else 120, cwd=tmp_path)
+    job.write_text(
+        FIO_JOB.format(
+            directory=work, bs="4k", runtime="time_based=1\nruntime=120" if long else "loops=3"
+        )
+    )
+    result = subprocess.run(
+        [fio, "--output-format=json", str(job)],
+        capture_output=True,
+        text=True,
+        timeout=600 if long else 120,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr + result.stdout[-2000:]
-    report = json.loads(result.stdout[result.stdout.index("{"):])
+    report = json.loads(result.stdout[result.stdout.index("{") :])
     jobs = report["jobs"]
-    assert sorted(j["jobname"] for j in jobs) == ["randwrite", "randwrite", "readwrite",
-                                                  "seqwrite"]
+    assert sorted(j["jobname"] for j in jobs) == ["randwrite", "randwrite", "readwrite", "seqwrite"]
     for j in jobs:
         assert j["error"] == 0, j
         assert j["write"]["io_bytes"] > 0, j

@@ -26,8 +26,9 @@ def by_path(api: Api, store_id: str) -> dict[str, dict[str, Any]]:
 
 
 def contents(api: Api, store_id: str) -> dict[str, str]:
-    return {p: api.get_memory(store_id, m["id"])["content"]
-            for p, m in by_path(api, store_id).items()}
+    return {
+        p: api.get_memory(store_id, m["id"])["content"] for p, m in by_path(api, store_id).items()
+    }
 
 
 def status(mount: MountProcess) -> dict[str, Any]:
@@ -37,12 +38,16 @@ def status(mount: MountProcess) -> dict[str, Any]:
 
 
 def local_tree(root: Path) -> dict[str, str]:
-    return {"/" + str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".anthropic-memory-store"}
+    return {
+        "/" + str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".anthropic-memory-store"
+    }
 
 
 def test_conflict_store_wins_copy_kept_and_reported(
-        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
     sid = str(store["id"])
     f = mount.mountpoint / "plan.md"
     f.write_text("base\n")
@@ -70,7 +75,8 @@ def test_conflict_store_wins_copy_kept_and_reported(
 
 
 def test_remote_create_edit_rename_delete_visible_after_sync(
-        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
     sid = str(store["id"])
     root = mount.mountpoint
     (root / "docs").mkdir()
@@ -94,15 +100,17 @@ def test_remote_create_edit_rename_delete_visible_after_sync(
     assert (root / "other" / "renamed.md").read_text() == "r"
     assert not (root / "docs" / "gone.md").exists()
     assert not (root / "docs" / "rename.md").exists()
-    assert xattrs(root / "other" / "renamed.md")["user.memfs.memory_id"] == \
-        ids["/docs/rename.md"]
-    assert contents(shared_api, sid) == {"/docs/edit.md": "version two",
-                                         "/docs/new.md": "fresh",
-                                         "/other/renamed.md": "r"}
+    assert xattrs(root / "other" / "renamed.md")["user.memfs.memory_id"] == ids["/docs/rename.md"]
+    assert contents(shared_api, sid) == {
+        "/docs/edit.md": "version two",
+        "/docs/new.md": "fresh",
+        "/other/renamed.md": "r",
+    }
 
 
 def test_local_renames_and_saves_keep_memory_ids(
-        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
     sid = str(store["id"])
     root = mount.mountpoint
     (root / "dir").mkdir()
@@ -133,8 +141,9 @@ def test_local_renames_and_saves_keep_memory_ids(
 
 
 @pytest.mark.parametrize("mode", ["enabled", "log_only", "disabled"])
-def test_deletion_modes(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-                        mode: str) -> None:
+def test_deletion_modes(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, mode: str
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store(f"deletions {mode}")["id"])
     keep = shared_api.create_memory(sid, "/keep.md", "keep")
@@ -154,8 +163,9 @@ def test_deletion_modes(tmp_path: Path, shared_server: ServerProcess, shared_api
             assert set(remaining) == {"/keep.md", "/doomed.md"}
             assert remaining["/doomed.md"]["id"] == doomed["id"]
             assert "propagated local deletion" not in log
-        assert ("log-only: sync would delete this memory on the server" in log) == \
-            (mode == "log_only")
+        assert ("log-only: sync would delete this memory on the server" in log) == (
+            mode == "log_only"
+        )
         assert remaining["/keep.md"]["id"] == keep["id"]
         assert not (mount.mountpoint / "doomed.md").exists()
         assert mount.stop() == 0
@@ -164,7 +174,8 @@ def test_deletion_modes(tmp_path: Path, shared_server: ServerProcess, shared_api
 
 
 def test_timer_runs_passes_without_being_asked(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store("timer")["id"])
     mount = mount_store(tmp_path, shared_server.url, sid, "--sync-interval", "5")
@@ -179,7 +190,8 @@ def test_timer_runs_passes_without_being_asked(
 
 
 def test_unmount_flushes_1000_dirty_files_within_the_bound(
-        shared_api: Api, store: dict[str, Any], mount: MountProcess) -> None:
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
     sid = str(store["id"])
     root = mount.mountpoint
     for d in range(10):
@@ -193,15 +205,17 @@ def test_unmount_flushes_1000_dirty_files_within_the_bound(
     assert not is_mounted(root)
     memories = shared_api.list_memories(sid)
     assert len(memories) == 1000
-    assert {m["path"] for m in memories} == {f"/d{d}/f{i:03d}.md" for d in range(10)
-                                             for i in range(100)}
+    assert {m["path"] for m in memories} == {
+        f"/d{d}/f{i:03d}.md" for d in range(10) for i in range(100)
+    }
     sample = next(m for m in memories if m["path"] == "/d7/f042.md")
     assert shared_api.get_memory(sid, sample["id"])["content"] == "file 7/42\n"
     print(f"flush of 1000 files: {elapsed:.2f}s")
 
 
 def test_kill_9_mid_sync_then_restart_loses_nothing(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store("crash")["id"])
     edited = shared_api.create_memory(sid, "/edited.md", "old")
@@ -216,9 +230,12 @@ def test_kill_9_mid_sync_then_restart_loses_nothing(
         for i in range(400):
             (root / f"n{i:03d}.md").write_text(f"note {i}")
             expected[f"/n{i:03d}.md"] = f"note {i}"
-        syncing = subprocess.Popen([sys.executable, "-m", "memfs.cli", "sync", str(root)],
-                                   env=mount.env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        syncing = subprocess.Popen(
+            [sys.executable, "-m", "memfs.cli", "sync", str(root)],
+            env=mount.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10  # kill once some (not all) uploads have landed
         while time.monotonic() < deadline and len(shared_api.list_memories(sid)) < 30:
             time.sleep(0.005)
@@ -245,7 +262,8 @@ def test_kill_9_mid_sync_then_restart_loses_nothing(
 
 
 def test_two_mounts_of_one_store_converge(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     require_fuse()
     sid = str(shared_api.create_store("two mounts")["id"])
     shared_api.create_memory(sid, "/shared.md", "v0")
@@ -260,14 +278,21 @@ def test_two_mounts_of_one_store_converge(
         one.sync()
         two.sync()
         one.sync()
-        assert local_tree(r1) == local_tree(r2) == {
-            "/shared.md": "edited on one", "/from-one.md": "1", "/from-two.md": "2"}
+        assert (
+            local_tree(r1)
+            == local_tree(r2)
+            == {"/shared.md": "edited on one", "/from-one.md": "1", "/from-two.md": "2"}
+        )
         os.rename(r2 / "from-one.md", r2 / "renamed-by-two.md")
         os.unlink(r2 / "from-two.md")
         two.sync()
         one.sync()
-        assert local_tree(r1) == local_tree(r2) == contents(shared_api, sid) == {
-            "/shared.md": "edited on one", "/renamed-by-two.md": "1"}
+        assert (
+            local_tree(r1)
+            == local_tree(r2)
+            == contents(shared_api, sid)
+            == {"/shared.md": "edited on one", "/renamed-by-two.md": "1"}
+        )
         assert one.stop() == 0 and two.stop() == 0
     finally:
         one.cleanup()

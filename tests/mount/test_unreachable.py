@@ -28,9 +28,20 @@ def test_mount_daemon_reports_a_hung_server_within_seconds(tmp_path: Path) -> No
     with HungServer() as hung:
         env = {**os.environ, "ANTHROPIC_BASE_URL": hung.url}
         result = subprocess.run(
-            [*MEMFS, "mount", "memstore_x", str(mountpoint), "--daemon",
-             "--cache-dir", str(tmp_path / "cache")],
-            env=env, capture_output=True, text=True, timeout=25)
+            [
+                *MEMFS,
+                "mount",
+                "memstore_x",
+                str(mountpoint),
+                "--daemon",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=25,
+        )
     assert result.returncode == 3, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -45,8 +56,9 @@ def status_of(proc: MountProcess) -> dict[str, Any]:
     return dict(answer["stores"][0])
 
 
-def test_a_warm_cache_starts_offline_and_catches_up(tmp_path: Path, server: ServerProcess,
-                                                    api: Api) -> None:
+def test_a_warm_cache_starts_offline_and_catches_up(
+    tmp_path: Path, server: ServerProcess, api: Api
+) -> None:
     store_id = str(api.create_store("offline")["id"])
     api.create_memory(store_id, "/old.md", "old\n")
     first = mount_store(tmp_path, server.url, store_id)
@@ -58,8 +70,9 @@ def test_a_warm_cache_starts_offline_and_catches_up(tmp_path: Path, server: Serv
         first.cleanup()
     server.stop()
 
-    again = MountProcess(first.args, first.mountpoint, url=server.url,
-                         log_path=tmp_path / "again.log")
+    again = MountProcess(
+        first.args, first.mountpoint, url=server.url, log_path=tmp_path / "again.log"
+    )
     again.start()  # today: "cannot reach the store server", exit 3
     try:
         root = again.mountpoint
@@ -74,9 +87,11 @@ def test_a_warm_cache_starts_offline_and_catches_up(tmp_path: Path, server: Serv
 
         server.start()  # same port and database
         again.sync()
-        assert store_files(api, store_id) == {"old.md": "old\n",
-                                              "mine.md": "mine, edited offline\n",
-                                              "new.md": "written offline\n"}
+        assert store_files(api, store_id) == {
+            "old.md": "old\n",
+            "mine.md": "mine, edited offline\n",
+            "new.md": "written offline\n",
+        }
         stats = status_of(again)
         assert stats["offline"] is False and stats["dirty"] == 0
         assert again.stop() == 0
@@ -90,12 +105,24 @@ def test_a_cold_cache_still_refuses_to_start_without_the_server(tmp_path: Path) 
     with HungServer() as hung:
         url = hung.url
     env = {**os.environ, "ANTHROPIC_BASE_URL": url}  # nothing listens there any more
-    result = subprocess.run([*MEMFS, "--log-level", "error", "mount", "memstore_x",
-                             str(mountpoint),
-                             "--cache-dir", str(tmp_path / "cache")],
-                            env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            *MEMFS,
+            "--log-level",
+            "error",
+            "mount",
+            "memstore_x",
+            str(mountpoint),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 3, result.stderr
-    line, = result.stderr.strip().splitlines()
+    (line,) = result.stderr.strip().splitlines()
     assert "cannot reach the store at" in line and "no local copy" in line, line
     assert not is_mounted(mountpoint)
     assert not (tmp_path / "cache").exists()

@@ -44,8 +44,7 @@ pytestmark = pytest.mark.fuse
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with start_server(tmp_path_factory.mktemp("worker-db") / "memfs.db",
-                      api_key=TOKEN) as proc:
+    with start_server(tmp_path_factory.mktemp("worker-db") / "memfs.db", api_key=TOKEN) as proc:
         yield proc
 
 
@@ -61,8 +60,13 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     runtime = Path(tempfile.mkdtemp(prefix="mfs-wk-", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    for name in ("ANTHROPIC_WORK_SECRET", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY",
-                 "ANTHROPIC_BASE_URL", "ANTHROPIC_ENVIRONMENT_KEY"):
+    for name in (
+        "ANTHROPIC_WORK_SECRET",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_ENVIRONMENT_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
     root = tmp_path / "mnt-memory"
     root.mkdir()
@@ -75,42 +79,69 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
-def make_stores(api: Api, root: Path) -> tuple[dict[str, Any], dict[str, Any],
-                                                list[dict[str, Any]]]:
+def make_stores(
+    api: Api, root: Path
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     notes = api.create_store("Notes")
     ref = api.create_store("Reference")
     api.create_memory(notes["id"], "/notes.md", "first line\n")
     api.create_memory(notes["id"], "/keep/old.md", "old\n")
     api.create_memory(ref["id"], "/facts.md", "the sky is blue\n")
     resources = [
-        {"type": "memory_store", "memory_store_id": notes["id"], "access": "read_write",
-         "name": "Notes", "mount_path": str(root / "notes"), "instructions": ""},
-        {"type": "memory_store", "memory_store_id": ref["id"], "access": "read_only",
-         "name": "Reference", "mount_path": str(root / "reference"), "instructions": ""},
+        {
+            "type": "memory_store",
+            "memory_store_id": notes["id"],
+            "access": "read_write",
+            "name": "Notes",
+            "mount_path": str(root / "notes"),
+            "instructions": "",
+        },
+        {
+            "type": "memory_store",
+            "memory_store_id": ref["id"],
+            "access": "read_only",
+            "name": "Reference",
+            "mount_path": str(root / "reference"),
+            "instructions": "",
+        },
     ]
     return notes, ref, resources
 
 
-def handle(plane: ControlPlane, workdir: Path, *, cancel_when: Callable[[], bool] | None
-           = None, **options: Any) -> BaseException | None:
+def handle(
+    plane: ControlPlane,
+    workdir: Path,
+    *,
+    cancel_when: Callable[[], bool] | None = None,
+    **options: Any,
+) -> BaseException | None:
     """Run `handle_item()` of a memfs worker against the stand-in; its error, if any."""
     caught: list[BaseException] = []
 
     async def main() -> None:
         client = AsyncAnthropic(base_url=plane.url, api_key="unused", max_retries=2)
-        worker = environment_worker(client, workdir=str(workdir), memory_sync_interval=5,
-                                    max_idle=5, cache_dir=str(workdir.parent / "cache"),
-                                    **options)
+        worker = environment_worker(
+            client,
+            workdir=str(workdir),
+            memory_sync_interval=5,
+            max_idle=5,
+            cache_dir=str(workdir.parent / "cache"),
+            **options,
+        )
         with anyio.fail_after(240):
             await serve(worker)
 
     async def serve(worker: Any) -> None:
         async with anyio.create_task_group() as tg:
+
             async def run() -> None:
                 try:
-                    await worker.handle_item(work_id=WORK_ID, environment_id=ENV_ID,
-                                             session_id=SESSION_ID,
-                                             work_secret=work_secret())
+                    await worker.handle_item(
+                        work_id=WORK_ID,
+                        environment_id=ENV_ID,
+                        session_id=SESSION_ID,
+                        work_secret=work_secret(),
+                    )
                 except Exception as e:
                     caught.append(e)
                 tg.cancel_scope.cancel()
@@ -147,18 +178,30 @@ def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
         if index == 2:  # a sync mid-session: the write reached the store already
             wait_for(lambda: "new.md" in store_files(api, notes["id"]), "a mid-session sync")
 
-    script = Script(resources=resources, after_result=after, calls=[
-        Call("read", {"file_path": str(n / "notes.md")}),
-        Call("write", {"file_path": str(n / "new.md"), "content": "written by the agent\n"}),
-        Call("edit", {"file_path": str(n / "notes.md"), "old_string": "first line",
-                      "new_string": "edited line"}),
-        Call("bash", {"command": f"rm {n}/keep/old.md && echo via-bash > {n}/bash.md"}),
-        Call("write", {"file_path": str(r / "facts.md"), "content": "overwritten\n"}),
-        Call("edit", {"file_path": str(r / "facts.md"), "old_string": "blue",
-                      "new_string": "green"}),
-        Call("bash", {"command": f"echo x > {r}/facts.md; echo rc=$?"}),
-        Call("read", {"file_path": str(r / "facts.md")}),
-    ])
+    script = Script(
+        resources=resources,
+        after_result=after,
+        calls=[
+            Call("read", {"file_path": str(n / "notes.md")}),
+            Call("write", {"file_path": str(n / "new.md"), "content": "written by the agent\n"}),
+            Call(
+                "edit",
+                {
+                    "file_path": str(n / "notes.md"),
+                    "old_string": "first line",
+                    "new_string": "edited line",
+                },
+            ),
+            Call("bash", {"command": f"rm {n}/keep/old.md && echo via-bash > {n}/bash.md"}),
+            Call("write", {"file_path": str(r / "facts.md"), "content": "overwritten\n"}),
+            Call(
+                "edit",
+                {"file_path": str(r / "facts.md"), "old_string": "blue", "new_string": "green"},
+            ),
+            Call("bash", {"command": f"echo x > {r}/facts.md; echo rc=$?"}),
+            Call("read", {"file_path": str(r / "facts.md")}),
+        ],
+    )
     with ControlPlane(script, api.client.base_url.__str__()) as plane:
         error = handle(plane, host.parent / "work")
         assert error is None
@@ -167,8 +210,7 @@ def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
         assert plane.heartbeats >= 1
         results = plane.results
     assert seen["mounted"]
-    assert [p.is_error for p in results] == [False, False, False, False, True, True, False,
-                                             False]
+    assert [p.is_error for p in results] == [False, False, False, False, True, True, False, False]
     assert "first line" in results[0].text
     assert "read-only" in results[4].text.lower() and "read-only" in results[5].text.lower()
     assert "Read-only file system" in results[6].text and "rc=1" in results[6].text
@@ -176,8 +218,10 @@ def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
     # Edits reached the store, the bash delete too (a clean end's final sync); the
     # read-only store is as it was.
     assert store_files(api, notes["id"]) == {
-        "notes.md": "edited line\n", "new.md": "written by the agent\n",
-        "bash.md": "via-bash\n"}
+        "notes.md": "edited line\n",
+        "new.md": "written by the agent\n",
+        "bash.md": "via-bash\n",
+    }
     assert store_files(api, ref["id"]) == {"facts.md": "the sky is blue\n"}
     # Unmounted, and the root is as empty as before.
     assert not is_mounted(host)
@@ -186,24 +230,30 @@ def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
 
 @pytest.mark.parametrize("end", ["error", "cancel"])
 def test_a_session_that_errors_or_is_cancelled_loses_nothing_acknowledged(
-        api: Api, host: Path, end: str) -> None:
+    api: Api, host: Path, end: str
+) -> None:
     """Every call whose result was posted has its edit in the store; removals of a
     session that did not end cleanly are not sent as deletes."""
     notes, _, resources = make_stores(api, host)
     n = host / "notes"
-    script = Script(resources=resources, end="error" if end == "error" else "hang", calls=[
-        Call("write", {"file_path": str(n / "late.md"), "content": "just before the end\n"}),
-        Call("edit", {"file_path": str(n / "notes.md"), "old_string": "first",
-                      "new_string": "last"}),
-        Call("bash", {"command": f"mv {n}/keep/old.md /tmp/mfs-moved-away-$$.md"}),
-    ])
+    script = Script(
+        resources=resources,
+        end="error" if end == "error" else "hang",
+        calls=[
+            Call("write", {"file_path": str(n / "late.md"), "content": "just before the end\n"}),
+            Call(
+                "edit",
+                {"file_path": str(n / "notes.md"), "old_string": "first", "new_string": "last"},
+            ),
+            Call("bash", {"command": f"mv {n}/keep/old.md /tmp/mfs-moved-away-$$.md"}),
+        ],
+    )
     with ControlPlane(script, str(api.client.base_url)) as plane:
         if end == "error":
             error = handle(plane, host.parent / "work")
             assert error is not None and "revoked" in str(error)
         else:
-            error = handle(plane, host.parent / "work",
-                           cancel_when=lambda: len(plane.results) == 3)
+            error = handle(plane, host.parent / "work", cancel_when=lambda: len(plane.results) == 3)
             assert error is None
         assert plane.stopped.is_set()
         assert [p.is_error for p in plane.results] == [False, False, False]
@@ -215,8 +265,7 @@ def test_a_session_that_errors_or_is_cancelled_loses_nothing_acknowledged(
     assert os.listdir(host) == []
 
 
-def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(
-        api: Api, host: Path) -> None:
+def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(api: Api, host: Path) -> None:
     """The worker's tools may run as a non-root user: EROFS for them too.
 
     Needs part 4 of issue 13 (EROFS for every user in session mode, the `erofs` change):
@@ -228,12 +277,20 @@ def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(
     try:
         _, ref, resources = make_stores(api, root)
         r = root / "reference"
-        script = Script(resources=resources, calls=[
-            Call("bash", {"command": "cd / && setpriv --reuid=65534 --regid=65534 "
-                                     f"--clear-groups sh -c 'cat {r}/facts.md; "
-                                     f"echo x > {r}/facts.md; echo x > {r}/new.md'; "
-                                     "echo rc=$?"}),
-        ])
+        script = Script(
+            resources=resources,
+            calls=[
+                Call(
+                    "bash",
+                    {
+                        "command": "cd / && setpriv --reuid=65534 --regid=65534 "
+                        f"--clear-groups sh -c 'cat {r}/facts.md; "
+                        f"echo x > {r}/facts.md; echo x > {r}/new.md'; "
+                        "echo rc=$?"
+                    },
+                ),
+            ],
+        )
         with ControlPlane(script, str(api.client.base_url)) as plane:
             assert handle(plane, host.parent / "work", allow_other=True) is None
             text = plane.results[0].text
@@ -247,8 +304,7 @@ def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_restore_missing_puts_back_what_a_stopped_call_moved_away(
-        api: Api, host: Path) -> None:
+def test_restore_missing_puts_back_what_a_stopped_call_moved_away(api: Api, host: Path) -> None:
     """A call that was stopped may have moved files away and not put them back: after
     `restore_missing` they are back, and the store never loses them."""
     notes, _, resources = make_stores(api, host)
@@ -258,14 +314,17 @@ def test_restore_missing_puts_back_what_a_stopped_call_moved_away(
         from anthropic.types.beta import BetaManagedAgentsSession
 
         client = AsyncAnthropic(base_url=str(api.client.base_url), auth_token=TOKEN)
-        session = BetaManagedAgentsSession.construct(resources=[
-            _resource(r) for r in resources])
-        engine = MemfsSessionStores(client, workdir=str(host.parent / "work"),
-                                    sync_interval=5, cache_dir=host.parent / "cache")
+        session = BetaManagedAgentsSession.construct(resources=[_resource(r) for r in resources])
+        engine = MemfsSessionStores(
+            client,
+            workdir=str(host.parent / "work"),
+            sync_interval=5,
+            cache_dir=host.parent / "cache",
+        )
         await engine.download(session)
         try:
             shutil.move(n / "notes.md", host.parent / "work" / "stash.md")  # moved away
-            os.rename(n / "keep" / "old.md", n / "keep" / "old.md.tmp")   # renamed
+            os.rename(n / "keep" / "old.md", n / "keep" / "old.md.tmp")  # renamed
             (n / "fresh.md").write_text("a new file\n")
             await engine.restore_missing()
             assert (n / "notes.md").read_text() == "first line\n"
@@ -277,8 +336,11 @@ def test_restore_missing_puts_back_what_a_stopped_call_moved_away(
 
     anyio.run(main)
     assert store_files(api, notes["id"]) == {
-        "notes.md": "first line\n", "keep/old.md": "old\n", "keep/old.md.tmp": "old\n",
-        "fresh.md": "a new file\n"}
+        "notes.md": "first line\n",
+        "keep/old.md": "old\n",
+        "keep/old.md.tmp": "old\n",
+        "fresh.md": "a new file\n",
+    }
     assert os.listdir(host) == []
 
 
@@ -289,12 +351,21 @@ def test_a_stopped_call_that_moved_files_away_loses_nothing(api: Api, host: Path
     notes, _, resources = make_stores(api, host)
     n = host / "notes"
     stash = host.parent / "stash"
-    script = Script(resources=resources, calls=[
-        Call("bash", {"command": f"mkdir -p {stash} && mv {n}/notes.md {n}/keep {stash}/ "
-                                 f"&& sleep 120 && mv {stash}/* {n}/"}),
-        Call("read", {"file_path": str(n / "notes.md")}),
-    ])
+    script = Script(
+        resources=resources,
+        calls=[
+            Call(
+                "bash",
+                {
+                    "command": f"mkdir -p {stash} && mv {n}/notes.md {n}/keep {stash}/ "
+                    f"&& sleep 120 && mv {stash}/* {n}/"
+                },
+            ),
+            Call("read", {"file_path": str(n / "notes.md")}),
+        ],
+    )
     with ControlPlane(script, str(api.client.base_url)) as plane:
+
         def interrupt_when_moved() -> None:
             wait_for(lambda: (stash / "keep" / "old.md").exists(), "the move", bound=60)
             plane.interrupt(0)
@@ -306,8 +377,7 @@ def test_a_stopped_call_that_moved_files_away_loses_nothing(api: Api, host: Path
         results = plane.results
     assert results[0].is_error and "was stopped" in results[0].text
     assert not results[1].is_error and "first line" in results[1].text
-    assert store_files(api, notes["id"]) == {"notes.md": "first line\n",
-                                             "keep/old.md": "old\n"}
+    assert store_files(api, notes["id"]) == {"notes.md": "first line\n", "keep/old.md": "old\n"}
     assert os.listdir(host) == []
 
 
@@ -327,8 +397,9 @@ def test_refusals_before_anything_mounts(api: Api, host: Path) -> None:
 
         engine = MemfsSessionStores(client, workdir=str(work), cache_dir=host.parent / "c")
         with pytest.raises(SessionMemoryError) as info:
-            await engine.download(BetaManagedAgentsSession.construct(
-                resources=[_resource(r) for r in res]))
+            await engine.download(
+                BetaManagedAgentsSession.construct(resources=[_resource(r) for r in res])
+            )
         await engine.dispose()
         return str(info.value)
 
@@ -337,27 +408,32 @@ def test_refusals_before_anything_mounts(api: Api, host: Path) -> None:
         (host / "notes").mkdir()
         assert await download(ok, resources[:1]) == (
             f"something already exists at the memory store's path: {host}/notes "
-            f"(memory_store_id={notes['id']}); it must not exist when the session starts")
+            f"(memory_store_id={notes['id']}); it must not exist when the session starts"
+        )
         (host / "notes").rmdir()
         bad = {**resources[0], "mount_path": f"{host}/../escape"}
         assert await download(ok, [bad]) == (
             f"memory store mount_path is not a clean absolute path: '{host}/../escape' "
-            f"(memory_store_id={notes['id']})")
-        many = [{**resources[0], "memory_store_id": f"memstore_{i}",
-                 "mount_path": f"{host}/s{i}"} for i in range(9)]
+            f"(memory_store_id={notes['id']})"
+        )
+        many = [
+            {**resources[0], "memory_store_id": f"memstore_{i}", "mount_path": f"{host}/s{i}"}
+            for i in range(9)
+        ]
         assert await download(ok, many) == (
-            "a session can attach at most 8 memory stores; this one attaches 9")
+            "a session can attach at most 8 memory stores; this one attaches 9"
+        )
         (host.parent / "a-file").write_text("not a directory\n")
         under_file = {**resources[0], "mount_path": f"{host.parent}/a-file/memory/notes"}
         assert await download(ok, [under_file]) == (
             f"cannot create the memory store's folder: {host.parent}/a-file/memory "
             f"(memory_store_id={notes['id']}): [Errno 20] Not a directory: "
             f"'{host.parent}/a-file/memory'; the worker host must make this mount path "
-            "writable")
+            "writable"
+        )
         missing = {**resources[0], "memory_store_id": "memstore_missing"}
         assert await download(ok, [missing]) == "memory store memstore_missing does not exist"
-        anonymous = AsyncAnthropic(base_url=str(api.client.base_url), api_key=None,
-                                   auth_token=None)
+        anonymous = AsyncAnthropic(base_url=str(api.client.base_url), api_key=None, auth_token=None)
         assert "has no sessions token" in await download(anonymous, resources[:1])
 
     anyio.run(main)
@@ -365,7 +441,8 @@ def test_refusals_before_anything_mounts(api: Api, host: Path) -> None:
 
 
 def test_a_work_item_without_a_sessions_token_fails_with_the_sdk_wording(
-        api: Api, host: Path) -> None:
+    api: Api, host: Path
+) -> None:
     _, _, resources = make_stores(api, host)
     script = Script(resources=resources, calls=[], end="hang")
     with ControlPlane(script, str(api.client.base_url)) as plane:
@@ -375,10 +452,13 @@ def test_a_work_item_without_a_sessions_token_fails_with_the_sdk_wording(
             client = AsyncAnthropic(base_url=plane.url, api_key="unused", max_retries=0)
             worker = environment_worker(client, workdir=str(host.parent / "work"))
             try:
-                await worker.handle_item(work_id=WORK_ID, environment_id=ENV_ID,
-                                         session_id=SESSION_ID,
-                                         work_secret=work_secret(None),
-                                         environment_key="sk-ant-envkey-standin")
+                await worker.handle_item(
+                    work_id=WORK_ID,
+                    environment_id=ENV_ID,
+                    session_id=SESSION_ID,
+                    work_secret=work_secret(None),
+                    environment_key="sk-ant-envkey-standin",
+                )
             except SessionMemoryError as e:
                 caught.append(e)
 
@@ -387,7 +467,8 @@ def test_a_work_item_without_a_sessions_token_fails_with_the_sdk_wording(
     assert len(caught) == 1, requests
     assert str(caught[0]).startswith(
         "cannot mount the session's memories: the work item carried no sessions token "
-        f"(work_id={WORK_ID}, session_id={SESSION_ID})")
+        f"(work_id={WORK_ID}, session_id={SESSION_ID})"
+    )
     assert os.listdir(host) == []
 
 
@@ -402,10 +483,12 @@ def test_stores_under_two_roots_get_a_mount_each(api: Api, host: Path) -> None:
         from anthropic.types.beta import BetaManagedAgentsSession
 
         client = AsyncAnthropic(base_url=str(api.client.base_url), auth_token=TOKEN)
-        engine = MemfsSessionStores(client, workdir=str(host.parent / "work"),
-                                    cache_dir=host.parent / "cache")
-        await engine.download(BetaManagedAgentsSession.construct(
-            resources=[_resource(r) for r in resources]))
+        engine = MemfsSessionStores(
+            client, workdir=str(host.parent / "work"), cache_dir=host.parent / "cache"
+        )
+        await engine.download(
+            BetaManagedAgentsSession.construct(resources=[_resource(r) for r in resources])
+        )
         try:
             assert engine.roots == [host / "notes", other / "reference"]
             assert engine.read_only_roots == [other / "reference"]

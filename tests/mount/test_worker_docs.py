@@ -45,16 +45,18 @@ BIN = Path(sys.executable).parent
 
 def example(name: str) -> str:
     """The fenced block right after `<!-- example: name -->` in docs/worker.md."""
-    found = re.search(rf"<!-- example: {re.escape(name)} -->\n```[a-z]*\n(.*?)\n```",
-                      DOC.read_text(), re.S)
+    found = re.search(
+        rf"<!-- example: {re.escape(name)} -->\n```[a-z]*\n(.*?)\n```", DOC.read_text(), re.S
+    )
     assert found, f"docs/worker.md has no example {name!r}"
     return found.group(1) + "\n"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with start_server(tmp_path_factory.mktemp("worker-docs-db") / "memfs.db",
-                      api_key=TOKEN) as proc:
+    with start_server(
+        tmp_path_factory.mktemp("worker-docs-db") / "memfs.db", api_key=TOKEN
+    ) as proc:
         yield proc
 
 
@@ -65,16 +67,32 @@ class Host(SandboxHost):
         self.work.mkdir()
         self.store = api.create_store("Doc Notes")["id"]
         api.create_memory(self.store, "/hello.md", "hello\n")
-        self.script = Script(resources=[{
-            "type": "memory_store", "memory_store_id": self.store, "access": "read_write",
-            "name": "Doc Notes", "mount_path": str(self.root / "doc-notes"),
-            "instructions": ""}], calls=[Call("write", {
-                "file_path": str(self.root / "doc-notes" / "from-docs.md"),
-                "content": "the example ran\n"})])
+        self.script = Script(
+            resources=[
+                {
+                    "type": "memory_store",
+                    "memory_store_id": self.store,
+                    "access": "read_write",
+                    "name": "Doc Notes",
+                    "mount_path": str(self.root / "doc-notes"),
+                    "instructions": "",
+                }
+            ],
+            calls=[
+                Call(
+                    "write",
+                    {
+                        "file_path": str(self.root / "doc-notes" / "from-docs.md"),
+                        "content": "the example ran\n",
+                    },
+                )
+            ],
+        )
 
     def plane_env(self, plane: ControlPlane, **extra: str) -> dict[str, str]:
-        return self.env(plane.url, WORKDIR=str(self.work),
-                        PATH=f"{BIN}:{os.environ.get('PATH', '')}", **extra)
+        return self.env(
+            plane.url, WORKDIR=str(self.work), PATH=f"{BIN}:{os.environ.get('PATH', '')}", **extra
+        )
 
     def check(self, api: Api, plane: ControlPlane) -> None:
         assert [r.is_error for r in plane.results] == [False], plane.results
@@ -93,8 +111,7 @@ def host(tmp_path: Path, server: ServerProcess) -> Iterator[tuple[Host, Api]]:
             h.cleanup()
 
 
-def wait_stopped(plane: ControlPlane, proc: subprocess.Popen[bytes], bound: float = 120
-                 ) -> None:
+def wait_stopped(plane: ControlPlane, proc: subprocess.Popen[bytes], bound: float = 120) -> None:
     deadline = time.monotonic() + bound
     while not plane.stopped.is_set():
         if proc.poll() is not None:
@@ -118,8 +135,12 @@ def test_python_poll_example(host: tuple[Host, Api], server: ServerProcess) -> N
     h, api = host
     with ControlPlane(h.script, server.url) as plane:
         env = h.plane_env(plane, ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY)
-        proc = subprocess.Popen([sys.executable, "-c", example("python-poll")], env=env,
-                                stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", example("python-poll")],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         wait_stopped(plane, proc)
         stop(proc, signal.SIGINT)
         assert "GET /v1/environments/env_standin/work/poll" in plane.requests
@@ -129,11 +150,20 @@ def test_python_poll_example(host: tuple[Host, Api], server: ServerProcess) -> N
 def test_python_handle_item_example(host: tuple[Host, Api], server: ServerProcess) -> None:
     h, api = host
     with ControlPlane(h.script, server.url) as plane:
-        env = h.plane_env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
-                    ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_WORK_SECRET=work_secret())
-        done = subprocess.run([sys.executable, "-c", example("python-handle-item")],
-                              env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=180)
+        env = h.plane_env(
+            plane,
+            ANTHROPIC_WORK_ID=WORK_ID,
+            ANTHROPIC_SESSION_ID=SESSION_ID,
+            ANTHROPIC_ENVIRONMENT_ID=ENV_ID,
+            ANTHROPIC_WORK_SECRET=work_secret(),
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", example("python-handle-item")],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=180,
+        )
         assert done.returncode == 0, done.stderr.decode()[-3000:]
         assert plane.stopped.is_set()
         h.check(api, plane)
@@ -146,10 +176,20 @@ def test_on_work_script_example(host: tuple[Host, Api], server: ServerProcess) -
     script.write_text(example("on-work"))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     with ControlPlane(h.script, server.url) as plane:
-        env = h.plane_env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
-                    ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY)
-        done = subprocess.run([str(script)], env=env, capture_output=True, timeout=180,
-                              input=json.dumps(plane.work_item()).encode())
+        env = h.plane_env(
+            plane,
+            ANTHROPIC_WORK_ID=WORK_ID,
+            ANTHROPIC_SESSION_ID=SESSION_ID,
+            ANTHROPIC_ENVIRONMENT_ID=ENV_ID,
+            ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY,
+        )
+        done = subprocess.run(
+            [str(script)],
+            env=env,
+            capture_output=True,
+            timeout=180,
+            input=json.dumps(plane.work_item()).encode(),
+        )
         assert done.returncode == 0, done.stderr.decode()[-3000:]
         assert plane.stopped.is_set()
         h.check(api, plane)
@@ -176,8 +216,12 @@ def test_systemd_unit_example(host: tuple[Host, Api], server: ServerProcess) -> 
     assert service["KillSignal"] == "SIGTERM"
     with ControlPlane(h.script, server.url) as plane:
         env_file = {"ANTHROPIC_ENVIRONMENT_ID": ENV_ID, "ANTHROPIC_ENVIRONMENT_KEY": ENV_KEY}
-        proc = subprocess.Popen(argv, env=h.plane_env(plane, **env_file), stdin=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv,
+            env=h.plane_env(plane, **env_file),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         wait_stopped(plane, proc)
         code = stop(proc, signal.SIGTERM, bound=float(service["TimeoutStopSec"]))
         assert code == 0, proc.stderr.read().decode()[-3000:] if proc.stderr else code
@@ -185,7 +229,8 @@ def test_systemd_unit_example(host: tuple[Host, Api], server: ServerProcess) -> 
 
 
 def test_on_work_script_for_other_languages_example(
-        host: tuple[Host, Api], server: ServerProcess) -> None:
+    host: tuple[Host, Api], server: ServerProcess
+) -> None:
     """`memfs session --session-id` before a worker that has memory disabled: the work
     item on stdin, the stores live while it runs, the final sync when it exits."""
     h, api = host
@@ -193,15 +238,28 @@ def test_on_work_script_for_other_languages_example(
     script.write_text(example("on-work-other"))
     script.chmod(0o755)
     worker = h.tmp / "worker.sh"
-    worker.write_text(f"#!/bin/sh\nset -eu\nmountpoint -q {h.root}\n"
-                      f"echo 'the example ran' > {h.root}/doc-notes/from-docs.md\n")
+    worker.write_text(
+        f"#!/bin/sh\nset -eu\nmountpoint -q {h.root}\n"
+        f"echo 'the example ran' > {h.root}/doc-notes/from-docs.md\n"
+    )
     worker.chmod(0o755)
     with ControlPlane(h.script, server.url) as plane:
-        env = h.plane_env(plane, ANTHROPIC_WORK_ID=WORK_ID, ANTHROPIC_SESSION_ID=SESSION_ID,
-                    ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY,
-                    MEMORY_ROOT=str(h.root), WORKER_CMD=str(worker))
-        done = subprocess.run([str(script)], env=env, capture_output=True, timeout=180,
-                              input=json.dumps(plane.work_item()).encode())
+        env = h.plane_env(
+            plane,
+            ANTHROPIC_WORK_ID=WORK_ID,
+            ANTHROPIC_SESSION_ID=SESSION_ID,
+            ANTHROPIC_ENVIRONMENT_ID=ENV_ID,
+            ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY,
+            MEMORY_ROOT=str(h.root),
+            WORKER_CMD=str(worker),
+        )
+        done = subprocess.run(
+            [str(script)],
+            env=env,
+            capture_output=True,
+            timeout=180,
+            input=json.dumps(plane.work_item()).encode(),
+        )
         assert done.returncode == 0, done.stderr.decode()[-3000:]
         assert f"GET /v1/sessions/{SESSION_ID}" in plane.requests
     assert store_files(api, h.store)["from-docs.md"] == "the example ran\n"

@@ -21,14 +21,12 @@ OPEN_REQUESTS = ("open", "release", "flush", "opendir", "releasedir")
 
 
 @pytest.fixture
-def ro(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-       store: dict[str, Any]) -> Any:
+def ro(tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, Any]) -> Any:
     sid = str(store["id"])
     for i in range(300):  # more names than one READDIR answer holds
         shared_api.create_memory(sid, f"/many/n{i:03}.md", f"note {i}\n")
     shared_api.create_memory(sid, "/a.md", "alpha\n")
-    proc = mount_store(tmp_path, shared_server.url, sid, "--read-only", "--sync-interval",
-                       "3600")
+    proc = mount_store(tmp_path, shared_server.url, sid, "--read-only", "--sync-interval", "3600")
     try:
         yield proc
     finally:
@@ -49,10 +47,13 @@ def test_warm_reads_and_listings_send_no_open_requests(ro: MountProcess) -> None
     for _ in range(5):
         assert (root / "a.md").read_text() == "alpha\n"
         assert sorted(os.listdir(root / "many"))[:2] == ["n000.md", "n001.md"]
-    grep = subprocess.run(["grep", "-rl", "note 29", str(root)], capture_output=True,
-                          text=True, check=True)
+    grep = subprocess.run(
+        ["grep", "-rl", "note 29", str(root)], capture_output=True, text=True, check=True
+    )
     assert sorted(Path(p).name for p in grep.stdout.split()) == [
-        "n029.md", *[f"n{i}.md" for i in range(290, 300)]]
+        "n029.md",
+        *[f"n{i}.md" for i in range(290, 300)],
+    ]
     after = opens(ro)
     spent = {k: after[k] - before[k] for k in OPEN_REQUESTS}
     # The patched build asks for them; this kernel (Linux >= 4.19) serves them.
@@ -66,13 +67,15 @@ def test_warm_reads_and_listings_send_no_open_requests(ro: MountProcess) -> None
 def test_a_large_listing_names_every_entry_once(ro: MountProcess) -> None:
     names = sorted(os.listdir(ro.mountpoint / "many"))
     assert names == [f"n{i:03}.md" for i in range(300)]
-    listed = subprocess.run(["ls", "-f", str(ro.mountpoint / "many")], capture_output=True,
-                            text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["ls", "-f", str(ro.mountpoint / "many")], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert sorted(listed) == sorted([".", "..", *names])
 
 
-def test_pulls_reach_cached_pages_and_listings(ro: MountProcess, shared_api: Api,
-                                               store: dict[str, Any]) -> None:
+def test_pulls_reach_cached_pages_and_listings(
+    ro: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     root = ro.mountpoint
     a = next(m for m in shared_api.list_memories(sid) if m["path"] == "/a.md")
@@ -88,8 +91,7 @@ def test_pulls_reach_cached_pages_and_listings(ro: MountProcess, shared_api: Api
 
 def test_every_write_is_erofs(ro: MountProcess) -> None:
     f = ro.mountpoint / "a.md"
-    for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_APPEND,
-                  os.O_WRONLY | os.O_TRUNC):
+    for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_APPEND, os.O_WRONLY | os.O_TRUNC):
         with pytest.raises(OSError) as info:
             os.open(f, flags)
         assert info.value.errno == errno.EROFS, flags

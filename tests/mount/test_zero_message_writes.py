@@ -30,15 +30,15 @@ PYTHON3 = os.path.join(os.path.dirname(sys.executable), "python3")
 
 
 @pytest.fixture
-def zw(tmp_path: Path, shared_server: ServerProcess, shared_api: Api,
-       store: dict[str, Any]) -> Any:
+def zw(tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, Any]) -> Any:
     sid = str(store["id"])
     for i in range(20):
         shared_api.create_memory(sid, f"/many/n{i:02}.md", f"note {i}\n")
     shared_api.create_memory(sid, "/a.md", "alpha\n")
     shared_api.create_memory(sid, "/long.md", "0123456789\n" * 10)
-    proc = mount_store(tmp_path, shared_server.url, sid, "--zero-message-opens",
-                       "--sync-interval", "3600")
+    proc = mount_store(
+        tmp_path, shared_server.url, sid, "--zero-message-opens", "--sync-interval", "3600"
+    )
     try:
         yield proc
     finally:
@@ -68,10 +68,13 @@ def test_warm_reads_cost_no_open_requests(zw: MountProcess) -> None:
     before = opens(zw)
     for _ in range(5):
         assert (root / "a.md").read_text() == "alpha\n"
-    grep = subprocess.run(["grep", "-rl", "note 1", str(root / "many")],
-                          capture_output=True, text=True, check=True)
+    grep = subprocess.run(
+        ["grep", "-rl", "note 1", str(root / "many")], capture_output=True, text=True, check=True
+    )
     assert sorted(Path(p).name for p in grep.stdout.split()) == [
-        "n01.md", *[f"n{i}.md" for i in range(10, 20)]]
+        "n01.md",
+        *[f"n{i}.md" for i in range(10, 20)],
+    ]
     spent = {k: v - before[k] for k, v in opens(zw).items()}
     if used(zw):
         assert spent == dict.fromkeys(OPEN_REQUESTS, 0), spent
@@ -79,8 +82,9 @@ def test_warm_reads_cost_no_open_requests(zw: MountProcess) -> None:
         assert spent["open"] >= 5 + 20 and spent["release"] == spent["open"], spent
 
 
-def test_shell_writes_land_locally_and_in_the_store(zw: MountProcess, shared_api: Api,
-                                                    store: dict[str, Any]) -> None:
+def test_shell_writes_land_locally_and_in_the_store(
+    zw: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     root = zw.mountpoint
     sh("echo short > long.md", root)  # O_TRUNC of a longer file: SETATTR(size=0)
     assert (root / "long.md").read_text() == "short\n"
@@ -88,14 +92,28 @@ def test_shell_writes_land_locally_and_in_the_store(zw: MountProcess, shared_api
     sh("sed -i s/short/brief/ long.md", root)
     assert (root / "long.md").read_text() == "brief\nmore\n"
     big = "".join(f"line {i}\n" for i in range(5_000))  # many WRITEs
-    subprocess.run([PYTHON3, "-c", "import sys; open('big.md', 'w').write(sys.stdin.read())"],
-                   input=big, text=True, cwd=root, check=True, timeout=30)
+    subprocess.run(
+        [PYTHON3, "-c", "import sys; open('big.md', 'w').write(sys.stdin.read())"],
+        input=big,
+        text=True,
+        cwd=root,
+        check=True,
+        timeout=30,
+    )
     (root / ".a.md.tmp").write_text("alpha, saved\n")  # an editor's save
     os.replace(root / ".a.md.tmp", root / "a.md")
-    sh("truncate -s 3 many/n00.md && printf 'x' | dd of=many/n01.md bs=1 seek=2 "
-       "conv=notrunc status=none", root)
-    local = {"/long.md": "brief\nmore\n", "/big.md": big, "/a.md": "alpha, saved\n",
-             "/many/n00.md": "not", "/many/n01.md": "noxe 1\n"}
+    sh(
+        "truncate -s 3 many/n00.md && printf 'x' | dd of=many/n01.md bs=1 seek=2 "
+        "conv=notrunc status=none",
+        root,
+    )
+    local = {
+        "/long.md": "brief\nmore\n",
+        "/big.md": big,
+        "/a.md": "alpha, saved\n",
+        "/many/n00.md": "not",
+        "/many/n01.md": "noxe 1\n",
+    }
     for path, text in local.items():
         assert (root / path.lstrip("/")).read_text() == text, path
     zw.sync()
@@ -108,7 +126,8 @@ def test_shell_writes_land_locally_and_in_the_store(zw: MountProcess, shared_api
 
 
 def test_an_append_after_a_pulled_change_lands_after_it(
-        zw: MountProcess, shared_api: Api, store: dict[str, Any]) -> None:
+    zw: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     sid = str(store["id"])
     root = zw.mountpoint
     assert (root / "a.md").read_text() == "alpha\n"  # the kernel knows its size
@@ -123,7 +142,8 @@ def test_an_append_after_a_pulled_change_lands_after_it(
 
 
 def test_non_utf8_is_kept_and_refused_at_fsync_and_at_the_push(
-        zw: MountProcess, shared_api: Api, store: dict[str, Any]) -> None:
+    zw: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
     f = zw.mountpoint / "bin.md"
     fd = os.open(f, os.O_WRONLY | os.O_CREAT, 0o644)
     os.write(fd, b"ok\n\xff\xfe\n")
@@ -139,8 +159,9 @@ def test_non_utf8_is_kept_and_refused_at_fsync_and_at_the_push(
     assert f.read_bytes() == b"ok\n\xff\xfe\n"  # nothing lost
     zw.memfs("sync", str(zw.mountpoint), check=False)  # exit 1: a file was refused
     status = zw.mount_status()["stores"][0]
-    assert status["refused_files"] == [{"path": "/bin.md",
-                                        "why": "content is not valid UTF-8"}], status
+    assert status["refused_files"] == [{"path": "/bin.md", "why": "content is not valid UTF-8"}], (
+        status
+    )
     assert "/bin.md" not in store_contents(shared_api, str(store["id"]))
     f.write_text("ok now\n")
     zw.sync()
@@ -150,20 +171,26 @@ def test_non_utf8_is_kept_and_refused_at_fsync_and_at_the_push(
 def test_the_trail_names_each_writer(zw: MountProcess) -> None:
     f = zw.mountpoint / "notes.md"
     subprocess.run(["sh", "-c", f"echo one > {f}"], check=True, timeout=30)
-    subprocess.run([PYTHON3, "-c", f"open({str(f)!r}, 'a').write('two\\n')"], check=True,
-                   timeout=30)
+    subprocess.run(
+        [PYTHON3, "-c", f"open({str(f)!r}, 'a').write('two\\n')"], check=True, timeout=30
+    )
     subprocess.run(["sed", "-i", "s/one/uno/", str(f)], check=True, timeout=30)
     subprocess.run(["sh", "-c", f"echo three >> {f}"], check=True, timeout=30)
     assert f.read_text() == "uno\ntwo\nthree\n"
     out = zw.memfs("audit", str(zw.mountpoint), "--json").stdout
-    seen = [(r["comm"], r["op"], r["path"]) for r in json.loads(out)["records"]
-            if r["kind"] == "change"]
+    seen = [
+        (r["comm"], r["op"], r["path"]) for r in json.loads(out)["records"] if r["kind"] == "change"
+    ]
     temp = seen[3][2]
     assert seen == [
-        ("sh", "create", "/notes.md"), ("sh", "write", "/notes.md"),
+        ("sh", "create", "/notes.md"),
+        ("sh", "write", "/notes.md"),
         ("python3", "write", "/notes.md"),
-        ("sed", "create", temp), ("sed", "write", temp), ("sed", "rename", temp),
-        ("sh", "write", "/notes.md")]
+        ("sed", "create", temp),
+        ("sed", "write", temp),
+        ("sed", "rename", temp),
+        ("sh", "write", "/notes.md"),
+    ]
 
 
 def test_open_files_and_refusals(zw: MountProcess) -> None:

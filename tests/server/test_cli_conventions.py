@@ -29,6 +29,7 @@ from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
 pytestmark = pytest.mark.deadline(120)
 
+
 @pytest.fixture
 def server(shared_server: ServerProcess) -> ServerProcess:
     """The session's SQLite server: these tests are about the CLI, not the backends."""
@@ -47,11 +48,21 @@ def env_for(url: str | None = None) -> dict[str, str]:
     return env
 
 
-def memfs(*args: str, url: str | None = None, env: dict[str, str] | None = None,
-          stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memfs.cli", *args],
-                          env=env if env is not None else env_for(url), cwd=REPO_ROOT,
-                          capture_output=True, text=True, stdin=stdin, timeout=60)
+def memfs(
+    *args: str,
+    url: str | None = None,
+    env: dict[str, str] | None = None,
+    stdin: Any = subprocess.DEVNULL,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memfs.cli", *args],
+        env=env if env is not None else env_for(url),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        stdin=stdin,
+        timeout=60,
+    )
 
 
 def test_version(server: ServerProcess) -> None:
@@ -60,49 +71,68 @@ def test_version(server: ServerProcess) -> None:
     assert "--version" in memfs("--help").stdout
 
 
-def test_global_options_are_accepted_after_the_action_words(server: ServerProcess,
-                                                            api: Api) -> None:
+def test_global_options_are_accepted_after_the_action_words(
+    server: ServerProcess, api: Api
+) -> None:
     store_id = api.create_store("Globals")["id"]
     nowhere = env_for("http://127.0.0.1:9")  # the environment points at nothing
-    for args in (["store", "list", "--api-url", server.url],
-                 ["store", "--api-url", server.url, "list"],
-                 ["--api-url", server.url, "store", "list"],
-                 ["store", "list", "--api-url", server.url, "--log-level", "debug",
-                  "--log-format", "json"],
-                 ["store", "show", store_id, "--api-url", server.url, "--log-level",
-                  "error"]):
+    for args in (
+        ["store", "list", "--api-url", server.url],
+        ["store", "--api-url", server.url, "list"],
+        ["--api-url", server.url, "store", "list"],
+        ["store", "list", "--api-url", server.url, "--log-level", "debug", "--log-format", "json"],
+        ["store", "show", store_id, "--api-url", server.url, "--log-level", "error"],
+    ):
         out = memfs(*args, env=nowhere)
         assert out.returncode == 0, (args, out.stderr)
         assert store_id in out.stdout, args
     # a value after the action word wins over one before it
-    out = memfs("--api-url", "http://127.0.0.1:9", "store", "list", "--api-url", server.url,
-                env=nowhere)
+    out = memfs(
+        "--api-url", "http://127.0.0.1:9", "store", "list", "--api-url", server.url, env=nowhere
+    )
     assert out.returncode == 0, out.stderr
     # every command takes them (status needs no server; a log file is opened)
     log = server.db_path.with_name("globals.log")
-    out = memfs("status", "--log-level", "debug", "--log-file", str(log), "--log-format",
-                "json", "--api-url", server.url, "--json", env=nowhere)
+    out = memfs(
+        "status",
+        "--log-level",
+        "debug",
+        "--log-file",
+        str(log),
+        "--log-format",
+        "json",
+        "--api-url",
+        server.url,
+        "--json",
+        env=nowhere,
+    )
     assert out.returncode == 0, out.stderr
     assert log.exists()
-    for args in (["serve", "token", "list", "--log-level", "debug", "--help"],
-                 ["mount", "x", "y", "--log-format", "json", "--help"],
-                 ["session", "s.json", "--api-url", server.url, "--help"],
-                 ["sync", "p", "--log-file", "f", "--help"],
-                 ["unmount", "p", "--log-level", "error", "--help"]):
+    for args in (
+        ["serve", "token", "list", "--log-level", "debug", "--help"],
+        ["mount", "x", "y", "--log-format", "json", "--help"],
+        ["session", "s.json", "--api-url", server.url, "--help"],
+        ["sync", "p", "--log-file", "f", "--help"],
+        ["unmount", "p", "--log-level", "error", "--help"],
+    ):
         assert memfs(*args).returncode == 0, args
 
 
-@pytest.mark.parametrize(("args", "prog"), [
-    (["mount", "--bogus", "memstore_x", "/tmp"], "memfs mount"),
-    (["store", "list", "--bogus"], "memfs store list"),
-    (["store", "--bogus", "list"], "memfs store"),
-    (["status", "--bogus"], "memfs status"),
-    (["sync", "/tmp", "--timeout", "soon"], "memfs sync"),
-    (["serve", "token", "list", "--bogus"], "memfs serve token list"),
-    (["--bogus", "status"], "memfs"),
-])
-def test_each_subcommand_shows_its_own_usage(server: ServerProcess, args: list[str],
-                                             prog: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "prog"),
+    [
+        (["mount", "--bogus", "memstore_x", "/tmp"], "memfs mount"),
+        (["store", "list", "--bogus"], "memfs store list"),
+        (["store", "--bogus", "list"], "memfs store"),
+        (["status", "--bogus"], "memfs status"),
+        (["sync", "/tmp", "--timeout", "soon"], "memfs sync"),
+        (["serve", "token", "list", "--bogus"], "memfs serve token list"),
+        (["--bogus", "status"], "memfs"),
+    ],
+)
+def test_each_subcommand_shows_its_own_usage(
+    server: ServerProcess, args: list[str], prog: str
+) -> None:
     out = memfs(*args, url=server.url)
     assert out.returncode == ExitCode.USAGE, out.stderr
     assert out.stderr.startswith(f"usage: {prog} "), out.stderr
@@ -116,20 +146,30 @@ def test_a_missing_store_has_one_wording(server: ServerProcess, tmp_path: Path) 
     assert shown.stderr.strip() == f"memfs store: error: {wanted}", shown.stderr
     assert shown.returncode == ExitCode.FAILED
     (tmp_path / "mnt").mkdir()
-    mounted = memfs("mount", "memstore_nope", str(tmp_path / "mnt"), "--cache-dir",
-                    str(tmp_path / "cache"), url=server.url)
+    mounted = memfs(
+        "mount",
+        "memstore_nope",
+        str(tmp_path / "mnt"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        url=server.url,
+    )
     if "FUSE is unavailable" not in mounted.stderr:
         assert mounted.stderr.strip() == f"memfs: {wanted}", mounted.stderr
         assert mounted.returncode == ExitCode.FAILED
 
 
-@pytest.mark.parametrize(("name", "why"), [
-    ("", "the store name must not be empty"),
-    ("x" * 256, "the store name is 256 characters; at most 255"),
-    ("tab\there", "the store name must not contain control characters"),
-])
-def test_a_bad_store_name_is_a_usage_error(server: ServerProcess, api: Api, name: str,
-                                           why: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("", "the store name must not be empty"),
+        ("x" * 256, "the store name is 256 characters; at most 255"),
+        ("tab\there", "the store name must not contain control characters"),
+    ],
+)
+def test_a_bad_store_name_is_a_usage_error(
+    server: ServerProcess, api: Api, name: str, why: str
+) -> None:
     before = {s["id"] for s in api.request("GET", "/v1/memory_stores").json()["data"]}
     out = memfs("store", "create", name, url=server.url)
     assert out.returncode == ExitCode.USAGE, out.stderr
@@ -140,11 +180,14 @@ def test_a_bad_store_name_is_a_usage_error(server: ServerProcess, api: Api, name
     assert before == after
 
 
-def test_deleting_a_missing_store_says_so_before_asking_for_yes(server: ServerProcess,
-                                                                api: Api) -> None:
+def test_deleting_a_missing_store_says_so_before_asking_for_yes(
+    server: ServerProcess, api: Api
+) -> None:
     out = memfs("store", "delete", "NOPE", url=server.url)  # stdin is not a terminal
     assert (out.returncode, out.stderr.strip()) == (
-        ExitCode.FAILED, "memfs store: error: memory store NOPE does not exist")
+        ExitCode.FAILED,
+        "memfs store: error: memory store NOPE does not exist",
+    )
     # a store that exists still needs --yes without a terminal
     store_id = api.create_store("Keep me")["id"]
     out = memfs("store", "delete", store_id, url=server.url)
@@ -212,21 +255,25 @@ def test_the_help_the_issue_named(server: ServerProcess) -> None:
     assert "--port PORT TCP port to listen on; 0 picks a free one (default 8765)" in serve
     sync = help_of("sync")
     assert "--json print the result as JSON (the schema of `status --json`)" in sync
-    assert ("--timeout SECONDS stop waiting after SECONDS; the pass goes on in the daemon "
-            "(default 120)") in sync
+    assert (
+        "--timeout SECONDS stop waiting after SECONDS; the pass goes on in the daemon (default 120)"
+    ) in sync
     unmount = help_of("unmount")
-    assert ("--timeout SECONDS stop waiting after SECONDS; the daemon goes on with the "
-            "final sync, then unmounts (default 90)") in unmount
+    assert (
+        "--timeout SECONDS stop waiting after SECONDS; the daemon goes on with the "
+        "final sync, then unmounts (default 90)"
+    ) in unmount
 
 
-def test_unreachable_errors_say_each_thing_once(server: ServerProcess, tmp_path: Path
-                                                ) -> None:
+def test_unreachable_errors_say_each_thing_once(server: ServerProcess, tmp_path: Path) -> None:
     def stutters(line: str) -> bool:
         # "ReadTimeout: ReadTimeout", "the store refused …: the store refused …"
         words = re.split(r"[:;]\s+", line)
-        return any(a.strip() and a == b for a, b in itertools.pairwise(words)) \
-            or re.search(r"\b(\w+Error|\w+Timeout): \1\b", line) is not None \
+        return (
+            any(a.strip() and a == b for a, b in itertools.pairwise(words))
+            or re.search(r"\b(\w+Error|\w+Timeout): \1\b", line) is not None
             or re.search(r"\b[A-Z]\w+(Error|Timeout): ", line) is not None
+        )
 
     with HungServer() as hung:
         for url in ("http://127.0.0.1:9", hung.url):
@@ -249,8 +296,11 @@ def test_unreachable_errors_say_each_thing_once(server: ServerProcess, tmp_path:
 def _server_log(tmp_path: Path, fmt: str) -> str:
     """A server's whole log, in `fmt`, across start, requests, a fault and stop."""
     log = tmp_path / f"serve-{fmt}.log"
-    proc = ServerProcess(tmp_path / f"{fmt}.db", log_path=log,
-                         extra_args=["--log-format", fmt, "--faults", "error=1,paths=/x"])
+    proc = ServerProcess(
+        tmp_path / f"{fmt}.db",
+        log_path=log,
+        extra_args=["--log-format", fmt, "--faults", "error=1,paths=/x"],
+    )
     proc.start()
     try:
         with Api(proc.url) as api:
@@ -290,8 +340,8 @@ DOCS = REPO_ROOT / "docs"
 
 def test_operations_has_the_one_exit_code_table() -> None:
     text = (DOCS / "operations.md").read_text()
-    section = text[text.index("### Exit codes"):]
-    section = section[:section.index("\n#")]
+    section = text[text.index("### Exit codes") :]
+    section = section[: section.index("\n#")]
     rows = re.findall(r"^\| (\d+) \| `(\w+)` \| ", section, re.MULTILINE)
     assert {int(code): name for code, name in rows} == {e.value: e.name for e in ExitCode}
     for doc in [*sorted(DOCS.glob("*.md")), REPO_ROOT / "README.md"]:
@@ -307,20 +357,28 @@ def _log_calls() -> Iterator[tuple[str, int, str, int]]:
     for path in sorted((REPO_ROOT / "memfs").rglob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "log"
-                    and node.func.attr in ("debug", "info", "warning", "error", "exception",
-                                           "log")):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "log"
+                and node.func.attr in ("debug", "info", "warning", "error", "exception", "log")
+            ):
                 args = node.args[1:] if node.func.attr == "log" else node.args
                 level = node.func.attr
                 assert args and isinstance(args[0], ast.Constant), (path, node.lineno)
-                yield (f"{path.relative_to(REPO_ROOT)}:{node.lineno}", 0 if level == "debug"
-                       else 1, str(args[0].value), len(args) - 1)
+                yield (
+                    f"{path.relative_to(REPO_ROOT)}:{node.lineno}",
+                    0 if level == "debug" else 1,
+                    str(args[0].value),
+                    len(args) - 1,
+                )
 
 
 def test_every_log_line_has_the_key_value_form_and_a_troubleshooting_row() -> None:
-    rows = [line for line in (DOCS / "operations.md").read_text().splitlines()
-            if line.startswith("|")]
+    rows = [
+        line for line in (DOCS / "operations.md").read_text().splitlines() if line.startswith("|")
+    ]
     problems = []
     for where, shown, msg, nargs in _log_calls():
         record = logging.LogRecord("memfs", logging.INFO, where, 0, msg, (1,) * nargs, None)

@@ -45,10 +45,14 @@ async def test_store_lifecycle(client: StoreClient) -> None:
     store = await client.create_store("Lifecycle Store", "about things", {"team": "a"})
     assert store.id.startswith("memstore_") and store.archived_at is None
     assert (store.name, store.description, store.metadata) == (
-        "Lifecycle Store", "about things", {"team": "a"})
+        "Lifecycle Store",
+        "about things",
+        {"team": "a"},
+    )
     assert await client.retrieve_store(store.id) == store
-    updated = await client.update_store(store.id, name="Renamed", description="",
-                                        metadata={"team": None, "x": "y"})
+    updated = await client.update_store(
+        store.id, name="Renamed", description="", metadata={"team": None, "x": "y"}
+    )
     assert (updated.name, updated.description, updated.metadata) == ("Renamed", "", {"x": "y"})
     assert store.id in [s.id for s in await client.list_stores()]
     archived = await client.archive_store(store.id)
@@ -81,20 +85,25 @@ async def test_memory_crud_and_sha(client: StoreClient, store_id: str) -> None:
     assert full.content_bytes() == content.encode()
 
     empty = await client.create_memory(store_id, "/empty", "")
-    assert empty.content_size_bytes == 0 and (await client.retrieve_memory(
-        store_id, empty.id)).content == ""
+    assert (
+        empty.content_size_bytes == 0
+        and (await client.retrieve_memory(store_id, empty.id)).content == ""
+    )
 
-    new = await client.update_memory(store_id, memory.id, content="v2",
-                                     precondition_sha256=memory.content_sha256)
+    new = await client.update_memory(
+        store_id, memory.id, content="v2", precondition_sha256=memory.content_sha256
+    )
     assert new.id == memory.id and new.content_sha256 == sha256_hex(b"v2")
     assert new.memory_version_id != memory.memory_version_id
     with pytest.raises(PreconditionFailed) as info:
-        await client.update_memory(store_id, memory.id, content="v3",
-                                   precondition_sha256=memory.content_sha256)
+        await client.update_memory(
+            store_id, memory.id, content="v3", precondition_sha256=memory.content_sha256
+        )
     assert info.value.status == 409
     # the idempotent carve-out: a stale precondition but the state already matches
-    again = await client.update_memory(store_id, memory.id, content="v2",
-                                       precondition_sha256=memory.content_sha256)
+    again = await client.update_memory(
+        store_id, memory.id, content="v2", precondition_sha256=memory.content_sha256
+    )
     assert again.content_sha256 == new.content_sha256
 
     renamed = await client.update_memory(store_id, memory.id, path="/archive/old.md")
@@ -122,18 +131,22 @@ async def test_path_conflicts(client: StoreClient, store_id: str) -> None:
     with pytest.raises(PathConflict) as below:
         await client.create_memory(store_id, "/a/b.md", "x")
     assert below.value.conflicting_path == "/a" and below.value.error_type == (
-        "memory_path_conflict_error")
+        "memory_path_conflict_error"
+    )
 
 
-@pytest.mark.parametrize("path,content", [
-    ("/too-big", "x" * (MAX_CONTENT_BYTES + 1)),
-    ("/a/../b", "x"),
-    ("/a//b", "x"),
-    ("relative", "x"),
-    ("/" + unicodedata.normalize("NFD", "é"), "x"),
-    ("/ctl\x01", "x"),
-    ("/" + "/".join(["d"] * 21), "x"),
-])
+@pytest.mark.parametrize(
+    "path,content",
+    [
+        ("/too-big", "x" * (MAX_CONTENT_BYTES + 1)),
+        ("/a/../b", "x"),
+        ("/a//b", "x"),
+        ("relative", "x"),
+        ("/" + unicodedata.normalize("NFD", "é"), "x"),
+        ("/ctl\x01", "x"),
+        ("/" + "/".join(["d"] * 21), "x"),
+    ],
+)
 async def test_rejections(client: StoreClient, store_id: str, path: str, content: str) -> None:
     with pytest.raises(Rejected) as info:
         await client.create_memory(store_id, path, content)
@@ -159,12 +172,14 @@ async def test_listing_pages_views_and_depth(client: StoreClient, store_id: str)
     assert len(page.items) == 100 and page.next_page is not None
     page2 = await client.list_memories_page(store_id, page=page.next_page, limit=100)
     assert {getattr(i, "path", None) for i in page.items}.isdisjoint(
-        {getattr(i, "path", None) for i in page2.items})
+        {getattr(i, "path", None) for i in page2.items}
+    )
 
     full = [i async for i in client.iter_memories(store_id, view="full", path_prefix="/d1/")]
     assert len(full) == sum(p.startswith("/d1/") for p in paths)
-    assert all(isinstance(f, FullMemory) and f.content == f"content of {f.memory.path}"
-               for f in full)
+    assert all(
+        isinstance(f, FullMemory) and f.content == f"content of {f.memory.path}" for f in full
+    )
 
     top = [i async for i in client.iter_memories(store_id, path_prefix="/", depth=1)]
     prefixes = sorted(i.path for i in top if isinstance(i, MemoryPrefix))
@@ -223,14 +238,17 @@ async def test_credentials(tmp_path: Path) -> None:
     key = "sk-test-secret-key-42"
     with start_server(tmp_path / "auth.db", api_key=key) as server:
         environs: list[dict[str, str]] = [
-            {"ANTHROPIC_API_KEY": key}, {"ANTHROPIC_AUTH_TOKEN": key},
+            {"ANTHROPIC_API_KEY": key},
+            {"ANTHROPIC_AUTH_TOKEN": key},
         ]
         for env in environs:
             config = ClientConfig.from_env(server.url, environ=env)
             async with make_http_client(config) as http:
                 assert (await StoreClient(http).create_store("authed")).name == "authed"
-        for env, hint in [({}, "no credentials were sent"),
-                          ({"ANTHROPIC_API_KEY": "sk-wrong-key-xyz"}, "check the credential")]:
+        for env, hint in [
+            ({}, "no credentials were sent"),
+            ({"ANTHROPIC_API_KEY": "sk-wrong-key-xyz"}, "check the credential"),
+        ]:
             config = ClientConfig.from_env(server.url, environ=env)
             async with make_http_client(config) as http:
                 with pytest.raises(StoreAuthError) as info:
@@ -275,8 +293,9 @@ async def _lossy_client(url: str, method: str) -> tuple[httpx.AsyncClient, LoseA
     return make_http_client(ClientConfig(url), transport=transport), transport
 
 
-async def test_lost_create_is_settled_by_sha(shared_server: ServerProcess,
-                                             client: StoreClient, store_id: str) -> None:
+async def test_lost_create_is_settled_by_sha(
+    shared_server: ServerProcess, client: StoreClient, store_id: str
+) -> None:
     http, transport = await _lossy_client(shared_server.url, "POST")
     async with http:
         lossy = StoreClient(http, retry=RetryPolicy(base_delay=0.01))
@@ -287,7 +306,8 @@ async def test_lost_create_is_settled_by_sha(shared_server: ServerProcess,
 
 
 async def test_lost_create_with_other_content_conflicts(
-        shared_server: ServerProcess, client: StoreClient, store_id: str) -> None:
+    shared_server: ServerProcess, client: StoreClient, store_id: str
+) -> None:
     http, _ = await _lossy_client(shared_server.url, "POST")
     async with http:
         lossy = StoreClient(http, retry=RetryPolicy(base_delay=0.01))
@@ -298,8 +318,9 @@ async def test_lost_create_with_other_content_conflicts(
             await lossy.create_memory(store_id, "/taken.md", "mine")
 
 
-async def test_lost_delete_counts_as_deleted(shared_server: ServerProcess,
-                                             client: StoreClient, store_id: str) -> None:
+async def test_lost_delete_counts_as_deleted(
+    shared_server: ServerProcess, client: StoreClient, store_id: str
+) -> None:
     memory = await client.create_memory(store_id, "/gone.md", "x")
     http, transport = await _lossy_client(shared_server.url, "DELETE")
     async with http:
@@ -308,28 +329,38 @@ async def test_lost_delete_counts_as_deleted(shared_server: ServerProcess,
     assert transport.seen == [("DELETE", 200), ("DELETE", 404)]
 
 
-async def test_lost_update_is_idempotent(shared_server: ServerProcess,
-                                         client: StoreClient, store_id: str) -> None:
+async def test_lost_update_is_idempotent(
+    shared_server: ServerProcess, client: StoreClient, store_id: str
+) -> None:
     memory = await client.create_memory(store_id, "/u.md", "old")
     http, transport = await _lossy_client(shared_server.url, "POST")
     async with http:
         lossy = StoreClient(http, retry=RetryPolicy(base_delay=0.01))
-        new = await lossy.update_memory(store_id, memory.id, content="new", path="/u2.md",
-                                        precondition_sha256=memory.content_sha256)
+        new = await lossy.update_memory(
+            store_id,
+            memory.id,
+            content="new",
+            path="/u2.md",
+            precondition_sha256=memory.content_sha256,
+        )
     assert transport.seen == [("POST", 200), ("POST", 200)]
     assert (new.path, new.content_sha256) == ("/u2.md", sha256_hex(b"new"))
     versions = await client.list_versions(store_id, memory_id=memory.id)
     assert [v.operation for v in versions] == ["modified", "created"]
 
 
-async def test_server_refuses_lone_surrogates(client: StoreClient, store_id: str,
-                                              shared_server: ServerProcess) -> None:
+async def test_server_refuses_lone_surrogates(
+    client: StoreClient, store_id: str, shared_server: ServerProcess
+) -> None:
     # The client refuses to send them; a raw request shows the server refuses them too.
     with pytest.raises(Rejected):
         await client.create_memory(store_id, "/s", "a\ud800")
     body: dict[str, Any] = {"path": "/s", "content": "a\ud800"}
     raw = json.dumps(body).encode()  # ASCII escapes: "\ud800"
     async with make_http_client(ClientConfig(shared_server.url)) as http:
-        response = await http.post(f"/v1/memory_stores/{store_id}/memories", content=raw,
-                                   headers={"content-type": "application/json"})
+        response = await http.post(
+            f"/v1/memory_stores/{store_id}/memories",
+            content=raw,
+            headers={"content-type": "application/json"},
+        )
     assert response.status_code == 400

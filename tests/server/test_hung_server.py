@@ -19,8 +19,13 @@ def test_store_commands_report_a_hung_server(args: list[str]) -> None:
     with HungServer() as hung:
         env = {**os.environ, "ANTHROPIC_BASE_URL": hung.url}
         # The bound is the point of the test: today it is silent for 60 s and more.
-        result = subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=env,
-                                capture_output=True, text=True, timeout=20)
+        result = subprocess.run(
+            [sys.executable, "-m", "memfs.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         assert hung.accepted >= 1
     assert result.returncode == 3, result.stderr
     lines = result.stderr.strip().splitlines()

@@ -34,17 +34,20 @@ def test_concurrent_updates_with_one_precondition(shared_api: Api) -> None:
     mem = shared_api.create_memory(sid, "/r.md", "base")
     pre = {"type": "content_sha256", "content_sha256": sha256_hex(b"base")}
     url = f"/v1/memory_stores/{sid}/memories/{mem['id']}"
-    calls = [("POST", url, {"json": {"content": f"writer {i}", "precondition": pre}})
-             for i in range(N)]
+    calls = [
+        ("POST", url, {"json": {"content": f"writer {i}", "precondition": pre}}) for i in range(N)
+    ]
     results = race(shared_api, calls)
     codes = Counter(r.status_code for r in results)
     assert codes == {200: 1, 409: N - 1}
-    assert {r.json()["error"]["type"] for r in results if r.status_code == 409} == \
-        {"memory_precondition_failed_error"}
+    assert {r.json()["error"]["type"] for r in results if r.status_code == 409} == {
+        "memory_precondition_failed_error"
+    }
     winner = next(r.json() for r in results if r.status_code == 200)
     assert shared_api.get_memory(sid, mem["id"])["content_sha256"] == winner["content_sha256"]
-    listed = shared_api.request("GET", f"/v1/memory_stores/{sid}/memory_versions",
-                                params={"memory_id": mem["id"]}).json()["data"]
+    listed = shared_api.request(
+        "GET", f"/v1/memory_stores/{sid}/memory_versions", params={"memory_id": mem["id"]}
+    ).json()["data"]
     assert [v["operation"] for v in listed] == ["modified", "created"]
 
 
@@ -68,15 +71,13 @@ def test_concurrent_creates_of_overlapping_paths(shared_api: Api) -> None:
     sid = shared_api.create_store("race-overlap")["id"]
     url = f"/v1/memory_stores/{sid}/memories"
     paths = ["/x", "/x/y", "/x/y/z", "/x/q"] * 3
-    results = race(shared_api, [("POST", url, {"json": {"path": p, "content": ""}})
-                                for p in paths])
+    results = race(shared_api, [("POST", url, {"json": {"path": p, "content": ""}}) for p in paths])
     made = sorted(m["path"] for m in shared_api.list_memories(sid))
     assert sum(r.status_code == 200 for r in results) == len(made)
     for a in made:
         for b in made:
             assert a == b or not (a.startswith(b + "/") or b.startswith(a + "/"))
-    assert made in (["/x"], ["/x/y"], ["/x/y/z"], ["/x/q"], ["/x/q", "/x/y"],
-                    ["/x/q", "/x/y/z"])
+    assert made in (["/x"], ["/x/y"], ["/x/y/z"], ["/x/q"], ["/x/q", "/x/y"], ["/x/q", "/x/y/z"])
 
 
 def test_paging_is_stable_under_creates_and_deletes(shared_api: Api) -> None:
@@ -95,8 +96,9 @@ def test_paging_is_stable_under_creates_and_deletes(shared_api: Api) -> None:
         if depth:
             params["path_prefix"] = "/s/"
         while True:
-            page = shared_api.request("GET", f"/v1/memory_stores/{sid}/memories",
-                                      params=params).json()
+            page = shared_api.request(
+                "GET", f"/v1/memory_stores/{sid}/memories", params=params
+            ).json()
             seen += [m["path"] for m in page["data"]]
             # between pages: delete some churn paths, create new ones before and after
             for _ in range(3):

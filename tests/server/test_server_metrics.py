@@ -17,8 +17,7 @@ from tests.support.server import REPO_ROOT, start_server
 def test_serve_counts_requests_by_route_and_status(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    server = start_server(tmp_path / "store.db",
-                          extra_args=["--metrics-addr", f"127.0.0.1:{port}"])
+    server = start_server(tmp_path / "store.db", extra_args=["--metrics-addr", f"127.0.0.1:{port}"])
     try:
         with Api(server.url) as api:
             sid = api.create_store("metrics")["id"]
@@ -29,18 +28,36 @@ def test_serve_counts_requests_by_route_and_status(tmp_path: Path) -> None:
             api.list_memories(sid)
         samples = scrape(url)
         memories = "/v1/memory_stores/{id}/memories"
-        assert value(samples, "memfs_server_requests_total", method="POST",
-                     route="/v1/memory_stores", status="200") == 1
-        assert value(samples, "memfs_server_requests_total", method="POST",
-                     route=memories, status="200") == 3
-        assert value(samples, "memfs_server_requests_total", method="POST",
-                     route=memories, status="409") == 1
-        assert value(samples, "memfs_server_request_seconds_count", method="GET",
-                     route=memories) >= 1
+        assert (
+            value(
+                samples,
+                "memfs_server_requests_total",
+                method="POST",
+                route="/v1/memory_stores",
+                status="200",
+            )
+            == 1
+        )
+        assert (
+            value(
+                samples, "memfs_server_requests_total", method="POST", route=memories, status="200"
+            )
+            == 3
+        )
+        assert (
+            value(
+                samples, "memfs_server_requests_total", method="POST", route=memories, status="409"
+            )
+            == 1
+        )
+        assert (
+            value(samples, "memfs_server_request_seconds_count", method="GET", route=memories) >= 1
+        )
         # Ids never become label values: one series per route, not per store.
         assert not any(sid in str(labels) for _, labels in samples)
-        assert value(scrape(url), "memfs_server_requests_total", method="GET",
-                     route=memories) == 1  # a scrape is not an API request
+        assert (
+            value(scrape(url), "memfs_server_requests_total", method="GET", route=memories) == 1
+        )  # a scrape is not an API request
     finally:
         assert server.stop() == 0
 
@@ -48,9 +65,23 @@ def test_serve_counts_requests_by_route_and_status(tmp_path: Path) -> None:
 def test_serve_refuses_a_bad_or_taken_metrics_address(tmp_path: Path) -> None:
     def serve(addr: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "memfs.cli", "serve", "--port", "0", "--db",
-             str(tmp_path / "s.db"), "--metrics-addr", addr],
-            capture_output=True, text=True, timeout=30, cwd=REPO_ROOT)
+            [
+                sys.executable,
+                "-m",
+                "memfs.cli",
+                "serve",
+                "--port",
+                "0",
+                "--db",
+                str(tmp_path / "s.db"),
+                "--metrics-addr",
+                addr,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=REPO_ROOT,
+        )
 
     bad = serve("localhost")
     assert bad.returncode == 2, bad.stderr

@@ -34,8 +34,9 @@ class Fleet:
         self.url = cluster.database("fleet")
         self.procs: list[ServerProcess] = []
         for i in range(n):
-            self.procs.append(start_server(self.url, extra_args=extra,
-                                           log_path=tmp / f"server{i}.log"))
+            self.procs.append(
+                start_server(self.url, extra_args=extra, log_path=tmp / f"server{i}.log")
+            )
         self.apis = [Api(p.url) for p in self.procs]
 
     def api(self, i: int) -> Api:
@@ -76,30 +77,50 @@ def test_one_precondition_one_winner_across_instances(fleet: Fleet) -> None:
         mem = fleet.api(round_).create_memory(sid, f"/r{round_}.md", "base")
         pre = {"type": "content_sha256", "content_sha256": sha256_hex(b"base")}
         url = f"/v1/memory_stores/{sid}/memories/{mem['id']}"
-        results = race(fleet, [("POST", url, {"json": {"content": f"w{i}", "precondition": pre}})
-                               for i in range(N)])
+        results = race(
+            fleet,
+            [("POST", url, {"json": {"content": f"w{i}", "precondition": pre}}) for i in range(N)],
+        )
         codes = Counter(r.status_code for r in results)
         assert codes == {200: 1, 409: N - 1}, codes
         loser_types = {r.json()["error"]["type"] for r in results if r.status_code == 409}
         assert loser_types == {"memory_precondition_failed_error"}
         winner = next(r.json() for r in results if r.status_code == 200)
         for i in range(3):  # every instance reads the winner's content
-            assert fleet.api(i).get_memory(sid, mem["id"])["content_sha256"] == \
-                winner["content_sha256"]
+            assert (
+                fleet.api(i).get_memory(sid, mem["id"])["content_sha256"]
+                == winner["content_sha256"]
+            )
 
 
 def test_one_path_one_creator_across_instances(fleet: Fleet) -> None:
     sid = fleet.api(0).create_store("race")["id"]
     for path in ("/same.md", "/deep/er/same.md"):
-        results = race(fleet, [("POST", f"/v1/memory_stores/{sid}/memories",
-                                {"json": {"path": path, "content": f"c{i}"}})
-                               for i in range(N)])
+        results = race(
+            fleet,
+            [
+                (
+                    "POST",
+                    f"/v1/memory_stores/{sid}/memories",
+                    {"json": {"path": path, "content": f"c{i}"}},
+                )
+                for i in range(N)
+            ],
+        )
         codes = Counter(r.status_code for r in results)
         assert codes == {200: 1, 409: N - 1}, codes
     # overlapping paths raced from different instances: a file and a directory of one name
-    results = race(fleet, [("POST", f"/v1/memory_stores/{sid}/memories",
-                            {"json": {"path": "/x" if i % 2 else "/x/y", "content": "c"}})
-                           for i in range(N)])
+    results = race(
+        fleet,
+        [
+            (
+                "POST",
+                f"/v1/memory_stores/{sid}/memories",
+                {"json": {"path": "/x" if i % 2 else "/x/y", "content": "c"}},
+            )
+            for i in range(N)
+        ],
+    )
     assert Counter(r.status_code for r in results)[200] == 1
     paths = [m["path"] for m in fleet.api(2).list_memories(sid)]
     assert {"/same.md", "/deep/er/same.md"} <= set(paths)
@@ -109,8 +130,17 @@ def test_one_path_one_creator_across_instances(fleet: Fleet) -> None:
 def test_cap_is_exact_under_concurrent_creates_across_instances(fleet: Fleet) -> None:
     sid = fleet.api(0).create_store("cap")["id"]
     fleet.api(0).create_memory(sid, "/seed", "s")
-    results = race(fleet, [("POST", f"/v1/memory_stores/{sid}/memories",
-                            {"json": {"path": f"/m{i}", "content": "c"}}) for i in range(45)])
+    results = race(
+        fleet,
+        [
+            (
+                "POST",
+                f"/v1/memory_stores/{sid}/memories",
+                {"json": {"path": f"/m{i}", "content": "c"}},
+            )
+            for i in range(45)
+        ],
+    )
     codes = Counter(r.status_code for r in results)
     assert codes == {200: 29, 400: 16}, codes
     assert len(fleet.api(1).list_memories(sid)) == 30
@@ -154,12 +184,13 @@ def test_newest_version_never_skips_a_commit_of_another_instance(fleet: Fleet) -
         for i in range(25):
             api = fleet.api(r + i)
             sent = time.monotonic()
-            page = api.request("GET", f"/v1/memory_stores/{sid}/memory_versions",
-                               params={"limit": 1}).json()
+            page = api.request(
+                "GET", f"/v1/memory_stores/{sid}/memory_versions", params={"limit": 1}
+            ).json()
             got = time.monotonic()
             head = page["data"][0]["id"]
             listing = _all_versions(fleet.api(r + i + 1), sid)
-            below = frozenset(listing[listing.index(head):])
+            below = frozenset(listing[listing.index(head) :])
             with lock:
                 observations.append((sent, got, head, below))
 
@@ -176,7 +207,7 @@ def test_newest_version_never_skips_a_commit_of_another_instance(fleet: Fleet) -
     assert len(rank) == len(final)
     assert len(observations) == 50 and len(writes) > 50
     for sent, got, head, below in observations:
-        assert frozenset(final[final.index(head):]) == below, "a commit sorted below a head"
+        assert frozenset(final[final.index(head) :]) == below, "a commit sorted below a head"
         for w_sent, w_acked, vid in writes:
             if w_acked < sent:
                 assert rank[vid] <= rank[head], "the newest version went backwards"
@@ -206,8 +237,11 @@ def test_pages_stay_stable_while_other_instances_write(fleet: Fleet) -> None:
                 seen: list[str] = []
                 params: dict[str, Any] = {"limit": 3}
                 while True:
-                    body = fleet.api(0).request(
-                        "GET", f"/v1/memory_stores/{sid}/memories", params=params).json()
+                    body = (
+                        fleet.api(0)
+                        .request("GET", f"/v1/memory_stores/{sid}/memories", params=params)
+                        .json()
+                    )
                     seen.extend(m["path"] for m in body["data"])
                     if not body["next_page"]:
                         break
@@ -237,10 +271,15 @@ def test_instances_migrate_once_and_refuse_a_newer_schema(
         for p in procs:
             p.stop()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'",
-                     (str(migrations.LATEST + 1),))
-    result = subprocess.run([sys.executable, "-m", "memfs.cli", "serve", "--port", "0",
-                             "--db", url], capture_output=True, text=True, timeout=60)
+        conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(migrations.LATEST + 1),)
+        )
+    result = subprocess.run(
+        [sys.executable, "-m", "memfs.cli", "serve", "--port", "0", "--db", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "newer than this memfs" in result.stderr

@@ -24,13 +24,15 @@ def serve_cmd(*args: str) -> list[str]:
 
 
 def run_refused(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(serve_cmd(*args), capture_output=True, text=True, timeout=30,
-                          cwd=REPO_ROOT)
+    return subprocess.run(
+        serve_cmd(*args), capture_output=True, text=True, timeout=30, cwd=REPO_ROOT
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_acknowledged_writes_survive_kill_9(
-        backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     """Writers run flat out; SIGKILL lands mid-stream; every answered write is there."""
     proc = start_on(backend, request, tmp_path)
     api = Api(proc.url, timeout=5)
@@ -171,8 +173,13 @@ def test_read_only_database_is_refused(tmp_path: Path) -> None:
 
 def test_default_database_location(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
-    proc = subprocess.Popen(serve_cmd("--port", "0"), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=env, cwd=REPO_ROOT)
+    proc = subprocess.Popen(
+        serve_cmd("--port", "0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=REPO_ROOT,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
@@ -192,8 +199,8 @@ def test_listing_10000_memories_pages_through_all(tmp_path: Path) -> None:
     db = Database.open(db_path)
     store = db.create_store("big", "", {})
     db.bulk_create_memories(
-        store["id"], ((f"/dir{i % 50:02d}/note-{i:05d}.md", f"content {i}\n" * 3)
-                      for i in range(10_000)),
+        store["id"],
+        ((f"/dir{i % 50:02d}/note-{i:05d}.md", f"content {i}\n" * 3) for i in range(10_000)),
         ("api_actor", "apikey_seed"),
     )
     db.close()

@@ -18,8 +18,9 @@ KEY = "sk-ant-test-sdk-key"
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def sdk_server(request: pytest.FixtureRequest,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def sdk_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     proc = start_on(request.param, request, tmp_path_factory.mktemp("sdk"), api_key=KEY)
     yield proc
     proc.stop()
@@ -34,8 +35,10 @@ def client(sdk_server: ServerProcess) -> Iterator[anthropic.Anthropic]:
 def test_sdk_stores(client: anthropic.Anthropic) -> None:
     stores = client.beta.memory_stores
     before = datetime.now().astimezone() - timedelta(seconds=1)
-    made = [stores.create(name=f"SDK Store {i}", description="for the sdk",
-                          metadata={"i": str(i)}) for i in range(5)]
+    made = [
+        stores.create(name=f"SDK Store {i}", description="for the sdk", metadata={"i": str(i)})
+        for i in range(5)
+    ]
     assert made[0].id.startswith("memstore_")
     assert made[0].type == "memory_store"
     assert made[0].archived_at is None
@@ -79,16 +82,24 @@ def test_sdk_memories_and_versions(client: anthropic.Anthropic) -> None:
     assert len(all_basic) == 28
     paths = [m.path for m in all_basic]
     assert paths == sorted(paths)
-    assert all(m.type == "memory" and m.content is None for m in all_basic
-               if isinstance(m, BetaManagedAgentsMemory))
+    assert all(
+        m.type == "memory" and m.content is None
+        for m in all_basic
+        if isinstance(m, BetaManagedAgentsMemory)
+    )
     assert all(isinstance(m, BetaManagedAgentsMemory) for m in all_basic)
     all_full = list(memories.list(sid, view="full", limit=20))
-    assert [m.content for m in all_full
-            if isinstance(m, BetaManagedAgentsMemory) and m.path.startswith("/bulk/")] == \
-        [str(i) for i in range(25)]
+    assert [
+        m.content
+        for m in all_full
+        if isinstance(m, BetaManagedAgentsMemory) and m.path.startswith("/bulk/")
+    ] == [str(i) for i in range(25)]
     top = list(memories.list(sid, depth=1, limit=2))
     assert [(m.type, m.path) for m in top] == [
-        ("memory_prefix", "/bulk/"), ("memory_prefix", "/notes/"), ("memory", "/top.md")]
+        ("memory_prefix", "/bulk/"),
+        ("memory_prefix", "/notes/"),
+        ("memory", "/top.md"),
+    ]
     inside = list(memories.list(sid, path_prefix="/notes/", depth=1))
     assert [m.path for m in inside] == ["/notes/ideas.md", "/notes/todo.md"]
     with pytest.raises(anthropic.BadRequestError):
@@ -103,18 +114,18 @@ def test_sdk_memories_and_versions(client: anthropic.Anthropic) -> None:
 
     # preconditions, carve-out, rename
     pre = {"type": "content_sha256", "content_sha256": created.content_sha256}
-    two = memories.update(created.id, memory_store_id=sid, content="- one\n- two\n",
-                          precondition=pre)  # type: ignore[arg-type]
+    two = memories.update(
+        created.id, memory_store_id=sid, content="- one\n- two\n", precondition=pre
+    )  # type: ignore[arg-type]
     assert two.memory_version_id != created.memory_version_id
     with pytest.raises(anthropic.ConflictError) as stale:
-        memories.update(created.id, memory_store_id=sid, content="- three\n",
-                        precondition=pre)  # type: ignore[arg-type]
+        memories.update(created.id, memory_store_id=sid, content="- three\n", precondition=pre)  # type: ignore[arg-type]
     assert stale.value.status_code == 409
-    same = memories.update(created.id, memory_store_id=sid, content="- one\n- two\n",
-                           precondition=pre)  # type: ignore[arg-type]
+    same = memories.update(
+        created.id, memory_store_id=sid, content="- one\n- two\n", precondition=pre
+    )  # type: ignore[arg-type]
     assert same.memory_version_id == two.memory_version_id
-    renamed = memories.update(created.id, memory_store_id=sid, path="/notes/done.md",
-                              view="full")
+    renamed = memories.update(created.id, memory_store_id=sid, path="/notes/done.md", view="full")
     assert renamed.id == created.id and renamed.path == "/notes/done.md"
     assert renamed.content == "- one\n- two\n"
     with pytest.raises(anthropic.ConflictError):
@@ -125,8 +136,9 @@ def test_sdk_memories_and_versions(client: anthropic.Anthropic) -> None:
     # conditional delete
     with pytest.raises(anthropic.ConflictError):
         memories.delete(created.id, memory_store_id=sid, expected_content_sha256="0" * 64)
-    deleted = memories.delete(created.id, memory_store_id=sid,
-                              expected_content_sha256=renamed.content_sha256)
+    deleted = memories.delete(
+        created.id, memory_store_id=sid, expected_content_sha256=renamed.content_sha256
+    )
     assert deleted.id == created.id and deleted.type == "memory_deleted"
     with pytest.raises(anthropic.NotFoundError):
         memories.delete(created.id, memory_store_id=sid)
@@ -154,11 +166,15 @@ def test_sdk_memories_and_versions(client: anthropic.Anthropic) -> None:
 
 
 def test_sdk_with_the_other_beta_and_bad_key(sdk_server: ServerProcess, tmp_path: Path) -> None:
-    with anthropic.Anthropic(api_key=KEY, base_url=sdk_server.url, max_retries=0,
-                             default_headers={"anthropic-beta": "managed-agents-2026-04-01"}
-                             ) as c:
+    with anthropic.Anthropic(
+        api_key=KEY,
+        base_url=sdk_server.url,
+        max_retries=0,
+        default_headers={"anthropic-beta": "managed-agents-2026-04-01"},
+    ) as c:
         store = c.beta.memory_stores.create(
-            name="old beta", extra_headers={"anthropic-beta": "managed-agents-2026-04-01"})
+            name="old beta", extra_headers={"anthropic-beta": "managed-agents-2026-04-01"}
+        )
         assert store.id.startswith("memstore_")
     with anthropic.Anthropic(api_key="wrong", base_url=sdk_server.url, max_retries=0) as bad:
         with pytest.raises(anthropic.AuthenticationError):

@@ -24,8 +24,13 @@ from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
 
 def serve(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memfs.cli", "serve", *args],
-                          capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "memfs.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
 
 
 def test_health_probes_need_no_credentials(tmp_path: Path) -> None:
@@ -48,8 +53,9 @@ def test_readyz_follows_the_database(postgres: PostgresCluster, tmp_path: Path) 
             resp = httpx.get(proc.url + "/readyz", timeout=30)
             assert resp.status_code == 503 and resp.json()["status"] == "unavailable"
             assert httpx.get(proc.url + "/healthz").status_code == 200
-            api = httpx.get(proc.url + "/v1/memory_stores", timeout=30,
-                            headers={"anthropic-beta": BETA_MEMORY})
+            api = httpx.get(
+                proc.url + "/v1/memory_stores", timeout=30, headers={"anthropic-beta": BETA_MEMORY}
+            )
             assert api.status_code == 503, api.text  # retryable, not a crash
         finally:
             postgres.start()
@@ -58,8 +64,12 @@ def test_readyz_follows_the_database(postgres: PostgresCluster, tmp_path: Path) 
         while httpx.get(proc.url + "/readyz", timeout=30).status_code != 200:
             assert time.monotonic() < deadline, "never ready again after the restart"
             time.sleep(0.2)
-        assert httpx.get(proc.url + "/v1/memory_stores",
-                         headers={"anthropic-beta": BETA_MEMORY}).status_code == 200
+        assert (
+            httpx.get(
+                proc.url + "/v1/memory_stores", headers={"anthropic-beta": BETA_MEMORY}
+            ).status_code
+            == 200
+        )
         assert "not ready backend=postgresql" in proc.log_tail(200)
     finally:
         proc.stop()
@@ -68,9 +78,11 @@ def test_readyz_follows_the_database(postgres: PostgresCluster, tmp_path: Path) 
 def test_sigterm_finishes_the_request_in_flight(server: ServerProcess, api: Api) -> None:
     sid = api.create_store("drain")["id"]
     body = json.dumps({"path": "/in-flight.md", "content": "x" * 5000}).encode()
-    head = (f"POST /v1/memory_stores/{sid}/memories HTTP/1.1\r\nHost: x\r\n"
-            f"anthropic-beta: {BETA_MEMORY}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST /v1/memory_stores/{sid}/memories HTTP/1.1\r\nHost: x\r\n"
+        f"anthropic-beta: {BETA_MEMORY}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(head + body[:100])
         time.sleep(0.3)  # let the server start reading the body
@@ -116,9 +128,11 @@ def test_sqlite_migrates_a_first_release_file_and_refuses_a_newer_one(tmp_path: 
     conn = sqlite3.connect(db)
     conn.executescript(SQLITE_STEPS[0] + ";")
     conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
-    conn.execute("INSERT INTO stores (id, name, description, metadata, created_at, updated_at)"
-                 " VALUES ('memstore_old', 'old', '', '{}', '2026-01-01T00:00:00.000000Z',"
-                 " '2026-01-01T00:00:00.000000Z')")
+    conn.execute(
+        "INSERT INTO stores (id, name, description, metadata, created_at, updated_at)"
+        " VALUES ('memstore_old', 'old', '', '{}', '2026-01-01T00:00:00.000000Z',"
+        " '2026-01-01T00:00:00.000000Z')"
+    )
     conn.commit()
     conn.close()
     proc = start_server(db)
@@ -131,8 +145,9 @@ def test_sqlite_migrates_a_first_release_file_and_refuses_a_newer_one(tmp_path: 
     conn = sqlite3.connect(db)
     version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
     assert int(version) == migrations.LATEST
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                 (str(migrations.LATEST + 1),))
+    conn.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(migrations.LATEST + 1),)
+    )
     conn.commit()
     conn.close()
     result = serve("--port", "0", "--db", str(db))
@@ -150,8 +165,9 @@ def _fill(api: Api) -> None:
                 api.update_memory(sid, mem["id"], content=f"edited {i}")
             if i % 5 == 0:
                 api.delete_memory(sid, mem["id"])
-        first = api.request("GET", f"/v1/memory_stores/{sid}/memory_versions",
-                            params={"limit": 100}).json()["data"][-1]
+        first = api.request(
+            "GET", f"/v1/memory_stores/{sid}/memory_versions", params={"limit": 100}
+        ).json()["data"][-1]
         api.request("POST", f"/v1/memory_stores/{sid}/memory_versions/{first['id']}/redact")
     api.request("POST", f"/v1/memory_stores/{sid}/archive")
 
@@ -160,28 +176,34 @@ def _everything(url: str) -> list[object]:
     """The whole API view of a server: stores, memories with contents, versions."""
     out: list[object] = []
     with Api(url) as api:
-        stores = api.request("GET", "/v1/memory_stores",
-                             params={"include_archived": "true", "limit": 100}).json()["data"]
+        stores = api.request(
+            "GET", "/v1/memory_stores", params={"include_archived": "true", "limit": 100}
+        ).json()["data"]
         for store in stores:
             sid = store["id"]
             mems = [api.get_memory(sid, m["id"]) for m in api.list_memories(sid)]
             assert all(sha256_hex(m["content"].encode()) == m["content_sha256"] for m in mems)
-            versions = api.request("GET", f"/v1/memory_stores/{sid}/memory_versions",
-                                   params={"limit": 20, "view": "full"}).json()["data"]
+            versions = api.request(
+                "GET",
+                f"/v1/memory_stores/{sid}/memory_versions",
+                params={"limit": 20, "view": "full"},
+            ).json()["data"]
             out.append((store, mems, versions))
     return out
 
 
 def test_copy_sqlite_to_postgres_and_back_keeps_everything(
-        postgres: PostgresCluster, tmp_path: Path) -> None:
+    postgres: PostgresCluster, tmp_path: Path
+) -> None:
     src = tmp_path / "src.db"
     proc = start_server(src)
     with Api(proc.url) as api:
         _fill(api)
     before = _everything(proc.url)
     proc.stop()
-    token = serve("token", "create", "--db", str(src), "--store",
-                  str(before[0][0]["id"]) + ":ro").stdout.strip()  # type: ignore[index]
+    token = serve(
+        "token", "create", "--db", str(src), "--store", str(before[0][0]["id"]) + ":ro"
+    ).stdout.strip()  # type: ignore[index]
     pg = postgres.database("copy")
     back = tmp_path / "back.db"
     for frm, to in ((str(src), pg), (pg, str(back))):
@@ -195,8 +217,10 @@ def test_copy_sqlite_to_postgres_and_back_keeps_everything(
         try:
             assert _everything(copy.url) == before
             sid = str(before[0][0]["id"])  # type: ignore[index]
-            got = httpx.get(f"{copy.url}/v1/memory_stores/{sid}/memories", headers={
-                "authorization": f"Bearer {token}", "anthropic-beta": BETA_MEMORY})
+            got = httpx.get(
+                f"{copy.url}/v1/memory_stores/{sid}/memories",
+                headers={"authorization": f"Bearer {token}", "anthropic-beta": BETA_MEMORY},
+            )
             assert got.status_code == 200  # tokens travel too
         finally:
             copy.stop()

@@ -26,8 +26,13 @@ ADMIN = "sk-admin-key"
 
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memfs.cli", "serve", *args],
-                          capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "memfs.cli", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
 
 
 def issue(server: ServerProcess, *scopes: str, ttl: str = "1h") -> str:
@@ -51,8 +56,11 @@ def issue_cli(db: str, *scopes: str) -> str:
 
 
 def bearer(server: ServerProcess, token: str) -> httpx.Client:
-    return httpx.Client(base_url=server.url, timeout=30, headers={
-        "authorization": f"Bearer {token}", "anthropic-beta": BETA_MEMORY})
+    return httpx.Client(
+        base_url=server.url,
+        timeout=30,
+        headers={"authorization": f"Bearer {token}", "anthropic-beta": BETA_MEMORY},
+    )
 
 
 @dataclass
@@ -63,19 +71,25 @@ class Fixture:
 
     def reads(self) -> list[tuple[str, str, dict[str, Any]]]:
         s = f"/v1/memory_stores/{self.store}"
-        return [("GET", s, {}), ("GET", f"{s}/memories", {}),
-                ("GET", f"{s}/memories/{self.memory}", {}),
-                ("GET", f"{s}/memory_versions", {}),
-                ("GET", f"{s}/memory_versions/{self.old_version}", {})]
+        return [
+            ("GET", s, {}),
+            ("GET", f"{s}/memories", {}),
+            ("GET", f"{s}/memories/{self.memory}", {}),
+            ("GET", f"{s}/memory_versions", {}),
+            ("GET", f"{s}/memory_versions/{self.old_version}", {}),
+        ]
 
     def writes(self) -> list[tuple[str, str, dict[str, Any]]]:
         s = f"/v1/memory_stores/{self.store}"
-        return [("POST", s, {"json": {"name": "renamed"}}), ("POST", f"{s}/archive", {}),
-                ("DELETE", s, {}),
-                ("POST", f"{s}/memories", {"json": {"path": "/new.md", "content": "n"}}),
-                ("POST", f"{s}/memories/{self.memory}", {"json": {"content": "changed"}}),
-                ("DELETE", f"{s}/memories/{self.memory}", {}),
-                ("POST", f"{s}/memory_versions/{self.old_version}/redact", {})]
+        return [
+            ("POST", s, {"json": {"name": "renamed"}}),
+            ("POST", f"{s}/archive", {}),
+            ("DELETE", s, {}),
+            ("POST", f"{s}/memories", {"json": {"path": "/new.md", "content": "n"}}),
+            ("POST", f"{s}/memories/{self.memory}", {"json": {"content": "changed"}}),
+            ("DELETE", f"{s}/memories/{self.memory}", {}),
+            ("POST", f"{s}/memory_versions/{self.old_version}/redact", {}),
+        ]
 
 
 def make_store(api: Api, name: str) -> Fixture:
@@ -88,8 +102,9 @@ def make_store(api: Api, name: str) -> Fixture:
 
 def snapshot(api: Api, f: Fixture) -> Any:
     store = api.request("GET", f"/v1/memory_stores/{f.store}").json()
-    versions = api.request("GET", f"/v1/memory_stores/{f.store}/memory_versions",
-                           params={"view": "full"}).json()["data"]
+    versions = api.request(
+        "GET", f"/v1/memory_stores/{f.store}/memory_versions", params={"view": "full"}
+    ).json()["data"]
     return store, [api.get_memory(f.store, m["id"]) for m in api.list_memories(f.store)], versions
 
 
@@ -99,7 +114,8 @@ def two(api: Api) -> Iterator[tuple[Fixture, Fixture]]:
 
 
 def test_a_token_never_sees_another_store(
-        server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]) -> None:
+    server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]
+) -> None:
     mine, theirs = two
     before = snapshot(api, theirs)
     with bearer(server, issue(server, mine.store)) as client:
@@ -113,40 +129,48 @@ def test_a_token_never_sees_another_store(
 
 
 def test_a_read_only_token_is_refused_every_write(
-        server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]) -> None:
+    server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]
+) -> None:
     mine, _ = two
     before = snapshot(api, mine)
     with bearer(server, issue(server, f"{mine.store}:ro")) as client:
         for method, url, kw in mine.writes():
             assert_error(client.request(method, url, **kw), 403, "permission_error")
-        assert_error(client.post("/v1/memory_stores", json={"name": "x"}), 403,
-                     "permission_error")
+        assert_error(client.post("/v1/memory_stores", json={"name": "x"}), 403, "permission_error")
         for method, url, kw in mine.reads():
             assert client.request(method, url, **kw).status_code == 200, url
     assert snapshot(api, mine) == before
 
 
 def test_a_read_write_token_writes_memories_but_not_the_store(
-        server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]) -> None:
+    server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]
+) -> None:
     mine, theirs = two
     with bearer(server, issue(server, mine.store, f"{theirs.store}:ro")) as client:
         s = f"/v1/memory_stores/{mine.store}"
         made = client.post(f"{s}/memories", json={"path": "/b.md", "content": "b"})
         assert made.status_code == 200, made.text
-        assert client.post(f"{s}/memories/{made.json()['id']}",
-                           json={"content": "b2"}).status_code == 200
+        assert (
+            client.post(f"{s}/memories/{made.json()['id']}", json={"content": "b2"}).status_code
+            == 200
+        )
         assert client.post(f"{s}/memory_versions/{mine.old_version}/redact").status_code == 200
         assert client.delete(f"{s}/memories/{made.json()['id']}").status_code == 200
         for method, url, kw in mine.writes()[:3]:  # update, archive, delete the store
             assert_error(client.request(method, url, **kw), 403, "permission_error")
-        assert_error(client.post(f"/v1/memory_stores/{theirs.store}/memories",
-                                 json={"path": "/c.md", "content": "c"}),
-                     403, "permission_error")
+        assert_error(
+            client.post(
+                f"/v1/memory_stores/{theirs.store}/memories", json={"path": "/c.md", "content": "c"}
+            ),
+            403,
+            "permission_error",
+        )
     assert api.request("GET", s).json()["archived_at"] is None
 
 
 def test_expired_malformed_unknown_and_revoked_tokens_are_401(
-        server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]) -> None:
+    server: ServerProcess, api: Api, two: tuple[Fixture, Fixture]
+) -> None:
     mine, _ = two
     expired = issue(server, mine.store, ttl="1s")
     revoked = issue_cli(server.db, mine.store)
@@ -157,8 +181,14 @@ def test_expired_malformed_unknown_and_revoked_tokens_are_401(
     unknown = good[:-4] + ("aaaa" if not good.endswith("aaaa") else "bbbb")
     time.sleep(1.2)  # past the expired token's one second
     url = f"/v1/memory_stores/{mine.store}/memories"
-    for token in (expired, revoked, unknown, "memfs_tok_short", good + "x",
-                  "memfs_tok_" + "!" * 56):
+    for token in (
+        expired,
+        revoked,
+        unknown,
+        "memfs_tok_short",
+        good + "x",
+        "memfs_tok_" + "!" * 56,
+    ):
         with bearer(server, token) as client:
             body = assert_error(client.get(url), 401, "authentication_error")
             assert token not in json.dumps(body)
@@ -191,23 +221,29 @@ def test_tokens_with_an_admin_key_sdk_and_client(tmp_path: Path) -> None:
         with Api(server.url, ADMIN) as admin:
             mine, theirs = make_store(admin, "mine"), make_store(admin, "theirs")
             token = issue_cli(server.db, f"{mine.store}:ro")
-            with anthropic.Anthropic(auth_token=token, base_url=server.url,
-                                     max_retries=0) as sdk:
+            with anthropic.Anthropic(auth_token=token, base_url=server.url, max_retries=0) as sdk:
                 memories = sdk.beta.memory_stores.memories
                 assert [m.path for m in memories.list(mine.store)] == ["/a.md"]
                 with pytest.raises(anthropic.PermissionDeniedError):
                     memories.create(mine.store, path="/x.md", content="x")
                 with pytest.raises(anthropic.NotFoundError):
                     memories.list(theirs.store).data  # noqa: B018
-            with anthropic.Anthropic(api_key="sk-wrong", base_url=server.url,
-                                     max_retries=0) as sdk:
+            with anthropic.Anthropic(api_key="sk-wrong", base_url=server.url, max_retries=0) as sdk:
                 with pytest.raises(anthropic.AuthenticationError):
                     sdk.beta.memory_stores.list().data  # noqa: B018
-            env = {"PATH": "/usr/bin:/bin", "ANTHROPIC_BASE_URL": server.url,
-                   "ANTHROPIC_AUTH_TOKEN": token}
-            out = subprocess.run([sys.executable, "-m", "memfs.cli", "store", "list", "--json"],
-                                 env=env, capture_output=True, text=True, timeout=60,
-                                 cwd=REPO_ROOT)
+            env = {
+                "PATH": "/usr/bin:/bin",
+                "ANTHROPIC_BASE_URL": server.url,
+                "ANTHROPIC_AUTH_TOKEN": token,
+            }
+            out = subprocess.run(
+                [sys.executable, "-m", "memfs.cli", "store", "list", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=REPO_ROOT,
+            )
             assert out.returncode == 0, out.stderr
             assert [s["id"] for s in json.loads(out.stdout)] == [mine.store]
     finally:

@@ -45,9 +45,21 @@ def test_history_of_a_memory(shared_api: Api, sid: str) -> None:
     assert [v["operation"] for v in vs] == ["deleted", "modified", "modified", "created"]
     assert [v["path"] for v in vs] == ["/renamed.md", "/renamed.md", "/h.md", "/h.md"]
     created = vs[-1]
-    assert set(created) == {"type", "id", "memory_store_id", "memory_id", "operation", "path",
-                            "content", "content_sha256", "content_size_bytes", "created_by",
-                            "created_at", "redacted_at", "redacted_by"}
+    assert set(created) == {
+        "type",
+        "id",
+        "memory_store_id",
+        "memory_id",
+        "operation",
+        "path",
+        "content",
+        "content_sha256",
+        "content_size_bytes",
+        "created_by",
+        "created_at",
+        "redacted_at",
+        "redacted_by",
+    }
     assert created["type"] == "memory_version"
     assert re.match(r"^memver_[0-9A-Za-z]{24}$", created["id"])
     assert created["id"] == mem["memory_version_id"]
@@ -58,8 +70,11 @@ def test_history_of_a_memory(shared_api: Api, sid: str) -> None:
     assert created["created_by"]["type"] == "api_actor"
     assert created["redacted_at"] is None and created["redacted_by"] is None
     deleted = vs[0]
-    assert (deleted["content"], deleted["content_sha256"], deleted["content_size_bytes"]) == \
-        (None, None, None)
+    assert (deleted["content"], deleted["content_sha256"], deleted["content_size_bytes"]) == (
+        None,
+        None,
+        None,
+    )
     times = [v["created_at"] for v in vs]
     assert times == sorted(times, reverse=True)
     full = vlist(shared_api, sid, memory_id=mem["id"], view="full")["data"]
@@ -70,26 +85,32 @@ def test_retrieve_version(shared_api: Api, sid: str) -> None:
     mem = shared_api.create_memory(sid, "/r", "body")
     got = shared_api.request("GET", vpath(sid, mem["memory_version_id"])).json()
     assert got["content"] == "body"
-    basic = shared_api.request("GET", vpath(sid, mem["memory_version_id"]),
-                               params={"view": "basic"}).json()
+    basic = shared_api.request(
+        "GET", vpath(sid, mem["memory_version_id"]), params={"view": "basic"}
+    ).json()
     assert basic["content"] is None and basic["content_sha256"] == sha256_hex(b"body")
-    assert_error(shared_api.request("GET", vpath(sid, "memver_missing")), 404,
-                 "not_found_error")
+    assert_error(shared_api.request("GET", vpath(sid, "memver_missing")), 404, "not_found_error")
     other = shared_api.create_store("other")["id"]
-    assert_error(shared_api.request("GET", vpath(other, mem["memory_version_id"])), 404,
-                 "not_found_error")
+    assert_error(
+        shared_api.request("GET", vpath(other, mem["memory_version_id"])), 404, "not_found_error"
+    )
 
 
 def test_filters(shared_api: Api, sid: str) -> None:
     a = shared_api.create_memory(sid, "/a", "a")
-    shared_api.request("POST", f"/v1/memory_stores/{sid}/memories",
-                       json={"path": "/s", "content": "s"},
-                       headers={"x-memfs-session-id": SESSION})
+    shared_api.request(
+        "POST",
+        f"/v1/memory_stores/{sid}/memories",
+        json={"path": "/s", "content": "s"},
+        headers={"x-memfs-session-id": SESSION},
+    )
     shared_api.update_memory(sid, a["id"], content="a2")
     everything = vlist(shared_api, sid)["data"]
     assert len(everything) == 3
-    assert [v["operation"] for v in vlist(shared_api, sid, operation="created")["data"]] == \
-        ["created", "created"]
+    assert [v["operation"] for v in vlist(shared_api, sid, operation="created")["data"]] == [
+        "created",
+        "created",
+    ]
     assert len(vlist(shared_api, sid, operation="modified")["data"]) == 1
     assert vlist(shared_api, sid, operation="deleted")["data"] == []
     by_session = vlist(shared_api, sid, session_id=SESSION)["data"]
@@ -100,10 +121,14 @@ def test_filters(shared_api: Api, sid: str) -> None:
     assert vlist(shared_api, sid, service_account_id="svac_x")["data"] == []
     assert len(vlist(shared_api, sid, memory_id=a["id"])["data"]) == 2
     middle = everything[1]["created_at"]
-    assert [v["id"] for v in vlist(shared_api, sid, **{"created_at[gte]": middle})["data"]] == \
-        [everything[0]["id"], everything[1]["id"]]
-    assert [v["id"] for v in vlist(shared_api, sid, **{"created_at[lte]": middle})["data"]] == \
-        [everything[1]["id"], everything[2]["id"]]
+    assert [v["id"] for v in vlist(shared_api, sid, **{"created_at[gte]": middle})["data"]] == [
+        everything[0]["id"],
+        everything[1]["id"],
+    ]
+    assert [v["id"] for v in vlist(shared_api, sid, **{"created_at[lte]": middle})["data"]] == [
+        everything[1]["id"],
+        everything[2]["id"],
+    ]
 
 
 def test_paging(shared_api: Api, sid: str) -> None:
@@ -121,13 +146,20 @@ def test_paging(shared_api: Api, sid: str) -> None:
     assert len(vlist(shared_api, sid, view="full", limit=20)["data"]) == 20
 
 
-@pytest.mark.parametrize("params", [
-    {"operation": "renamed"}, {"limit": 0}, {"limit": 101}, {"view": "full", "limit": 21},
-    {"view": "x"}, {"created_at[gte]": "soon"}, {"page": "page_AAAA"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"operation": "renamed"},
+        {"limit": 0},
+        {"limit": 101},
+        {"view": "full", "limit": 21},
+        {"view": "x"},
+        {"created_at[gte]": "soon"},
+        {"page": "page_AAAA"},
+    ],
+)
 def test_list_validation(shared_api: Api, sid: str, params: dict[str, Any]) -> None:
-    assert_error(shared_api.request("GET", vpath(sid), params=params), 400,
-                 "invalid_request_error")
+    assert_error(shared_api.request("GET", vpath(sid), params=params), 400, "invalid_request_error")
 
 
 def test_list_unknown_store_is_404(shared_api: Api) -> None:
@@ -142,8 +174,12 @@ def test_redact(shared_api: Api, sid: str) -> None:
     resp = shared_api.request("POST", vpath(sid, mem["memory_version_id"], "redact"))
     assert resp.status_code == 200, resp.text
     red = resp.json()
-    assert (red["content"], red["path"], red["content_sha256"], red["content_size_bytes"]) == \
-        (None, None, None, None)
+    assert (red["content"], red["path"], red["content_sha256"], red["content_size_bytes"]) == (
+        None,
+        None,
+        None,
+        None,
+    )
     assert red["redacted_at"] is not None
     assert red["redacted_by"]["type"] == "api_actor"
     assert red["operation"] == "created"
@@ -167,5 +203,6 @@ def test_redact_after_delete_and_unknown(shared_api: Api, sid: str) -> None:
         assert resp.status_code == 200, resp.text
         assert resp.json()["path"] is None
     assert all(v["redacted_at"] for v in vlist(shared_api, sid, memory_id=mem["id"])["data"])
-    assert_error(shared_api.request("POST", vpath(sid, "memver_missing", "redact")), 404,
-                 "not_found_error")
+    assert_error(
+        shared_api.request("POST", vpath(sid, "memver_missing", "redact")), 404, "not_found_error"
+    )

@@ -29,7 +29,8 @@ def tree(root: Path) -> Path:
 
 
 def test_import_and_export_show_totals_on_a_terminal(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     sid = shared_api.create_store("progress")["id"]
     env = env_for(shared_server.url)
     code, shown = run_in_pty(["store", "import", sid, str(tree(tmp_path / "src"))], env)
@@ -44,14 +45,21 @@ def test_import_and_export_show_totals_on_a_terminal(
 
 
 def test_import_and_export_on_a_pipe_stay_clean_json(
-        tmp_path: Path, shared_server: ServerProcess, shared_api: Api) -> None:
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
     sid = shared_api.create_store("quiet")["id"]
     env = env_for(shared_server.url)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memfs.cli", "store", *args, "--json"],
-                              env=env, cwd=REPO_ROOT, capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "memfs.cli", "store", *args, "--json"],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
 
     imported = run("import", sid, str(tree(tmp_path / "src")))
     assert imported.returncode == 0

@@ -32,12 +32,17 @@ def cli_env(url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def memfs(url: str, *args: str, env: dict[str, str] | None = None, stdin: Any = None,
-          timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def memfs(
+    url: str, *args: str, env: dict[str, str] | None = None, stdin: Any = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "memfs.cli", "store", *args],
-        env=env or cli_env(url), cwd=REPO_ROOT, capture_output=True, text=True,
-        stdin=stdin if stdin is not None else subprocess.DEVNULL, timeout=timeout,
+        env=env or cli_env(url),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        timeout=timeout,
     )
 
 
@@ -75,14 +80,19 @@ def test_create_list_show_archive_delete(shared_server: ServerProcess, shared_ap
     shared_api.create_memory(store_id, "/b/c.md", "")
     shown = json.loads(memfs(url, "show", store_id, "--json").stdout)
     assert (shown["id"], shown["description"], shown["memories"], shown["bytes"]) == (
-        store_id, "for tests", 2, 5)
+        store_id,
+        "for tests",
+        2,
+        5,
+    )
     assert "memories:    2" in memfs(url, "show", store_id).stdout
 
     archived = json.loads(memfs(url, "archive", store_id, "--json").stdout)
     assert archived["archived_at"]
     assert store_id not in {s["id"] for s in json.loads(memfs(url, "list", "--json").stdout)}
-    assert store_id in {s["id"] for s in json.loads(
-        memfs(url, "list", "--archived", "--json").stdout)}
+    assert store_id in {
+        s["id"] for s in json.loads(memfs(url, "list", "--archived", "--json").stdout)
+    }
 
     out = memfs(url, "delete", store_id, "--yes", "--json")
     assert out.returncode == 0 and json.loads(out.stdout) == {"id": store_id, "deleted": True}
@@ -97,8 +107,9 @@ def test_delete_needs_yes_without_a_terminal(shared_server: ServerProcess, store
 
 
 @pytest.mark.parametrize("answer,code", [("n\n", 1), ("yes\n", 0)])
-def test_delete_asks_on_a_terminal(shared_server: ServerProcess, store: str,
-                                   answer: str, code: int) -> None:
+def test_delete_asks_on_a_terminal(
+    shared_server: ServerProcess, store: str, answer: str, code: int
+) -> None:
     leader, follower = pty.openpty()
     try:
         os.write(leader, answer.encode())
@@ -123,10 +134,13 @@ def test_unreachable_is_exit_3(tmp_path: Path) -> None:
 
 
 def test_store_not_found_is_exit_1(shared_server: ServerProcess, tmp_path: Path) -> None:
-    for args in (["show", "memstore_nope"], ["archive", "memstore_nope"],
-                 ["delete", "memstore_nope", "--yes"], ["export", "memstore_nope",
-                                                        str(tmp_path / "x")],
-                 ["import", "memstore_nope", str(tmp_path)]):
+    for args in (
+        ["show", "memstore_nope"],
+        ["archive", "memstore_nope"],
+        ["delete", "memstore_nope", "--yes"],
+        ["export", "memstore_nope", str(tmp_path / "x")],
+        ["import", "memstore_nope", str(tmp_path)],
+    ):
         out = memfs(shared_server.url, *args)
         assert out.returncode == 1, args
         assert "memory store memstore_nope does not exist" in one_line(out.stderr)
@@ -134,8 +148,9 @@ def test_store_not_found_is_exit_1(shared_server: ServerProcess, tmp_path: Path)
 
 @pytest.mark.parametrize("secret", ["!!!", base64.urlsafe_b64encode(b'{"x": 1}').decode()])
 def test_bad_secret_is_exit_2(shared_server: ServerProcess, secret: str) -> None:
-    env = cli_env(shared_server.url, ANTHROPIC_WORK_SECRET=secret,
-                  ANTHROPIC_API_KEY="sk-should-not-be-used")
+    env = cli_env(
+        shared_server.url, ANTHROPIC_WORK_SECRET=secret, ANTHROPIC_API_KEY="sk-should-not-be-used"
+    )
     out = memfs(shared_server.url, "list", env=env)
     assert out.returncode == 2
     line = one_line(out.stderr)
@@ -153,8 +168,9 @@ def test_credentials(tmp_path: Path) -> None:
         assert out.returncode == 2 and "no credentials were sent" in one_line(out.stderr)
         token = json.dumps({"sessions_token": key}).encode()
         secret = base64.urlsafe_b64encode(token).decode().rstrip("=")
-        out = memfs(server.url, "create", "x",
-                    env=cli_env(server.url, ANTHROPIC_WORK_SECRET=secret))
+        out = memfs(
+            server.url, "create", "x", env=cli_env(server.url, ANTHROPIC_WORK_SECRET=secret)
+        )
         assert out.returncode == 0, out.stderr
         out = memfs(server.url, "list", env=cli_env(server.url, ANTHROPIC_AUTH_TOKEN=key))
         assert out.returncode == 0 and "x" in out.stdout
@@ -182,8 +198,16 @@ def make_tree(root: Path, count: int = 1000, seed: int = 7) -> dict[str, bytes]:
     alphabet = "abc xyz 0123\n\téü日本😀\r\n\x00"
     for i in range(count):
         directory = rng.choice([*DIRS, ""])
-        name = rng.choice([f"file-{i}.md", f"naïve-{i}.txt", f"😀-{i}", f".hidden-{i}",
-                           f"with space {i}.txt", f"UPPER-{i}.MD"])
+        name = rng.choice(
+            [
+                f"file-{i}.md",
+                f"naïve-{i}.txt",
+                f"😀-{i}",
+                f".hidden-{i}",
+                f"with space {i}.txt",
+                f"UPPER-{i}.MD",
+            ]
+        )
         rel = f"{directory}/{name}" if directory else name
         kind = i % 10
         if kind == 0:
@@ -218,8 +242,9 @@ def read_tree(root: Path) -> dict[str, bytes]:
     return out
 
 
-def test_import_export_round_trip(shared_server: ServerProcess, store: str,
-                                  shared_api: Api, tmp_path: Path) -> None:
+def test_import_export_round_trip(
+    shared_server: ServerProcess, store: str, shared_api: Api, tmp_path: Path
+) -> None:
     url = shared_server.url
     src = tmp_path / "src"
     files = make_tree(src)
@@ -234,8 +259,9 @@ def test_import_export_round_trip(shared_server: ServerProcess, store: str,
 
     remote = {m["path"]: m for m in shared_api.list_memories(store)}
     assert set(remote) == {"/" + rel for rel in files}
-    assert all(remote["/" + rel]["content_sha256"] == sha256_hex(data)
-               for rel, data in files.items())
+    assert all(
+        remote["/" + rel]["content_sha256"] == sha256_hex(data) for rel, data in files.items()
+    )
 
     dst = tmp_path / "dst"
     out = memfs(url, "export", store, str(dst), "--json")
@@ -254,15 +280,17 @@ def test_import_export_round_trip(shared_server: ServerProcess, store: str,
     (src / "brand new.md").write_text("new")
     out = memfs(url, "import", store, str(src))
     assert out.returncode == 0, out.stderr
-    assert one_line(out.stdout) == f"{store}: 1 created, 3 updated, 998 unchanged, " \
-                                   "0 refused, 0 failed"
+    assert (
+        one_line(out.stdout) == f"{store}: 1 created, 3 updated, 998 unchanged, 0 refused, 0 failed"
+    )
     for rel in changed:
         mem = next(m for m in shared_api.list_memories(store) if m["path"] == "/" + rel)
         assert shared_api.get_memory(store, mem["id"])["content"] == "changed " + rel
 
 
-def test_import_refusals(shared_server: ServerProcess, store: str, shared_api: Api,
-                         tmp_path: Path) -> None:
+def test_import_refusals(
+    shared_server: ServerProcess, store: str, shared_api: Api, tmp_path: Path
+) -> None:
     src = tmp_path / "src"
     (src / "ok").mkdir(parents=True)
     (src / "ok" / "good.md").write_text("fine")
@@ -289,8 +317,15 @@ def test_import_refusals(shared_server: ServerProcess, store: str, shared_api: A
     summary = json.loads(out.stdout)
     refused = {r["file"]: r["reason"] for r in summary["refused"]}
     assert refused.keys() == {
-        "binary.bin", "latin1.txt", "too-big.txt", "link.md", "dirlink", "fifo",
-        unicodedata.normalize("NFD", "é.md"), "ctl\x01.md", "/".join(["d"] * 20) + "/f.md",
+        "binary.bin",
+        "latin1.txt",
+        "too-big.txt",
+        "link.md",
+        "dirlink",
+        "fifo",
+        unicodedata.normalize("NFD", "é.md"),
+        "ctl\x01.md",
+        "/".join(["d"] * 20) + "/f.md",
         "bad\\xffname/x.md",
     }
     assert "UTF-8" in refused["binary.bin"] and "too large" in refused["too-big.txt"]
@@ -309,16 +344,18 @@ def test_import_refusals(shared_server: ServerProcess, store: str, shared_api: A
     assert "bad\\xffname/x.md" in human.stderr
 
 
-def test_import_into_archived_store(shared_server: ServerProcess, store: str,
-                                    tmp_path: Path) -> None:
+def test_import_into_archived_store(
+    shared_server: ServerProcess, store: str, tmp_path: Path
+) -> None:
     memfs(shared_server.url, "archive", store)
     (tmp_path / "a.md").write_text("x")
     out = memfs(shared_server.url, "import", store, str(tmp_path))
     assert out.returncode == 1 and "archived" in one_line(out.stderr)
 
 
-def test_export_never_leaves_dir(shared_server: ServerProcess, store: str, shared_api: Api,
-                                 tmp_path: Path) -> None:
+def test_export_never_leaves_dir(
+    shared_server: ServerProcess, store: str, shared_api: Api, tmp_path: Path
+) -> None:
     shared_api.create_memory(store, "/.anthropic-memory-store", "reserved")
     shared_api.create_memory(store, "/sub/x.md", "through the symlink?")
     shared_api.create_memory(store, "/ok.md", "fine")
@@ -350,24 +387,42 @@ def hostile_handler(items: list[dict[str, Any]]) -> Any:
         if request.url.path.endswith("/memories"):
             body = json.dumps({"data": items, "next_page": None})  # "\ud800" escapes
             return httpx.Response(200, content=body.encode())
-        return httpx.Response(200, json={"id": "memstore_h", "name": "h",
-                                         "created_at": "", "updated_at": ""})
+        return httpx.Response(
+            200, json={"id": "memstore_h", "name": "h", "created_at": "", "updated_at": ""}
+        )
+
     return handle
 
 
 def hostile(path: str, content: str = "x") -> dict[str, Any]:
     data = content.encode("utf-8", "surrogatepass")
-    return {"type": "memory", "id": "mem_" + str(abs(hash(path))), "path": path,
-            "content": content, "content_sha256": sha256_hex(data),
-            "content_size_bytes": len(data), "memory_version_id": "memver_1"}
+    return {
+        "type": "memory",
+        "id": "mem_" + str(abs(hash(path))),
+        "path": path,
+        "content": content,
+        "content_sha256": sha256_hex(data),
+        "content_size_bytes": len(data),
+        "memory_version_id": "memver_1",
+    }
 
 
-async def test_export_refuses_hostile_paths(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
-    items = [hostile("/../escape.md"), hostile("/a/../../escape2"), hostile("//abs"),
-             hostile("relative"), hostile("/a/./b"), hostile("/nul\x00byte"),
-             hostile("/esc\x1b[31mred"), hostile("/surrogate.md", "a\ud800"),
-             hostile("/dir"), hostile("/dir/below"), hostile("/good/file.md", "ok")]
+async def test_export_refuses_hostile_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = [
+        hostile("/../escape.md"),
+        hostile("/a/../../escape2"),
+        hostile("//abs"),
+        hostile("relative"),
+        hostile("/a/./b"),
+        hostile("/nul\x00byte"),
+        hostile("/esc\x1b[31mred"),
+        hostile("/surrogate.md", "a\ud800"),
+        hostile("/dir"),
+        hostile("/dir/below"),
+        hostile("/good/file.md", "ok"),
+    ]
     transport = httpx.MockTransport(hostile_handler(items))
     dst = tmp_path / "dst"
     async with make_http_client(ClientConfig("http://h.test"), transport=transport) as http:

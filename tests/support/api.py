@@ -26,9 +26,7 @@ class ApiCallFailed(AssertionError):
 class Api:
     """httpx.Client with the API's headers; helpers raise ApiCallFailed on non-200."""
 
-    def __init__(
-        self, base_url: str, api_key: str | None = None, *, timeout: float = 30.0
-    ) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 30.0) -> None:
         headers = {"anthropic-version": ANTHROPIC_VERSION, "anthropic-beta": BETA_MEMORY}
         if api_key is not None:
             headers["x-api-key"] = api_key
@@ -57,16 +55,19 @@ class Api:
         return result
 
     def create_memory(self, store_id: str, path: str, content: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._ok(self.request(
-            "POST", f"/v1/memory_stores/{store_id}/memories",
-            json={"path": path, "content": content},
-        ))
+        result: dict[str, Any] = self._ok(
+            self.request(
+                "POST",
+                f"/v1/memory_stores/{store_id}/memories",
+                json={"path": path, "content": content},
+            )
+        )
         return result
 
     def update_memory(self, store_id: str, memory_id: str, **body: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self._ok(self.request(
-            "POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}", json=body
-        ))
+        result: dict[str, Any] = self._ok(
+            self.request("POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}", json=body)
+        )
         return result
 
     def delete_memory(self, store_id: str, memory_id: str) -> None:
@@ -90,6 +91,7 @@ class Api:
             if not page["next_page"]:
                 return items
             params["page"] = page["next_page"]
+
 
 def assert_error(resp: httpx.Response, status: int, error_type: str) -> dict[str, Any]:
     assert resp.status_code == status, resp.text

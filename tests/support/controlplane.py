@@ -133,8 +133,14 @@ class ControlPlane:
     def _emit_next(self) -> None:
         if self._next < len(self.script.calls):
             call = self.script.calls[self._next]
-            self._append({"type": "agent.tool_use", "name": call.name, "input": call.input,
-                          "evaluated_permission": "allow"})
+            self._append(
+                {
+                    "type": "agent.tool_use",
+                    "name": call.name,
+                    "input": call.input,
+                    "evaluated_permission": "allow",
+                }
+            )
             self._next += 1
             return
         self.ended.set()
@@ -142,22 +148,45 @@ class ControlPlane:
             self._append({"type": "session.status_terminated"})
 
     def work_item(self) -> dict[str, Any]:
-        return {"type": "work", "id": WORK_ID, "environment_id": ENV_ID, "state": "queued",
-                "data": {"type": "session", "id": SESSION_ID}, "metadata": {},
-                "secret": work_secret(self.token), "created_at": _now()}
+        return {
+            "type": "work",
+            "id": WORK_ID,
+            "environment_id": ENV_ID,
+            "state": "queued",
+            "data": {"type": "session", "id": SESSION_ID},
+            "metadata": {},
+            "secret": work_secret(self.token),
+            "created_at": _now(),
+        }
 
     def session(self) -> dict[str, Any]:
         terminated = any(e["type"] == "session.status_terminated" for e in self.events)
         return {
-            "type": "session", "id": SESSION_ID, "environment_id": ENV_ID,
+            "type": "session",
+            "id": SESSION_ID,
+            "environment_id": ENV_ID,
             "status": "terminated" if terminated else "running",
-            "created_at": _now(), "updated_at": _now(), "metadata": {}, "title": None,
-            "agent": {"type": "agent", "id": "agent_standin", "name": "stand-in",
-                      "version": 1, "skills": [], "tools": [], "mcp_servers": [],
-                      "model": {"id": "claude-standin"}, "system": None,
-                      "description": None},
-            "resources": self.script.resources, "outcome_evaluations": [],
-            "stats": {}, "usage": {}, "vault_ids": [],
+            "created_at": _now(),
+            "updated_at": _now(),
+            "metadata": {},
+            "title": None,
+            "agent": {
+                "type": "agent",
+                "id": "agent_standin",
+                "name": "stand-in",
+                "version": 1,
+                "skills": [],
+                "tools": [],
+                "mcp_servers": [],
+                "model": {"id": "claude-standin"},
+                "system": None,
+                "description": None,
+            },
+            "resources": self.script.resources,
+            "outcome_evaluations": [],
+            "stats": {},
+            "usage": {},
+            "vault_ids": [],
         }
 
     def call_id(self, index: int) -> str | None:
@@ -170,8 +199,14 @@ class ControlPlane:
         the worker stops the tool. Its own result, posted after, moves the script on."""
         call_id = self.call_id(index)
         assert call_id is not None, f"call {index} was not emitted yet"
-        self._append({"type": "user.tool_result", "tool_use_id": call_id, "is_error": True,
-                      "content": [{"type": "text", "text": "interrupted by the user"}]})
+        self._append(
+            {
+                "type": "user.tool_result",
+                "tool_use_id": call_id,
+                "is_error": True,
+                "content": [{"type": "text", "text": "interrupted by the user"}],
+            }
+        )
 
     def _record_results(self, body: dict[str, Any]) -> None:
         for ev in body.get("events", []):
@@ -182,8 +217,14 @@ class ControlPlane:
             text = "".join(c.get("text", "") for c in content if isinstance(c, dict))
             posted = Posted(ev["tool_use_id"], call["name"], bool(ev.get("is_error")), text)
             self.results.append(posted)
-            self._append({"type": "user.tool_result", "tool_use_id": ev["tool_use_id"],
-                          "content": content, "is_error": posted.is_error})
+            self._append(
+                {
+                    "type": "user.tool_result",
+                    "tool_use_id": ev["tool_use_id"],
+                    "content": content,
+                    "is_error": posted.is_error,
+                }
+            )
             if self.script.after_result is not None:
                 self.script.after_result(len(self.results) - 1, posted)
             self._emit_next()
@@ -212,11 +253,18 @@ class ControlPlane:
                 self.wfile.write(raw)
 
             def _authorized(self) -> bool:
-                if self.headers.get("authorization") in (f"Bearer {plane.token}",
-                                                         f"Bearer {ENV_KEY}"):
+                if self.headers.get("authorization") in (
+                    f"Bearer {plane.token}",
+                    f"Bearer {ENV_KEY}",
+                ):
                     return True
-                self._json(401, {"type": "error", "error": {
-                    "type": "authentication_error", "message": "bad credential"}})
+                self._json(
+                    401,
+                    {
+                        "type": "error",
+                        "error": {"type": "authentication_error", "message": "bad credential"},
+                    },
+                )
                 return False
 
             def do_GET(self) -> None:
@@ -245,15 +293,29 @@ class ControlPlane:
                     return self._json(200, plane.work_item())
                 if method == "POST" and path == f"{work}/heartbeat":
                     plane.heartbeats += 1
-                    return self._json(200, {"type": "work_heartbeat", "last_heartbeat": _now(),
-                                            "lease_extended": not plane.stopped.is_set(),
-                                            "state": "active", "ttl_seconds": 60})
+                    return self._json(
+                        200,
+                        {
+                            "type": "work_heartbeat",
+                            "last_heartbeat": _now(),
+                            "lease_extended": not plane.stopped.is_set(),
+                            "state": "active",
+                            "ttl_seconds": 60,
+                        },
+                    )
                 if method == "POST" and path == f"{work}/stop":
                     plane.stopped.set()
-                    return self._json(200, {"type": "work", "id": WORK_ID,
-                                            "environment_id": ENV_ID, "state": "stopped",
-                                            "data": {"type": "session", "id": SESSION_ID},
-                                            "created_at": _now()})
+                    return self._json(
+                        200,
+                        {
+                            "type": "work",
+                            "id": WORK_ID,
+                            "environment_id": ENV_ID,
+                            "state": "stopped",
+                            "data": {"type": "session", "id": SESSION_ID},
+                            "created_at": _now(),
+                        },
+                    )
                 session = f"/v1/sessions/{SESSION_ID}"
                 if method == "GET" and path == session:
                     return self._json(200, plane.session())
@@ -267,8 +329,16 @@ class ControlPlane:
                 if method == "GET" and path == f"{session}/events/stream":
                     return self._stream()
                 plane.unknown.append(f"{method} {path}")
-                return self._json(404, {"type": "error", "error": {
-                    "type": "not_found_error", "message": f"no route {method} {path}"}})
+                return self._json(
+                    404,
+                    {
+                        "type": "error",
+                        "error": {
+                            "type": "not_found_error",
+                            "message": f"no route {method} {path}",
+                        },
+                    },
+                )
 
             def _poll(self) -> None:
                 """The work item once (for `EnvironmentWorker.run`), then an empty queue."""
@@ -281,8 +351,16 @@ class ControlPlane:
 
             def _stream(self) -> None:
                 if plane.script.end == "error" and plane.ended.is_set():
-                    return self._json(403, {"type": "error", "error": {
-                        "type": "permission_error", "message": "the session was revoked"}})
+                    return self._json(
+                        403,
+                        {
+                            "type": "error",
+                            "error": {
+                                "type": "permission_error",
+                                "message": "the session was revoked",
+                            },
+                        },
+                    )
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
@@ -299,8 +377,9 @@ class ControlPlane:
                             sent = len(plane.events)
                             done = plane.ended.is_set() and not fresh
                         for ev in fresh:
-                            self.wfile.write(f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n"
-                                             .encode())
+                            self.wfile.write(
+                                f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode()
+                            )
                         self.wfile.flush()
                         if done:
                             if plane.script.end == "hang":
@@ -312,16 +391,23 @@ class ControlPlane:
 
             def _proxy(self, method: str) -> None:
                 body = self._body()
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "content-length", "connection",
-                                                "accept-encoding")}
-                r = plane._proxy.request(method, plane.memory_url + self.path,
-                                         content=body, headers=headers)
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("host", "content-length", "connection", "accept-encoding")
+                }
+                r = plane._proxy.request(
+                    method, plane.memory_url + self.path, content=body, headers=headers
+                )
                 raw = r.content
                 self.send_response(r.status_code)
                 for k, v in r.headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection",
-                                         "content-encoding"):
+                    if k.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                    ):
                         self.send_header(k, v)
                 self.send_header("content-length", str(len(raw)))
                 self.end_headers()
@@ -343,8 +429,12 @@ class SandboxHost:
     def env(self, url: str, **extra: str) -> dict[str, str]:
         """This host's environment for memfs, with no ANTHROPIC_* of the test runner's."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-        env.update(ANTHROPIC_BASE_URL=url, XDG_RUNTIME_DIR=str(self.runtime),
-                   XDG_CACHE_HOME=str(self.tmp / "cache"), **extra)
+        env.update(
+            ANTHROPIC_BASE_URL=url,
+            XDG_RUNTIME_DIR=str(self.runtime),
+            XDG_CACHE_HOME=str(self.tmp / "cache"),
+            **extra,
+        )
         return env
 
     def cleanup(self) -> None:

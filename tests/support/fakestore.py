@@ -25,12 +25,12 @@ STORE = "memstore_unit"
 
 @dataclass
 class Fault:
-    op: str                      # list | retrieve | create | update | delete
-    status: int | None = None    # answer with this error instead of applying
+    op: str  # list | retrieve | create | update | delete
+    status: int | None = None  # answer with this error instead of applying
     error_type: str = "api_error"
-    lose_answer: bool = False    # apply, then drop the connection before the answer
+    lose_answer: bool = False  # apply, then drop the connection before the answer
     times: int = 1
-    path: str | None = None      # only requests about this memory path
+    path: str | None = None  # only requests about this memory path
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -76,10 +76,19 @@ class FakeStore:
         return next(mid for mid, m in self.memories.items() if m["path"] == path)
 
     # -- scripting ------------------------------------------------------------------
-    def fail(self, op: str, status: int, error_type: str = "api_error", *, times: int = 1,
-             path: str | None = None, headers: dict[str, str] | None = None) -> None:
-        self.faults.append(Fault(op, status, error_type, times=times, path=path,
-                                 headers=headers or {}))
+    def fail(
+        self,
+        op: str,
+        status: int,
+        error_type: str = "api_error",
+        *,
+        times: int = 1,
+        path: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.faults.append(
+            Fault(op, status, error_type, times=times, path=path, headers=headers or {})
+        )
 
     def lose_answer(self, op: str, *, times: int = 1, path: str | None = None) -> None:
         self.faults.append(Fault(op, lose_answer=True, times=times, path=path))
@@ -94,17 +103,31 @@ class FakeStore:
     def _json(self, mid: str, *, full: bool) -> dict[str, Any]:
         m = self.memories[mid]
         data = m["content"].encode("utf-8")
-        return {"type": "memory", "id": mid, "memory_store_id": self.store_id,
-                "path": m["path"], "content": m["content"] if full else None,
-                "content_sha256": sha256_hex(data), "content_size_bytes": len(data),
-                "memory_version_id": f"memver_{mid}", "created_at": "2026-01-01T00:00:00Z",
-                "updated_at": "2026-01-01T00:00:00Z"}
+        return {
+            "type": "memory",
+            "id": mid,
+            "memory_store_id": self.store_id,
+            "path": m["path"],
+            "content": m["content"] if full else None,
+            "content_sha256": sha256_hex(data),
+            "content_size_bytes": len(data),
+            "memory_version_id": f"memver_{mid}",
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }
 
     @staticmethod
-    def _error(status: int, etype: str, message: str = "fake error", **extra: Any
-               ) -> httpx.Response:
-        return httpx.Response(status, json={"type": "error", "error": {
-            "type": etype, "message": message, **extra}, "request_id": "req_fake"})
+    def _error(
+        status: int, etype: str, message: str = "fake error", **extra: Any
+    ) -> httpx.Response:
+        return httpx.Response(
+            status,
+            json={
+                "type": "error",
+                "error": {"type": etype, "message": message, **extra},
+                "request_id": "req_fake",
+            },
+        )
 
     def _path_taken(self, path: str, exclude: str | None = None) -> str | None:
         for mid, m in self.memories.items():
@@ -124,14 +147,23 @@ class FakeStore:
             self.requests.append(Seen("versions", "GET", None, dict(request.url.params), None))
             if not self.versions_supported:
                 return self._error(404, "not_found_error", "no versions here")
-            data = [{"type": "memory_version", "id": self.head(), "memory_id": "mem_x",
-                     "memory_store_id": self.store_id, "operation": "modified",
-                     "created_at": "2026-01-01T00:00:00Z", "created_by": {}}]
-            return httpx.Response(200, json={"data": data if self.memories else [],
-                                             "next_page": None})
+            data = [
+                {
+                    "type": "memory_version",
+                    "id": self.head(),
+                    "memory_id": "mem_x",
+                    "memory_store_id": self.store_id,
+                    "operation": "modified",
+                    "created_at": "2026-01-01T00:00:00Z",
+                    "created_by": {},
+                }
+            ]
+            return httpx.Response(
+                200, json={"data": data if self.memories else [], "next_page": None}
+            )
         if not url_path.startswith(prefix):
             return self._error(404, "not_found_error", "unknown store")
-        rest = url_path[len(prefix):].strip("/")
+        rest = url_path[len(prefix) :].strip("/")
         mid = unquote(rest) if rest else None
         params = dict(request.url.params)
         body = json.loads(request.content) if request.content else None
@@ -143,9 +175,16 @@ class FakeStore:
             op = "delete"
         self.requests.append(Seen(op, request.method, mid, params, body))
         about = (body or {}).get("path") or (
-            self.memories[mid]["path"] if mid and mid in self.memories else None)
-        fault = next((f for f in self.faults if f.op == op and f.times > 0
-                      and (f.path is None or f.path == about)), None)
+            self.memories[mid]["path"] if mid and mid in self.memories else None
+        )
+        fault = next(
+            (
+                f
+                for f in self.faults
+                if f.op == op and f.times > 0 and (f.path is None or f.path == about)
+            ),
+            None,
+        )
         if fault is not None:
             fault.times -= 1
             if fault.status is not None:
@@ -159,25 +198,34 @@ class FakeStore:
             raise httpx.ReadError("connection lost before the answer", request=request)
         return response
 
-    def _apply(self, op: str, mid: str | None, params: dict[str, str],
-               body: dict[str, Any] | None) -> httpx.Response:
+    def _apply(
+        self, op: str, mid: str | None, params: dict[str, str], body: dict[str, Any] | None
+    ) -> httpx.Response:
         if op == "list":
             full = params.get("view") == "full"
             limit = int(params.get("limit", "20"))
             start = int(params.get("page", "page_0")[5:])
             ids = sorted(self.memories, key=lambda i: self.memories[i]["path"])
-            chunk = ids[start:start + limit]
+            chunk = ids[start : start + limit]
             more = start + limit < len(ids)
-            return httpx.Response(200, json={
-                "data": [self._json(i, full=full) for i in chunk],
-                "next_page": f"page_{start + limit}" if more else None})
+            return httpx.Response(
+                200,
+                json={
+                    "data": [self._json(i, full=full) for i in chunk],
+                    "next_page": f"page_{start + limit}" if more else None,
+                },
+            )
         if op == "create":
             assert body is not None
             taken = self._path_taken(body["path"])
             if taken is not None:
-                return self._error(409, "memory_path_conflict_error", "path taken",
-                                   conflicting_memory_id=taken,
-                                   conflicting_path=self.memories[taken]["path"])
+                return self._error(
+                    409,
+                    "memory_path_conflict_error",
+                    "path taken",
+                    conflicting_memory_id=taken,
+                    conflicting_path=self.memories[taken]["path"],
+                )
             new = self.add(body["path"], body["content"])
             return httpx.Response(200, json=self._json(new, full=False))
         assert mid is not None
@@ -203,8 +251,12 @@ class FakeStore:
             return self._error(409, "memory_precondition_failed_error", "changed")
         taken = self._path_taken(path, exclude=mid)
         if taken is not None:
-            return self._error(409, "memory_path_conflict_error", "path taken",
-                               conflicting_memory_id=taken,
-                               conflicting_path=self.memories[taken]["path"])
+            return self._error(
+                409,
+                "memory_path_conflict_error",
+                "path taken",
+                conflicting_memory_id=taken,
+                conflicting_path=self.memories[taken]["path"],
+            )
         m["content"], m["path"] = content, path
         return httpx.Response(200, json=self._json(mid, full=False))

@@ -26,8 +26,9 @@ def local_files(root: Path) -> dict[str, str]:
 
 def store_contents(api: Api, store_id: str) -> dict[str, str]:
     """Every memory of a store by its API path ('/a/b.md' -> content)."""
-    return {m["path"]: api.get_memory(store_id, m["id"])["content"]
-            for m in api.list_memories(store_id)}
+    return {
+        m["path"]: api.get_memory(store_id, m["id"])["content"] for m in api.list_memories(store_id)
+    }
 
 
 def store_files(api: Api, store_id: str) -> dict[str, str]:

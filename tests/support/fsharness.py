@@ -42,9 +42,16 @@ class Waiter:
 
 
 def fields(**on: bool) -> Any:
-    names = ("update_atime", "update_mtime", "update_ctime", "update_mode", "update_uid",
-             "update_gid", "update_size")
-    return SimpleNamespace(**{n: on.get(n[len("update_"):], False) for n in names})
+    names = (
+        "update_atime",
+        "update_mtime",
+        "update_ctime",
+        "update_mode",
+        "update_uid",
+        "update_gid",
+        "update_size",
+    )
+    return SimpleNamespace(**{n: on.get(n[len("update_") :], False) for n in names})
 
 
 def attrs(**values: int) -> pyfuse3.EntryAttributes:
@@ -60,14 +67,21 @@ async def fails(errno_value: int, coro: Awaitable[Any]) -> None:
         await coro
     assert info.value.errno == errno_value, (
         f"expected {errno.errorcode[errno_value]}, got "
-        f"{errno.errorcode.get(info.value.errno, info.value.errno)}")
+        f"{errno.errorcode.get(info.value.errno, info.value.errno)}"
+    )
 
 
 class Harness:
     """One store mounted in memory; `reload()` rebuilds everything from the journal."""
 
-    def __init__(self, tmp: Path, *, read_only: bool = False, store_id: str = STORE_ID,
-                 cache_name: str = "cache") -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        read_only: bool = False,
+        store_id: str = STORE_ID,
+        cache_name: str = "cache",
+    ) -> None:
         self.tmp = tmp
         self.store_id = store_id
         self.cache_path = tmp / cache_name
@@ -161,8 +175,16 @@ class Harness:
         node.sha, node.size = sha, len(content)
         state.by_memory[memory_id] = node
         node.entry_id = state.journal.insert(
-            path=path, kind="file", mode=node.mode, mtime_ns=1, memory_id=memory_id,
-            base_sha=sha, base_path=path, sha=sha, dirty=0)
+            path=path,
+            kind="file",
+            mode=node.mode,
+            mtime_ns=1,
+            memory_id=memory_id,
+            base_sha=sha,
+            base_path=path,
+            sha=sha,
+            dirty=0,
+        )
         return node
 
     def remote_only(self, path: str, content: bytes, memory_id: str) -> Node:
@@ -188,13 +210,23 @@ def snapshot(h: Harness) -> dict[str, Any]:
                 out[path] = ("dir", child.mode)
                 stack.append(child)
             elif child.kind is Kind.FILE:
-                out[path] = ("file", child.mode, child.mtime_ns, h.state.content(child),
-                             child.state_name(), child.memory_id, child.base_sha,
-                             child.base_path, child.dirty, child.refused_sha)
+                out[path] = (
+                    "file",
+                    child.mode,
+                    child.mtime_ns,
+                    h.state.content(child),
+                    child.state_name(),
+                    child.memory_id,
+                    child.base_sha,
+                    child.base_path,
+                    child.dirty,
+                    child.refused_sha,
+                )
             else:
                 out[path] = ("marker", bytes(h.state.content(child) or b""))
             assert name == child.name
-    out["tombstones"] = sorted((mid, t.base_path, t.base_sha)
-                               for mid, t in h.state.tombstones.items())
+    out["tombstones"] = sorted(
+        (mid, t.base_path, t.base_sha) for mid, t in h.state.tombstones.items()
+    )
     out["stats"] = h.state.statistics()
     return out

@@ -9,4 +9,5 @@ import re
 _PAIR = r"[A-Za-z_][\w.]*=(?:\"(?:[^\"\\]|\\.)*\"|[^\s\"]+)"
 LOG_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: "
-    rf"(?:[^=\"]*?(?: {_PAIR})*|{_PAIR}(?: {_PAIR})*)")
+    rf"(?:[^=\"]*?(?: {_PAIR})*|{_PAIR}(?: {_PAIR})*)"
+)

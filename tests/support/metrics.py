@@ -21,9 +21,11 @@ def scrape(url: str) -> Samples:
     response = httpx.get(url, timeout=10)
     response.raise_for_status()
     assert response.headers["content-type"].startswith("text/plain")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(response.text)
-            for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:

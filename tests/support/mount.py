@@ -52,8 +52,9 @@ def is_mounted(path: Path) -> bool:
 def lazy_unmount(path: Path) -> None:
     """Detach a mount a dead or killed daemon left behind (no-op if nothing is mounted)."""
     if is_mounted(path):
-        subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True,
-                       check=False, timeout=30)
+        subprocess.run(
+            ["fusermount3", "-u", "-z", str(path)], capture_output=True, check=False, timeout=30
+        )
 
 
 class MountProcess:
@@ -65,9 +66,16 @@ class MountProcess:
 
     poll_interval = 0.02  # seconds between looks for the ready line
 
-    def __init__(self, args: Sequence[str], mountpoint: Path, *, url: str,
-                 log_path: Path, env: dict[str, str] | None = None,
-                 log_level: str = "debug") -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        mountpoint: Path,
+        *,
+        url: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        log_level: str = "debug",
+    ) -> None:
         self.args = list(args)
         self.mountpoint = mountpoint
         self.url = url
@@ -98,11 +106,24 @@ class MountProcess:
             raise
 
     def _launch(self, timeout: float) -> MountProcess:
-        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", self.log_level,
-               "--log-file", str(self.log_path), *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memfs.cli",
+            "--log-level",
+            self.log_level,
+            "--log-file",
+            str(self.log_path),
+            *self.args,
+        ]
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + timeout
         assert self.proc.stderr is not None
         os.set_blocking(self.proc.stderr.fileno(), False)
@@ -115,8 +136,9 @@ class MountProcess:
                 return self
             if self.proc.poll() is not None:
                 seen += self.proc.stderr.read() or b""
-                raise RuntimeError(f"memfs exited {self.proc.returncode}: {seen.decode()}\n"
-                                   f"{self.log()}")
+                raise RuntimeError(
+                    f"memfs exited {self.proc.returncode}: {seen.decode()}\n{self.log()}"
+                )
             time.sleep(self.poll_interval)
         self.kill()
         raise RuntimeError(f"memfs did not become ready: {seen.decode()}\n{self.log()}")
@@ -127,14 +149,21 @@ class MountProcess:
         except FileNotFoundError:
             return ""
 
-    def memfs(self, *args: str, timeout: float = 60.0, check: bool = True
-              ) -> subprocess.CompletedProcess[str]:
+    def memfs(
+        self, *args: str, timeout: float = 60.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """Run a `memfs` CLI command against this mount's server."""
-        result = subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=self.env,
-                                capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(
+            [sys.executable, "-m", "memfs.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and result.returncode != 0:
-            raise AssertionError(f"memfs {' '.join(args)} failed {result.returncode}: "
-                                 f"{result.stderr}")
+            raise AssertionError(
+                f"memfs {' '.join(args)} failed {result.returncode}: {result.stderr}"
+            )
         return result
 
     def mount_status(self) -> dict[str, Any]:
@@ -178,19 +207,25 @@ class MountProcess:
                 stream.close()
 
 
-def mount_store(tmp_path: Path, url: str, store_id: str, *extra: str,
-                name: str = "mnt", cache: str | None = None) -> MountProcess:
+def mount_store(
+    tmp_path: Path,
+    url: str,
+    store_id: str,
+    *extra: str,
+    name: str = "mnt",
+    cache: str | None = None,
+) -> MountProcess:
     mountpoint = tmp_path / name
     cache_dir = tmp_path / (cache or f"{name}-cache")
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
     if os.environ.get("MEMFS_TEST_ZERO_MESSAGE_OPENS") == "1":
         args.append("--zero-message-opens")  # the whole suite in that mode (docs/testing)
-    return MountProcess(args, mountpoint, url=url,
-                        log_path=tmp_path / f"{name}.log").start()
+    return MountProcess(args, mountpoint, url=url, log_path=tmp_path / f"{name}.log").start()
 
 
-def one_line(result: subprocess.CompletedProcess[str], code: int, pattern: str,
-             context: str = "") -> None:
+def one_line(
+    result: subprocess.CompletedProcess[str], code: int, pattern: str, context: str = ""
+) -> None:
     """A refused command: exit `code` and one stderr line that matches `pattern` whole."""
     lines = result.stderr.strip().splitlines()
     assert result.returncode == code, (context, result.stderr)
@@ -205,8 +240,9 @@ def xattrs(path: Path) -> dict[str, Any]:
 def cli_bytes(mount: MountProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
     """The real CLI in `mount`'s environment, stdout as bytes (show and diff are byte
     exact)."""
-    return subprocess.run([sys.executable, "-m", "memfs.cli", *args], env=mount.env,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "memfs.cli", *args], env=mount.env, capture_output=True, timeout=60
+    )
 
 
 def cli_ok(mount: MountProcess, *args: str) -> bytes:

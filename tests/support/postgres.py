@@ -29,8 +29,9 @@ SUPERUSER = "memfs"
 
 def bin_dir() -> Path:
     """The newest installed server's binaries (Debian keeps them off PATH)."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                   key=lambda p: int(Path(p).parts[-3]))
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3])
+    )
     if found:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
@@ -77,15 +78,38 @@ class PostgresCluster:
             return ""
 
     def init(self) -> PostgresCluster:
-        self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust",
-                  "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
         return self.start()
 
     def start(self) -> PostgresCluster:
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=off -c full_page_writes=off -c max_connections=300")
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options,
-                  "-w", "-t", "60", "start")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c full_page_writes=off -c max_connections=300"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         return self
 
     def stop(self, mode: str = "fast") -> None:
@@ -125,9 +149,7 @@ def postgres() -> Iterator[PostgresCluster]:
 BACKENDS = ("sqlite", "postgresql")
 
 
-def start_on(
-    backend: str, request: pytest.FixtureRequest, tmp: Path, **kw: Any
-) -> ServerProcess:
+def start_on(backend: str, request: pytest.FixtureRequest, tmp: Path, **kw: Any) -> ServerProcess:
     """`memfs serve` on a fresh database of `backend` (PostgreSQL: a new database on the
     session cluster); `kw` as for start_server."""
     if backend == "postgresql":

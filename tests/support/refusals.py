@@ -16,7 +16,8 @@ def refused(code: int, fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
     assert info.value.errno == code, (
         f"{fn.__name__}{args}: expected {errno.errorcode[code]}, got "
-        f"{errno.errorcode.get(info.value.errno or 0)}")
+        f"{errno.errorcode.get(info.value.errno or 0)}"
+    )
 
 
 def tool_fails(*cmd: str, message: str) -> subprocess.CompletedProcess[str]:

@@ -49,8 +49,18 @@ class ServerProcess:
         self.port = 0
 
     def command(self, port: int) -> list[str]:
-        cmd = [sys.executable, "-m", "memfs.cli", "--log-level", self.log_level, "serve",
-               "--port", str(port), "--db", self.db]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memfs.cli",
+            "--log-level",
+            self.log_level,
+            "serve",
+            "--port",
+            str(port),
+            "--db",
+            self.db,
+        ]
         if self.api_key is not None:
             cmd += ["--api-key", self.api_key]
         return cmd + self.extra_args
@@ -77,7 +87,7 @@ class ServerProcess:
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         line = self._read_ready_line(timeout)
-        self.url = line[len(READY_PREFIX):].strip()
+        self.url = line[len(READY_PREFIX) :].strip()
         self.port = int(self.url.rsplit(":", 1)[1])
         return self
 
@@ -153,8 +163,7 @@ def start_server(
     log_path: Path | None = None,
 ) -> ServerProcess:
     """Start `memfs serve --port 0 --db db_path` and wait until it listens."""
-    return ServerProcess(db_path, api_key=api_key, extra_args=extra_args,
-                         log_path=log_path).start()
+    return ServerProcess(db_path, api_key=api_key, extra_args=extra_args, log_path=log_path).start()
 
 
 def seed_bulk(db_path: Path, store_id: str, items: list[tuple[str, str]]) -> None:

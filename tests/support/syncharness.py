@@ -41,16 +41,23 @@ def read_copy(path: str) -> str:
 class Harness:
     """One store's local state, its engine and the fake store behind it."""
 
-    def __init__(self, tmp_path: Path, fake: FakeStore | None = None, *,
-                 read_only: bool = False, retry: RetryPolicy | None = None,
-                 **sync_kw: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        fake: FakeStore | None = None,
+        *,
+        read_only: bool = False,
+        retry: RetryPolicy | None = None,
+        **sync_kw: Any,
+    ) -> None:
         self.tmp_path = tmp_path
         self.fake = fake or FakeStore()
         self.retry = retry or RetryPolicy.none()
         self.sync_kw = sync_kw
         self.read_only = read_only
-        self.http = make_http_client(ClientConfig("http://store.test"),
-                                     transport=httpx.MockTransport(self.fake.handle))
+        self.http = make_http_client(
+            ClientConfig("http://store.test"), transport=httpx.MockTransport(self.fake.handle)
+        )
         self._open()
 
     def _open(self) -> None:
@@ -132,12 +139,19 @@ class Harness:
     def rename(self, old: str, new: str) -> None:
         op, on = old.rsplit("/", 1)
         np_, nn = new.rsplit("/", 1)
-        self.state.rename(self.node(op) if op else self.state.root, on,
-                          self.mkdirs(np_) if np_ else self.state.root, nn, noreplace=False)
+        self.state.rename(
+            self.node(op) if op else self.state.root,
+            on,
+            self.mkdirs(np_) if np_ else self.state.root,
+            nn,
+            noreplace=False,
+        )
 
     def local_files(self) -> dict[str, str | None]:
-        return {n.store_path(): (lambda d: None if d is None else d.decode())(
-            self.state.content(n)) for n in self.state.walk_files()}
+        return {
+            n.store_path(): (lambda d: None if d is None else d.decode())(self.state.content(n))
+            for n in self.state.walk_files()
+        }
 
 
 async def synced(h: Harness, files: dict[str, str]) -> dict[str, str]:

@@ -7,8 +7,9 @@ import pty
 import subprocess
 
 
-def on_a_terminal(cmd: list[str], env: dict[str, str] | None, *, timeout: float = 60
-                  ) -> tuple[int, str, str]:
+def on_a_terminal(
+    cmd: list[str], env: dict[str, str] | None, *, timeout: float = 60
+) -> tuple[int, str, str]:
     """Exit code, the terminal's text (\\r\\n as \\n) and stderr of `cmd`."""
     leader, follower = pty.openpty()
     try:

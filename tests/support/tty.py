@@ -22,8 +22,13 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 class PtyProcess:
     def __init__(self, args: Sequence[str], env: dict[str, str]) -> None:
         master, slave = pty.openpty()
-        self.proc = subprocess.Popen([sys.executable, "-m", "memfs.cli", *args], env=env,
-                                     stdin=slave, stdout=slave, stderr=slave)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memfs.cli", *args],
+            env=env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+        )
         os.close(slave)
         self._master = master
         self._raw = bytearray()
@@ -60,8 +65,9 @@ class PtyProcess:
                 found = re.search(pattern, self.text)
                 if found:
                     return found
-                raise AssertionError(f"exited {self.proc.returncode} before {pattern!r}:\n"
-                                     f"{self.text}")
+                raise AssertionError(
+                    f"exited {self.proc.returncode} before {pattern!r}:\n{self.text}"
+                )
             time.sleep(0.05)
         raise AssertionError(f"no {pattern!r} within {timeout}s:\n{self.text}")
 
@@ -81,8 +87,7 @@ class PtyProcess:
             pass
 
 
-def run_in_pty(args: Sequence[str], env: dict[str, str], timeout: float = 120.0
-               ) -> tuple[int, str]:
+def run_in_pty(args: Sequence[str], env: dict[str, str], timeout: float = 120.0) -> tuple[int, str]:
     """Run to the end on a terminal: (exit code, what the terminal showed)."""
     p = PtyProcess(args, env)
     try:

@@ -19,8 +19,9 @@ STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def example(name: str, doc: Path = OPERATIONS) -> str:
     """The fenced block right after `<!-- example: NAME -->`."""
-    found = re.search(rf"<!-- example: {re.escape(name)} -->\n\s*```[a-z]*\n(.*?)\n\s*```",
-                      doc.read_text(), re.S)
+    found = re.search(
+        rf"<!-- example: {re.escape(name)} -->\n\s*```[a-z]*\n(.*?)\n\s*```", doc.read_text(), re.S
+    )
     assert found, f"{doc.name} has no example {name!r}"
     return found.group(1) + "\n"
 
@@ -59,8 +60,9 @@ def unescape_instance(instance: str) -> str:
 
 def escape_path(path: str) -> str:
     """`systemd-escape --path PATH`, run for real."""
-    done = subprocess.run(["systemd-escape", "--path", path], capture_output=True,
-                          text=True, check=True, timeout=10)
+    done = subprocess.run(
+        ["systemd-escape", "--path", path], capture_output=True, text=True, check=True, timeout=10
+    )
     return done.stdout.strip()
 
 
@@ -69,7 +71,7 @@ def command(line: str, env: dict[str, str], instance: str = "") -> tuple[str, li
     `${VAR}` / `$VAR` words expanded as systemd does."""
     prefix = re.match(r"[-+@!:]*", line)
     flags = prefix.group(0) if prefix else ""
-    body = line[len(flags):]
+    body = line[len(flags) :]
     unescaped = unescape_instance(instance.replace("-", "/"))  # `-` is `/`, `\x2d` is `-`
     specifiers = {"i": instance, "I": unescaped, "f": "/" + unescaped, "%": "%"}
     body = re.sub(r"%(.)", lambda m: specifiers[m.group(1)], body)

@@ -46,8 +46,14 @@ def test_a_trail_without_logs_records_nothing(tmp_path: Path) -> None:
 
 
 def rec(at: int, kind: str, op: str, path: str, **extra: Any) -> dict[str, Any]:
-    return {"at": f"2030-01-01T00:00:{at:02d}Z", "store": "s", "kind": kind, "op": op,
-            "path": path, **extra}
+    return {
+        "at": f"2030-01-01T00:00:{at:02d}Z",
+        "store": "s",
+        "kind": kind,
+        "op": op,
+        "path": path,
+        **extra,
+    }
 
 
 def test_outcomes_follow_atomic_saves_and_renames_to_the_pushed_version() -> None:
@@ -65,17 +71,28 @@ def test_outcomes_follow_atomic_saves_and_renames_to_the_pushed_version() -> Non
         rec(11, "sync", "refused", "/b.md", why="too large"),
         rec(12, "change", "write", "/d/a.md"),
     ]
-    result = {(r["op"], r["path"]): r["outcome"] for r in outcomes(records, [".*.swp"])
-              if r["kind"] == "change"}
-    for key in [("create", "/tmp123"), ("write", "/tmp123"), ("rename", "/tmp123"),
-                ("rename", "/a.md")]:
+    result = {
+        (r["op"], r["path"]): r["outcome"]
+        for r in outcomes(records, [".*.swp"])
+        if r["kind"] == "change"
+    }
+    for key in [
+        ("create", "/tmp123"),
+        ("write", "/tmp123"),
+        ("rename", "/tmp123"),
+        ("rename", "/a.md"),
+    ]:
         assert result[key]["op"] == "pushed" and result[key]["version"] == "memver_1"
     assert result[("create", "/.a.md.swp")]["why"] == "excluded from sync"
     assert result[("create", "/gone.md")]["op"] == "removed"
     assert result[("unlink", "/gone.md")] is None
     assert result[("mkdir", "/d")]["op"] == "local"
-    assert result[("write", "/b.md")] == {"at": "2030-01-01T00:00:11Z", "op": "refused",
-                                          "path": "/b.md", "why": "too large"}
+    assert result[("write", "/b.md")] == {
+        "at": "2030-01-01T00:00:11Z",
+        "op": "refused",
+        "path": "/b.md",
+        "why": "too large",
+    }
     assert result[("write", "/d/a.md")] is None  # not pushed yet
 
 

@@ -44,7 +44,12 @@ def test_journal_rows_updates_and_transactions(tmp_path: Path) -> None:
     assert set(rows) == {"/d", "/d/a.md"}
     row = rows["/d/a.md"]
     assert (row.kind, row.data, row.dirty, row.mode, row.memory_id) == (
-        "file", b"x", True, 0o644, "mem_1")
+        "file",
+        b"x",
+        True,
+        0o644,
+        "mem_1",
+    )
     with pytest.raises(ValueError, match="unknown journal columns"):
         j.update(a, bogus=1)
     with pytest.raises(RuntimeError), j.transaction():
@@ -57,7 +62,9 @@ def test_journal_rows_updates_and_transactions(tmp_path: Path) -> None:
             j.update(a, data=b"inner")
         j.update(d, mode=0o700)
     assert {r.path: (r.data, r.mode) for r in j.rows()} == {
-        "/d": (None, 0o700), "/d/a.md": (b"inner", 0o644)}
+        "/d": (None, 0o700),
+        "/d/a.md": (b"inner", 0o644),
+    }
     with pytest.raises(RuntimeError), j.transaction():
         with j.transaction():
             j.update(a, data=b"lost")

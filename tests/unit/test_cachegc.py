@@ -34,12 +34,12 @@ def on_disk(h: Harness) -> set[str]:
 def test_garbage_goes_and_everything_named_stays(h: Harness) -> None:
     async def main() -> None:
         clean = h.seed("/clean.md", b"clean\n", "mem_clean")
-        old = h.state.objects.put(b"replaced long ago\n")      # named by nothing
+        old = h.state.objects.put(b"replaced long ago\n")  # named by nothing
         gone = h.seed("/gone.md", b"unlinked but open\n", "mem_gone")
         tomb = h.seed("/tomb.md", b"deleted locally\n", "mem_tomb")
-        fi = await h.fs.open(gone.ino, O_RD, CTX)               # keeps its object alive
+        fi = await h.fs.open(gone.ino, O_RD, CTX)  # keeps its object alive
         await h.unlink("/gone.md")
-        await h.unlink("/tomb.md")                               # a tombstone: base kept
+        await h.unlink("/tomb.md")  # a tombstone: base kept
         assert gone.entry_id is not None  # a tombstone row with path NULL
         # unlinked, open, and no row at all: only the live node names it
         orphan = h.seed("/orphan.md", b"open orphan\n", "mem_orphan")
@@ -70,9 +70,9 @@ def test_max_size_evicts_clean_content_only_and_keeps_sizes(h: Harness) -> None:
         a = h.seed("/a.md", b"a" * 5000, "mem_a")
         b = h.seed("/b.md", b"b" * 5000, "mem_b")
         c = h.seed("/c.md", b"c" * 5000, "mem_c")
-        os.utime(h.state.objects._path(a.sha or ""), (1, 1))   # the least recently read
-        fc = await h.fs.open(c.ino, O_RD, CTX)                  # open: never evicted
-        await h.write_file("/dirty.md", b"d" * 5000)            # dirty: in the journal
+        os.utime(h.state.objects._path(a.sha or ""), (1, 1))  # the least recently read
+        fc = await h.fs.open(c.ino, O_RD, CTX)  # open: never evicted
+        await h.write_file("/dirty.md", b"d" * 5000)  # dirty: in the journal
         result = collect(h, 10_000)
         assert result.evicted == 1 and result.evicted_bytes == 5000
         assert on_disk(h) == {b.sha, c.sha}

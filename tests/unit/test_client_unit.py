@@ -34,32 +34,55 @@ KEY = "sk-ant-secret-key-0123456789"
 TOKEN = "sessions-token-abcdefghijklmnop"
 
 
-def memory_json(mid: str, path: str, content: str | None = None, *, sha: str | None = None,
-                full: bool = False) -> dict[str, Any]:
+def memory_json(
+    mid: str, path: str, content: str | None = None, *, sha: str | None = None, full: bool = False
+) -> dict[str, Any]:
     text = content if content is not None else ""
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
         data = text.encode("utf-8", "surrogatepass")
     return {
-        "id": mid, "type": "memory", "memory_store_id": STORE, "path": path,
+        "id": mid,
+        "type": "memory",
+        "memory_store_id": STORE,
+        "path": path,
         "content": text if full else None,
-        "content_sha256": sha or sha256_hex(data), "content_size_bytes": len(data),
-        "memory_version_id": "memver_" + mid, "created_at": "2026-01-01T00:00:00Z",
+        "content_sha256": sha or sha256_hex(data),
+        "content_size_bytes": len(data),
+        "memory_version_id": "memver_" + mid,
+        "created_at": "2026-01-01T00:00:00Z",
         "updated_at": "2026-01-01T00:00:00Z",
     }
 
 
 def store_json(sid: str = STORE, name: str = "Demo", archived: str | None = None) -> dict[str, Any]:
-    return {"id": sid, "type": "memory_store", "name": name, "description": "",
-            "metadata": {"k": "v"}, "created_at": "2026-01-01T00:00:00Z",
-            "updated_at": "2026-01-01T00:00:00Z", "archived_at": archived}
+    return {
+        "id": sid,
+        "type": "memory_store",
+        "name": name,
+        "description": "",
+        "metadata": {"k": "v"},
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+        "archived_at": archived,
+    }
 
 
-def error(status: int, etype: str, message: str = "nope", *, request_id: str = "req_body",
-          headers: dict[str, str] | None = None, **extra: str) -> httpx.Response:
-    body = {"type": "error", "error": {"type": etype, "message": message, **extra},
-            "request_id": request_id}
+def error(
+    status: int,
+    etype: str,
+    message: str = "nope",
+    *,
+    request_id: str = "req_body",
+    headers: dict[str, str] | None = None,
+    **extra: str,
+) -> httpx.Response:
+    body = {
+        "type": "error",
+        "error": {"type": etype, "message": message, **extra},
+        "request_id": request_id,
+    }
     return httpx.Response(status, json=body, headers=headers)
 
 
@@ -80,8 +103,9 @@ class Recorder:
         return answer(request)
 
 
-def client_for(handler: Handler, *, retry: RetryPolicy | None = None,
-               config: ClientConfig | None = None) -> StoreClient:
+def client_for(
+    handler: Handler, *, retry: RetryPolicy | None = None, config: ClientConfig | None = None
+) -> StoreClient:
     config = config or ClientConfig("http://store.test", ("x-api-key", KEY), "ANTHROPIC_API_KEY")
     http = make_http_client(config, transport=httpx.MockTransport(handler))
     return StoreClient(http, retry=retry or RetryPolicy())
@@ -119,27 +143,30 @@ def test_work_secret_padded_and_unpadded(pad: bool) -> None:
     # a payload length that needs padding
     secret = secret_of({"sessions_token": TOKEN, "api_base_url": "x"}, pad=pad)
     assert pad == secret.endswith("=")
-    config = ClientConfig.from_env(environ={"ANTHROPIC_WORK_SECRET": secret,
-                                            "ANTHROPIC_API_KEY": KEY})
+    config = ClientConfig.from_env(
+        environ={"ANTHROPIC_WORK_SECRET": secret, "ANTHROPIC_API_KEY": KEY}
+    )
     assert config.auth_header == ("authorization", f"Bearer {TOKEN}")
     assert config.credential_source == "ANTHROPIC_WORK_SECRET"
     assert TOKEN not in repr(config) and TOKEN not in str(config)
     assert secret not in repr(config)
 
 
-@pytest.mark.parametrize("secret", [
-    "%%%not-base64%%%",
-    base64.urlsafe_b64encode(b"not json").decode(),
-    base64.urlsafe_b64encode(b"\xff\xfe").decode(),
-    secret_of(["list"], pad=True),
-    secret_of({"other": 1}, pad=False),
-    secret_of({"sessions_token": ""}, pad=False),
-    secret_of({"sessions_token": 5}, pad=False),
-])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "%%%not-base64%%%",
+        base64.urlsafe_b64encode(b"not json").decode(),
+        base64.urlsafe_b64encode(b"\xff\xfe").decode(),
+        secret_of(["list"], pad=True),
+        secret_of({"other": 1}, pad=False),
+        secret_of({"sessions_token": ""}, pad=False),
+        secret_of({"sessions_token": 5}, pad=False),
+    ],
+)
 def test_bad_work_secret_is_config_error(secret: str) -> None:
     with pytest.raises(ConfigError) as info:
-        ClientConfig.from_env(environ={"ANTHROPIC_WORK_SECRET": secret,
-                                       "ANTHROPIC_API_KEY": KEY})
+        ClientConfig.from_env(environ={"ANTHROPIC_WORK_SECRET": secret, "ANTHROPIC_API_KEY": KEY})
     message = str(info.value)
     assert "ANTHROPIC_WORK_SECRET" in message
     assert secret not in message and KEY not in message
@@ -151,12 +178,14 @@ def test_secret_without_token_names_the_field() -> None:
 
 
 def test_auth_token_then_api_key_then_none() -> None:
-    config = ClientConfig.from_env(environ={"ANTHROPIC_AUTH_TOKEN": TOKEN,
-                                            "ANTHROPIC_API_KEY": KEY})
+    config = ClientConfig.from_env(
+        environ={"ANTHROPIC_AUTH_TOKEN": TOKEN, "ANTHROPIC_API_KEY": KEY}
+    )
     assert config.auth_header == ("authorization", f"Bearer {TOKEN}")
     assert config.credential_source == "ANTHROPIC_AUTH_TOKEN"
-    config = ClientConfig.from_env(environ={"ANTHROPIC_API_KEY": KEY,
-                                            "ANTHROPIC_WORK_SECRET": "  "})
+    config = ClientConfig.from_env(
+        environ={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_WORK_SECRET": "  "}
+    )
     assert config.auth_header == ("x-api-key", KEY)
     assert KEY not in repr(config)
     assert "ANTHROPIC_API_KEY" in repr(config)
@@ -168,13 +197,19 @@ def test_auth_token_then_api_key_then_none() -> None:
 # ------------------------------------------------------------------ headers
 
 
-@pytest.mark.parametrize("env,name,value", [
-    ({"ANTHROPIC_API_KEY": KEY}, "x-api-key", KEY),
-    ({"ANTHROPIC_AUTH_TOKEN": TOKEN}, "authorization", f"Bearer {TOKEN}"),
-    ({"ANTHROPIC_WORK_SECRET": secret_of({"sessions_token": TOKEN}, pad=False)},
-     "authorization", f"Bearer {TOKEN}"),
-    ({}, None, None),
-])
+@pytest.mark.parametrize(
+    "env,name,value",
+    [
+        ({"ANTHROPIC_API_KEY": KEY}, "x-api-key", KEY),
+        ({"ANTHROPIC_AUTH_TOKEN": TOKEN}, "authorization", f"Bearer {TOKEN}"),
+        (
+            {"ANTHROPIC_WORK_SECRET": secret_of({"sessions_token": TOKEN}, pad=False)},
+            "authorization",
+            f"Bearer {TOKEN}",
+        ),
+        ({}, None, None),
+    ],
+)
 async def test_headers(env: dict[str, str], name: str | None, value: str | None) -> None:
     rec = Recorder(lambda r: httpx.Response(200, json=memory_json("mem_1", "/a", "x")))
     config = ClientConfig.from_env("http://store.test", environ=env)
@@ -192,7 +227,8 @@ async def test_headers(env: dict[str, str], name: str | None, value: str | None)
 async def test_exactly_one_beta_even_over_foreign_defaults() -> None:
     rec = Recorder(httpx.Response(200, json={"data": [], "next_page": None}))
     http = httpx.AsyncClient(
-        base_url="http://store.test", transport=httpx.MockTransport(rec),
+        base_url="http://store.test",
+        transport=httpx.MockTransport(rec),
         headers={"anthropic-beta": "managed-agents-2026-04-01", "anthropic-version": "old"},
     )
     await StoreClient(http).list_memories(STORE)
@@ -221,26 +257,29 @@ def test_pool_and_timeouts() -> None:
 # ------------------------------------------------------------------ error mapping
 
 
-@pytest.mark.parametrize("response,kind", [
-    (error(400, "invalid_request_error"), Rejected),
-    (httpx.Response(413, text="<html>too large</html>"), Rejected),
-    (error(413, "request_too_large"), Rejected),
-    (error(401, "authentication_error"), StoreAuthError),
-    (error(403, "permission_error"), StoreAuthError),
-    (error(404, "not_found_error"), NotFound),
-    (error(409, "memory_precondition_failed_error"), PreconditionFailed),
-    (error(412, "precondition_failed"), PreconditionFailed),
-    (error(409, "conflict_error"), Conflict),
-    (error(402, "billing_error"), StoreError),
-    (error(429, "rate_limit_error"), StoreUnavailable),
-    (error(500, "api_error"), StoreUnavailable),
-    (httpx.Response(502, text="bad gateway"), StoreUnavailable),
-    (error(503, "api_error"), StoreUnavailable),
-    (error(504, "timeout_error"), StoreUnavailable),
-    (error(529, "overloaded_error"), StoreUnavailable),
-    (httpx.Response(500, json=["not", "an", "object"]), StoreUnavailable),
-    (httpx.Response(400, json={"error": "a string"}), Rejected),
-])
+@pytest.mark.parametrize(
+    "response,kind",
+    [
+        (error(400, "invalid_request_error"), Rejected),
+        (httpx.Response(413, text="<html>too large</html>"), Rejected),
+        (error(413, "request_too_large"), Rejected),
+        (error(401, "authentication_error"), StoreAuthError),
+        (error(403, "permission_error"), StoreAuthError),
+        (error(404, "not_found_error"), NotFound),
+        (error(409, "memory_precondition_failed_error"), PreconditionFailed),
+        (error(412, "precondition_failed"), PreconditionFailed),
+        (error(409, "conflict_error"), Conflict),
+        (error(402, "billing_error"), StoreError),
+        (error(429, "rate_limit_error"), StoreUnavailable),
+        (error(500, "api_error"), StoreUnavailable),
+        (httpx.Response(502, text="bad gateway"), StoreUnavailable),
+        (error(503, "api_error"), StoreUnavailable),
+        (error(504, "timeout_error"), StoreUnavailable),
+        (error(529, "overloaded_error"), StoreUnavailable),
+        (httpx.Response(500, json=["not", "an", "object"]), StoreUnavailable),
+        (httpx.Response(400, json={"error": "a string"}), Rejected),
+    ],
+)
 async def test_error_mapping(response: httpx.Response, kind: type[StoreError]) -> None:
     client = client_for(Recorder(response), retry=NO_RETRY)
     with pytest.raises(StoreError) as info:
@@ -251,24 +290,38 @@ async def test_error_mapping(response: httpx.Response, kind: type[StoreError]) -
 
 
 async def test_error_fields_and_request_id() -> None:
-    client = client_for(Recorder(error(404, "not_found_error", "no such memory",
-                                       request_id="req_b")), retry=NO_RETRY)
+    client = client_for(
+        Recorder(error(404, "not_found_error", "no such memory", request_id="req_b")),
+        retry=NO_RETRY,
+    )
     with pytest.raises(NotFound) as info:
         await client.retrieve_memory(STORE, "mem_1")
     assert info.value.error_type == "not_found_error"
     assert info.value.request_id == "req_b"
     assert "request_id=req_b" in str(info.value) and "no such memory" in str(info.value)
-    client = client_for(Recorder(error(404, "not_found_error", request_id="req_b",
-                                       headers={"request-id": "req_h"})), retry=NO_RETRY)
+    client = client_for(
+        Recorder(
+            error(404, "not_found_error", request_id="req_b", headers={"request-id": "req_h"})
+        ),
+        retry=NO_RETRY,
+    )
     with pytest.raises(NotFound) as info:
         await client.retrieve_memory(STORE, "mem_1")
     assert info.value.request_id == "req_h"
 
 
 async def test_path_conflict_fields() -> None:
-    client = client_for(Recorder(error(409, "memory_path_conflict_error",
-                                       conflicting_memory_id="mem_9",
-                                       conflicting_path="/a")), retry=NO_RETRY)
+    client = client_for(
+        Recorder(
+            error(
+                409,
+                "memory_path_conflict_error",
+                conflicting_memory_id="mem_9",
+                conflicting_path="/a",
+            )
+        ),
+        retry=NO_RETRY,
+    )
     with pytest.raises(PathConflict) as info:
         await client.create_memory(STORE, "/a/b", "x")
     assert info.value.conflicting_memory_id == "mem_9"
@@ -276,13 +329,15 @@ async def test_path_conflict_fields() -> None:
 
 
 async def test_retry_after_is_parsed() -> None:
-    client = client_for(Recorder(error(429, "rate_limit_error",
-                                       headers={"retry-after": "12"})), retry=NO_RETRY)
+    client = client_for(
+        Recorder(error(429, "rate_limit_error", headers={"retry-after": "12"})), retry=NO_RETRY
+    )
     with pytest.raises(StoreUnavailable) as info:
         await client.list_memories(STORE)
     assert info.value.retry_after == 12.0
-    client = client_for(Recorder(error(529, "overloaded_error",
-                                       headers={"retry-after-ms": "1500"})), retry=NO_RETRY)
+    client = client_for(
+        Recorder(error(529, "overloaded_error", headers={"retry-after-ms": "1500"})), retry=NO_RETRY
+    )
     with pytest.raises(StoreUnavailable) as info:
         await client.list_memories(STORE)
     assert info.value.retry_after == 1.5
@@ -300,27 +355,33 @@ async def test_auth_errors_say_what_to_set_and_hide_the_key() -> None:
         await client_for(rec, config=config, retry=NO_RETRY).list_stores()
 
 
-@pytest.mark.parametrize("exc", [
-    httpx.ConnectError("connection refused"),
-    httpx.ReadTimeout("timed out"),
-    httpx.RemoteProtocolError("server disconnected"),
-    httpx.PoolTimeout("pool"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.ConnectError("connection refused"),
+        httpx.ReadTimeout("timed out"),
+        httpx.RemoteProtocolError("server disconnected"),
+        httpx.PoolTimeout("pool"),
+    ],
+)
 async def test_transport_errors_are_unavailable(exc: Exception) -> None:
     client = client_for(Recorder(exc), retry=NO_RETRY)
     with pytest.raises(StoreUnavailable, match=r"cannot reach the store at http://store\.test"):
         await client.retrieve_store(STORE)
 
 
-@pytest.mark.parametrize("body", [
-    b"<html>oops</html>",
-    b'{"data": 5}',
-    b'{"next_page": null}',
-    b'{"data": ["nope"], "next_page": null}',
-    b'{"data": [], "next_page": 12}',
-    b'["a list"]',
-    b'\xff\xfe garbage',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>oops</html>",
+        b'{"data": 5}',
+        b'{"next_page": null}',
+        b'{"data": ["nope"], "next_page": null}',
+        b'{"data": [], "next_page": 12}',
+        b'["a list"]',
+        b"\xff\xfe garbage",
+    ],
+)
 async def test_garbage_success_bodies(body: bytes) -> None:
     client = client_for(Recorder(httpx.Response(200, content=body)), retry=NO_RETRY)
     with pytest.raises(StoreError) as info:
@@ -329,15 +390,23 @@ async def test_garbage_success_bodies(body: bytes) -> None:
     assert "store" in str(info.value)
 
 
-@pytest.mark.parametrize("record", [
-    {"id": "mem_1", "type": "memory"},
-    {"id": "mem_1", "path": "/a", "content_sha256": "x", "content_size_bytes": "12"},
-    {"id": "mem_1", "path": "/a", "content_sha256": "../../etc/passwd",
-     "content_size_bytes": 12},
-    {"id": "mem_1", "path": "/a", "content_sha256": "/tmp/victim", "content_size_bytes": 1},
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"id": "mem_1", "type": "memory"},
+        {"id": "mem_1", "path": "/a", "content_sha256": "x", "content_size_bytes": "12"},
+        {
+            "id": "mem_1",
+            "path": "/a",
+            "content_sha256": "../../etc/passwd",
+            "content_size_bytes": 12,
+        },
+        {"id": "mem_1", "path": "/a", "content_sha256": "/tmp/victim", "content_size_bytes": 1},
+    ],
+)
 async def test_malformed_records_are_skipped_with_a_warning(
-        record: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    record: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     """One bad record must not stop a store from syncing; its sha names a cache file,
     so anything but 64 hex characters is never let through."""
     good = memory_json("mem_2", "/ok.md", "fine")
@@ -366,24 +435,29 @@ async def test_garbage_store_and_memory() -> None:
 
 async def test_transient_then_success(autojump_clock: trio.abc.Clock) -> None:
     ok = httpx.Response(200, json=store_json())
-    rec = Recorder(error(503, "api_error"), httpx.ConnectError("refused"),
-                   error(529, "overloaded_error"), ok)
+    rec = Recorder(
+        error(503, "api_error"), httpx.ConnectError("refused"), error(529, "overloaded_error"), ok
+    )
     info = await client_for(rec).retrieve_store(STORE)
     assert isinstance(info, StoreInfo) and info.metadata == {"k": "v"}
     assert len(rec.requests) == 4
 
 
 async def test_retry_after_honoured(autojump_clock: trio.abc.Clock) -> None:
-    rec = Recorder(error(429, "rate_limit_error", headers={"retry-after": "7"}),
-                   httpx.Response(200, json=store_json()))
+    rec = Recorder(
+        error(429, "rate_limit_error", headers={"retry-after": "7"}),
+        httpx.Response(200, json=store_json()),
+    )
     start = trio.current_time()
     await client_for(rec, retry=RetryPolicy(base_delay=0.01)).retrieve_store(STORE)
     assert 7.0 <= trio.current_time() - start < 7.5
 
 
 async def test_retry_after_capped(autojump_clock: trio.abc.Clock) -> None:
-    rec = Recorder(error(503, "api_error", headers={"retry-after": "3600"}),
-                   httpx.Response(200, json=store_json()))
+    rec = Recorder(
+        error(503, "api_error", headers={"retry-after": "3600"}),
+        httpx.Response(200, json=store_json()),
+    )
     start = trio.current_time()
     await client_for(rec, retry=RetryPolicy(max_delay=4, deadline=100)).retrieve_store(STORE)
     assert 4.0 <= trio.current_time() - start < 4.5
@@ -399,18 +473,22 @@ async def test_backoff_is_bounded_exponential(autojump_clock: trio.abc.Clock) ->
     assert trio.current_time() - start <= 1 + 2 + 4 + 0.5
 
 
-async def test_give_up_after_max_attempts(autojump_clock: trio.abc.Clock,
-                                          caplog: pytest.LogCaptureFixture) -> None:
+async def test_give_up_after_max_attempts(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="memfs.client")
     rec = Recorder(error(503, "api_error", request_id="req_x"))
     with pytest.raises(StoreUnavailable) as info:
         await client_for(rec, retry=RetryPolicy(max_attempts=3)).create_memory(
-            STORE, "/notes/a.md", "hello")
+            STORE, "/notes/a.md", "hello"
+        )
     assert len(rec.requests) == 3
     assert info.value.request_id == "req_x"
     lines = [r.getMessage() for r in caplog.records]
-    assert any("memory_store_id=memstore_test" in m and "path=/notes/a.md" in m
-               and "attempt=1" in m for m in lines)
+    assert any(
+        "memory_store_id=memstore_test" in m and "path=/notes/a.md" in m and "attempt=1" in m
+        for m in lines
+    )
     assert any("giving up" in m and "attempt=3" in m for m in lines)
     assert all(KEY not in m for m in lines)
 
@@ -425,13 +503,19 @@ async def test_give_up_at_deadline(autojump_clock: trio.abc.Clock) -> None:
     assert trio.current_time() - start <= 10
 
 
-@pytest.mark.parametrize("response", [
-    error(400, "invalid_request_error"), error(401, "authentication_error"),
-    error(404, "not_found_error"), error(409, "memory_precondition_failed_error"),
-    error(409, "memory_path_conflict_error", conflicting_memory_id="mem_1",
-          conflicting_path="/a"),
-    error(413, "request_too_large"),
-])
+@pytest.mark.parametrize(
+    "response",
+    [
+        error(400, "invalid_request_error"),
+        error(401, "authentication_error"),
+        error(404, "not_found_error"),
+        error(409, "memory_precondition_failed_error"),
+        error(
+            409, "memory_path_conflict_error", conflicting_memory_id="mem_1", conflicting_path="/a"
+        ),
+        error(413, "request_too_large"),
+    ],
+)
 async def test_no_retry_on_4xx(response: httpx.Response) -> None:
     rec = Recorder(response)
     with pytest.raises(StoreError):
@@ -465,8 +549,9 @@ class LostAnswerStore:
         if len(self.requests) == 1:
             raise httpx.ReadTimeout("answer lost", request=request)
         cid = self.ids.pop(0) if len(self.ids) > 1 else self.ids[0]
-        return error(409, "memory_path_conflict_error", conflicting_memory_id=cid,
-                     conflicting_path="/a/b.md")
+        return error(
+            409, "memory_path_conflict_error", conflicting_memory_id=cid, conflicting_path="/a/b.md"
+        )
 
 
 async def test_lost_create_settled_by_sha(autojump_clock: trio.abc.Clock) -> None:
@@ -492,8 +577,11 @@ async def test_lost_create_with_unknown_id_retries(autojump_clock: trio.abc.Cloc
 
 
 async def test_first_attempt_path_conflict_is_not_settled() -> None:
-    rec = Recorder(error(409, "memory_path_conflict_error", conflicting_memory_id="mem_1",
-                         conflicting_path="/a"))
+    rec = Recorder(
+        error(
+            409, "memory_path_conflict_error", conflicting_memory_id="mem_1", conflicting_path="/a"
+        )
+    )
     with pytest.raises(PathConflict):
         await client_for(rec).create_memory(STORE, "/a", "x")
     assert len(rec.requests) == 1
@@ -516,13 +604,19 @@ async def test_lost_update_is_retried(autojump_clock: trio.abc.Clock) -> None:
     ok = httpx.Response(200, json=memory_json("mem_1", "/b", "new"))
     rec = Recorder(httpx.ReadTimeout("lost"), ok)
     memory = await client_for(rec).update_memory(
-        STORE, "mem_1", content="new", path="/b", precondition_sha256="cd" * 32)
+        STORE, "mem_1", content="new", path="/b", precondition_sha256="cd" * 32
+    )
     assert memory.path == "/b"
     bodies = [json.loads(r.content) for r in rec.requests]
-    assert bodies[0] == bodies[1] == {
-        "content": "new", "path": "/b",
-        "precondition": {"type": "content_sha256", "content_sha256": "cd" * 32},
-    }
+    assert (
+        bodies[0]
+        == bodies[1]
+        == {
+            "content": "new",
+            "path": "/b",
+            "precondition": {"type": "content_sha256", "content_sha256": "cd" * 32},
+        }
+    )
 
 
 # ------------------------------------------------------------------ paging and shapes
@@ -533,9 +627,10 @@ def paged(items: list[dict[str, Any]], size: int) -> Handler:
         start = int(request.url.params.get("page", "page_0")[5:])
         limit = int(request.url.params["limit"])
         assert limit <= size
-        chunk = items[start:start + limit]
+        chunk = items[start : start + limit]
         nxt = f"page_{start + limit}" if start + limit < len(items) else None
         return httpx.Response(200, json={"data": chunk, "next_page": nxt})
+
     return handle
 
 
@@ -553,8 +648,7 @@ async def test_list_memories_all_pages() -> None:
 async def test_iter_full_caps_page_size() -> None:
     items = [memory_json(f"mem_{i}", f"/f{i}", f"c{i}", full=True) for i in range(45)]
     rec = Recorder(paged(items, 20))
-    got = [item async for item in client_for(rec).iter_memories(STORE, view="full",
-                                                                page_size=100)]
+    got = [item async for item in client_for(rec).iter_memories(STORE, view="full", page_size=100)]
     assert len(got) == 45 and all(isinstance(g, FullMemory) for g in got)
     first = got[0]
     assert isinstance(first, FullMemory)
@@ -563,8 +657,11 @@ async def test_iter_full_caps_page_size() -> None:
 
 
 async def test_depth_one_yields_prefixes() -> None:
-    items = [memory_json("mem_1", "/a.md", "x"), {"type": "memory_prefix", "path": "/dir/"},
-             {"type": "something_new", "path": "/z"}]
+    items = [
+        memory_json("mem_1", "/a.md", "x"),
+        {"type": "memory_prefix", "path": "/dir/"},
+        {"type": "something_new", "path": "/z"},
+    ]
     rec = Recorder(paged(items, 100))
     got = [i async for i in client_for(rec).iter_memories(STORE, path_prefix="/", depth=1)]
     assert got[1] == MemoryPrefix("/dir/") and len(got) == 2
@@ -590,8 +687,11 @@ async def test_store_calls() -> None:
     client = client_for(rec)
     await client.create_store("N", "desc", {"a": "b"})
     await client.update_store(STORE, name="M", metadata={"a": None})
-    assert json.loads(rec.requests[0].content) == {"name": "N", "description": "desc",
-                                                   "metadata": {"a": "b"}}
+    assert json.loads(rec.requests[0].content) == {
+        "name": "N",
+        "description": "desc",
+        "metadata": {"a": "b"},
+    }
     assert json.loads(rec.requests[1].content) == {"name": "M", "metadata": {"a": None}}
     rec2 = Recorder(httpx.Response(200, json={"id": STORE, "type": "memory_store_deleted"}))
     await client_for(rec2).delete_store(STORE)
@@ -599,17 +699,31 @@ async def test_store_calls() -> None:
 
 
 async def test_versions() -> None:
-    version = {"id": "memver_1", "type": "memory_version", "memory_store_id": STORE,
-               "memory_id": "mem_1", "operation": "created", "path": "/a", "content": None,
-               "content_sha256": "0" * 64, "content_size_bytes": 1,
-               "created_by": {"type": "api_actor", "api_key_id": "apikey_1"},
-               "created_at": "2026-01-01T00:00:00Z", "redacted_at": None,
-               "redacted_by": None}
+    version = {
+        "id": "memver_1",
+        "type": "memory_version",
+        "memory_store_id": STORE,
+        "memory_id": "mem_1",
+        "operation": "created",
+        "path": "/a",
+        "content": None,
+        "content_sha256": "0" * 64,
+        "content_size_bytes": 1,
+        "created_by": {"type": "api_actor", "api_key_id": "apikey_1"},
+        "created_at": "2026-01-01T00:00:00Z",
+        "redacted_at": None,
+        "redacted_by": None,
+    }
     items = [dict(version, id=f"memver_{i}") for i in range(150)]
     rec = Recorder(paged(items, 100))
     client = client_for(rec)
-    got = await client.list_versions(STORE, memory_id="mem_1", operation="created",
-                                     created_at_gte="2026-01-01T00:00:00Z", limit=120)
+    got = await client.list_versions(
+        STORE,
+        memory_id="mem_1",
+        operation="created",
+        created_at_gte="2026-01-01T00:00:00Z",
+        limit=120,
+    )
     assert len(got) == 120 and got[0].created_by["type"] == "api_actor"
     params = rec.requests[0].url.params
     assert params["memory_id"] == "mem_1" and params["operation"] == "created"
@@ -617,10 +731,17 @@ async def test_versions() -> None:
     assert "created_at[lte]" not in params
     everything = [v async for v in client.iter_versions(STORE)]
     assert len(everything) == 150
-    redacted = dict(version, path=None, content_sha256=None, content_size_bytes=None,
-                    redacted_at="2026-02-01T00:00:00Z", redacted_by={"type": "user_actor"})
+    redacted = dict(
+        version,
+        path=None,
+        content_sha256=None,
+        content_size_bytes=None,
+        redacted_at="2026-02-01T00:00:00Z",
+        redacted_by={"type": "user_actor"},
+    )
     one = await client_for(Recorder(httpx.Response(200, json=redacted))).retrieve_version(
-        STORE, "memver_1")
+        STORE, "memver_1"
+    )
     assert one.path is None and one.redacted_at
 
 
@@ -665,5 +786,4 @@ async def test_ids_cannot_escape_their_route() -> None:
 async def test_non_ascii_content_round_trips_on_the_wire() -> None:
     rec = Recorder(lambda r: httpx.Response(200, json=memory_json("m", "/é", "ü😀")))
     await client_for(rec).create_memory(STORE, "/é", "ü😀")
-    assert json.loads(rec.requests[0].content.decode("utf-8")) == {"path": "/é",
-                                                                   "content": "ü😀"}
+    assert json.loads(rec.requests[0].content.decode("utf-8")) == {"path": "/é", "content": "ü😀"}

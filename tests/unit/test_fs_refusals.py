@@ -62,8 +62,7 @@ async def test_a_long_remote_name_is_reachable_by_its_alias(h: Harness) -> None:
     assert h.node("/short.md").memory_id == "mem_long"
 
 
-async def test_a_refused_write_holds_the_file_back_until_a_write_succeeds(
-        h: Harness) -> None:
+async def test_a_refused_write_holds_the_file_back_until_a_write_succeeds(h: Harness) -> None:
     parent, name = await h.parent("/big.md")
     fi, _ = await h.fs.create(parent, name, stat.S_IFREG | 0o644, O_WR, CTX)
     await fails(errno.EFBIG, h.fs.write(fi.fh, 0, b"x" * (MAX_CONTENT_BYTES + 1)))

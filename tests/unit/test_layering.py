@@ -76,8 +76,11 @@ def _memfs_units(names: set[str]) -> set[str]:
 
 
 def test_every_module_is_in_a_package_or_a_leaf() -> None:
-    stray = [str(p.relative_to(SOURCE)) for p in _modules()
-             if _unit(p) not in PACKAGES | LEAVES | {"__init__"}]
+    stray = [
+        str(p.relative_to(SOURCE))
+        for p in _modules()
+        if _unit(p) not in PACKAGES | LEAVES | {"__init__"}
+    ]
     assert stray == []
 
 
@@ -99,9 +102,11 @@ def test_imports_only_point_down(path: Path) -> None:
 def test_the_rule_sees_every_import_form(tmp_path: Path) -> None:
     """A check of the checker: each form names the package it imports."""
     sample = tmp_path / "sample.py"
-    sample.write_text("import memfs.sync.engine\nfrom memfs import mount\n"
-                      "def f():\n    from memfs.store.client import StoreClient\n"
-                      "if True:\n    from memfs.cli import main\n")
+    sample.write_text(
+        "import memfs.sync.engine\nfrom memfs import mount\n"
+        "def f():\n    from memfs.store.client import StoreClient\n"
+        "if True:\n    from memfs.cli import main\n"
+    )
     assert _memfs_units(_imported(sample)) == {"sync", "mount", "store", "cli"}
 
 
@@ -147,8 +152,9 @@ def test_the_sync_engine_writes_no_node_fields(name: str) -> None:
         elif isinstance(node, ast.Delete):
             targets = list(node.targets)
         while any(isinstance(t, ast.Tuple | ast.List) for t in targets):
-            targets = [e for t in targets for e in (
-                t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
+            targets = [
+                e for t in targets for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])
+            ]
         for target in targets:
             if isinstance(target, ast.Attribute | ast.Subscript) and not _own(target):
                 offenders.append(f"{name}.py:{node.lineno}")

@@ -23,7 +23,7 @@ CAPTURE = REPO / "tests" / "support" / "capture_completion.zsh"
 
 
 def _need(program: str, path: Path | None = None) -> None:
-    if (shutil.which(program) if path is None else path.exists()):
+    if shutil.which(program) if path is None else path.exists():
         return
     if os.environ.get("CI") == "true":
         pytest.fail(f"{program} is required under CI=true (scripts/install installs it)")
@@ -32,19 +32,30 @@ def _need(program: str, path: Path | None = None) -> None:
 
 def _doc_lines(name: str) -> list[str]:
     """The commands of an example, with this checkout in place of /path/to/memfs."""
-    return [line.split("  #")[0].strip().replace("/path/to/memfs", str(REPO))
-            for line in example(name).splitlines()
-            if line.strip() and not line.startswith("#")]
+    return [
+        line.split("  #")[0].strip().replace("/path/to/memfs", str(REPO))
+        for line in example(name).splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {"PATH": f"{BIN}:{STANDARD_PATH}", "HOME": os.environ.get("HOME", "/root"),
-            "LANG": "C.UTF-8", **extra}
+    return {
+        "PATH": f"{BIN}:{STANDARD_PATH}",
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        **extra,
+    }
 
 
 def _print(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "memfs.cli", *args], capture_output=True,
-                          text=True, check=True, timeout=30).stdout
+    return subprocess.run(
+        [sys.executable, "-m", "memfs.cli", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
 
 
 def _plain(text: str) -> str:
@@ -63,10 +74,12 @@ def test_install_put_the_pages_where_man_finds_them() -> None:
     assert (SHARE / "bash-completion" / "completions" / "memfs").is_file()
     assert (SHARE / "zsh" / "site-functions" / "_memfs").is_file()
     for page, section in (("memfs", 1), ("mount.fuse.memfs", 8)):
-        found = subprocess.run(["man", "-w", page], capture_output=True, text=True,
-                               env=_env(), timeout=30)
-        assert found.stdout.strip() == str(SHARE / "man" / f"man{section}" /
-                                           f"{page}.{section}"), found.stderr
+        found = subprocess.run(
+            ["man", "-w", page], capture_output=True, text=True, env=_env(), timeout=30
+        )
+        assert found.stdout.strip() == str(SHARE / "man" / f"man{section}" / f"{page}.{section}"), (
+            found.stderr
+        )
 
 
 def test_man_renders_every_command_and_option() -> None:
@@ -74,15 +87,19 @@ def test_man_renders_every_command_and_option() -> None:
     tree = _parser_tree()
     rendered = {}
     for line in _doc_lines("man"):
-        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True,
-                              cwd=REPO, timeout=60,
-                              env=_env(MANPAGER="cat", PAGER="cat", MANWIDTH="200"))
+        done = subprocess.run(
+            ["bash", "-c", line],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            env=_env(MANPAGER="cat", PAGER="cat", MANWIDTH="200"),
+        )
         assert done.returncode == 0 and done.stdout, (line, done.stderr)
         rendered[line] = _plain(done.stdout)
     page = rendered["man memfs"]
     assert rendered["man -l .venv/share/man/man1/memfs.1"] == page
-    for heading in ("NAME", "SYNOPSIS", "GLOBAL OPTIONS", "COMMANDS", "EXIT STATUS",
-                    "ENVIRONMENT"):
+    for heading in ("NAME", "SYNOPSIS", "GLOBAL OPTIONS", "COMMANDS", "EXIT STATUS", "ENVIRONMENT"):
         assert re.search(rf"^{heading}$", page, re.M), heading
     for words, parser in tree.items():
         if words != "memfs":
@@ -100,9 +117,13 @@ def test_man_renders_every_command_and_option() -> None:
 def test_groff_finds_nothing_to_warn_about() -> None:
     _need("groff")
     for page in ("memfs", "mount.fuse.memfs"):
-        done = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z"],
-                              input=_print("--print-manpage", page), capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            ["groff", "-man", "-Tutf8", "-ww", "-z"],
+            input=_print("--print-manpage", page),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0 and not done.stderr, (page, done.stderr)
 
 
@@ -121,14 +142,24 @@ complete_line() {  # what Tab offers at the end of $1, as bash calls the functio
 }
 """
 
-LINES = ["memfs ", "memfs st", "memfs store ", "memfs mount --", "memfs mount --deletions ",
-         "memfs --log-level ", "memfs serve token ", "memfs sync /tm"]
+LINES = [
+    "memfs ",
+    "memfs st",
+    "memfs store ",
+    "memfs mount --",
+    "memfs mount --deletions ",
+    "memfs --log-level ",
+    "memfs serve token ",
+    "memfs sync /tm",
+]
 
 
 def _expected() -> dict[str, set[str]]:
     tree = _parser_tree()
-    subs = {w: {c.words[-1] for c in commands(build_parser()) if
-                " ".join(c.words[:-1]) == w} for w in tree}
+    subs = {
+        w: {c.words[-1] for c in commands(build_parser()) if " ".join(c.words[:-1]) == w}
+        for w in tree
+    }
     mount_options = {n for a in options(tree["memfs mount"]) for n in a.option_strings}
     return {
         "memfs ": subs["memfs"],
@@ -143,14 +174,18 @@ def _expected() -> dict[str, set[str]]:
 
 
 def _bash(setup: str, home: Path) -> dict[str, set[str]]:
-    script = setup + "\n" + BASH_COMPLETE + "".join(
-        f"complete_line {_sq(line)}\n" for line in LINES)
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
-                          timeout=60, env=_env(HOME=str(home)))
+    script = (
+        setup + "\n" + BASH_COMPLETE + "".join(f"complete_line {_sq(line)}\n" for line in LINES)
+    )
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=60, env=_env(HOME=str(home))
+    )
     assert done.returncode == 0, done.stderr
     chunks = done.stdout.split("<<end>>\n")
-    return {line: {w for w in chunk.splitlines() if w}
-            for line, chunk in zip(LINES, chunks, strict=False)}
+    return {
+        line: {w for w in chunk.splitlines() if w}
+        for line, chunk in zip(LINES, chunks, strict=False)
+    }
 
 
 def _sq(text: str) -> str:
@@ -167,12 +202,20 @@ def test_bash_completion_loaded_on_demand(tmp_path: Path) -> None:
     loader then finds it the first time `memfs` is completed."""
     loader = Path("/usr/share/bash-completion/bash_completion")
     _need("bash-completion", loader)
-    writes = [line for line in _doc_lines("completion")
-              if line.startswith(("mkdir ", "memfs --print-completion bash"))]
+    writes = [
+        line
+        for line in _doc_lines("completion")
+        if line.startswith(("mkdir ", "memfs --print-completion bash"))
+    ]
     assert len(writes) == 2
     for line in writes:
-        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True,
-                              timeout=60, env=_env(HOME=str(tmp_path)))
+        done = subprocess.run(
+            ["bash", "-c", line],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(HOME=str(tmp_path)),
+        )
         assert done.returncode == 0, done.stderr
     assert (tmp_path / ".local/share/bash-completion/completions/memfs").is_file()
     setup = f"source {loader}\n! complete -p memfs 2>/dev/null && __load_completion memfs"
@@ -184,16 +227,27 @@ def test_zsh_completion(tmp_path: Path) -> None:
     (fpath,) = [line for line in _doc_lines("completion") if line.startswith("fpath=(")]
     expected = _expected()
     for line in LINES:
-        done = subprocess.run(["zsh", "-f", str(CAPTURE), fpath, line], capture_output=True,
-                              text=True, timeout=60, cwd=tmp_path,
-                              env=_env(HOME=str(tmp_path)))
+        done = subprocess.run(
+            ["zsh", "-f", str(CAPTURE), fpath, line],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=_env(HOME=str(tmp_path)),
+        )
         assert done.returncode == 0, done.stderr
         offered = {w.split(" -- ")[0] for w in done.stdout.splitlines() if w}
         if line.endswith("/tm"):  # zsh completes the path segment, not the whole word
-            offered = {"/" + w.rstrip("/") if not w.startswith("/") else w.rstrip("/")
-                       for w in offered}
+            offered = {
+                "/" + w.rstrip("/") if not w.startswith("/") else w.rstrip("/") for w in offered
+            }
         assert offered == expected[line], line
-    described = subprocess.run(["zsh", "-f", str(CAPTURE), fpath, "memfs "],
-                               capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                               env=_env(HOME=str(tmp_path))).stdout
+    described = subprocess.run(
+        ["zsh", "-f", str(CAPTURE), fpath, "memfs "],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=_env(HOME=str(tmp_path)),
+    ).stdout
     assert "mount -- mount one memory store at a directory" in described

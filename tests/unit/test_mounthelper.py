@@ -23,19 +23,54 @@ def test_plain_and_fstab_forms() -> None:
     assert argv(STORE, "/mnt/p") == ["mount", STORE, "/mnt/p", "--daemon"]
     assert argv(f"memfs#{STORE}", "/mnt/p", "-o", "rw") == argv(STORE, "/mnt/p")
     # mount(8) at boot: -n, generic and systemd words, the type; fuse3 adds dev,suid
-    assert argv(STORE, "/mnt/p", "-n", "-o", "defaults,_netdev,nofail,noauto,dev,suid,"
-                "x-systemd.automount,comment=x", "-t", "fuse.memfs") == argv(STORE, "/mnt/p")
+    assert argv(
+        STORE,
+        "/mnt/p",
+        "-n",
+        "-o",
+        "defaults,_netdev,nofail,noauto,dev,suid,x-systemd.automount,comment=x",
+        "-t",
+        "fuse.memfs",
+    ) == argv(STORE, "/mnt/p")
 
 
 def test_options_become_flags() -> None:
-    got = argv(STORE, "/mnt/p", "-o", "ro,allow_other,sync_interval=30,deletions=log_only,"
-               "exclude=*.tmp,exclude=.#*,cache_dir=/c,cache-max-size=200M,"
-               "flush_timeout=60,api_url=http://h:1,log_level=debug,log_file=/l")
-    assert got == ["--log-level", "debug", "--log-file", "/l", "mount", STORE, "/mnt/p",
-                   "--daemon", "--allow-other", "--sync-interval", "30", "--deletions",
-                   "log_only", "--exclude", "*.tmp", "--exclude", ".#*", "--cache-dir",
-                   "/c", "--cache-max-size", "200M", "--flush-timeout", "60", "--api-url",
-                   "http://h:1", "--read-only"]
+    got = argv(
+        STORE,
+        "/mnt/p",
+        "-o",
+        "ro,allow_other,sync_interval=30,deletions=log_only,"
+        "exclude=*.tmp,exclude=.#*,cache_dir=/c,cache-max-size=200M,"
+        "flush_timeout=60,api_url=http://h:1,log_level=debug,log_file=/l",
+    )
+    assert got == [
+        "--log-level",
+        "debug",
+        "--log-file",
+        "/l",
+        "mount",
+        STORE,
+        "/mnt/p",
+        "--daemon",
+        "--allow-other",
+        "--sync-interval",
+        "30",
+        "--deletions",
+        "log_only",
+        "--exclude",
+        "*.tmp",
+        "--exclude",
+        ".#*",
+        "--cache-dir",
+        "/c",
+        "--cache-max-size",
+        "200M",
+        "--flush-timeout",
+        "60",
+        "--api-url",
+        "http://h:1",
+        "--read-only",
+    ]
     assert argv(STORE, "/mnt/p", "-r")[-1] == "--read-only"
     assert "--read-only" not in argv(STORE, "/mnt/p", "-r", "-o", "rw")
     env_file = parse([STORE, "/m", "-o", "env_file=/etc/memfs/p.env"]).env_file
@@ -44,18 +79,21 @@ def test_options_become_flags() -> None:
     assert request.fake and request.verbose
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ([STORE], "usage: mount.fuse.memfs STORE_ID MOUNTPOINT"),
-    ([STORE, "/m", "/x"], "usage: mount.fuse.memfs STORE_ID MOUNTPOINT"),
-    (["memfs#", "/m"], "no store id in the source 'memfs#'"),
-    ([STORE, "/m", "-o", "noexec"], "unknown mount option 'noexec'"),
-    ([STORE, "/m", "-o", "ro=1"], "mount option 'ro=1': write it as ro"),
-    ([STORE, "/m", "-o", "cache_dir"], "mount option 'cache_dir': write it as cache_dir=DIR"),
-    ([STORE, "/m", "-t", "fuse.sshfs"], "-t fuse.sshfs: this helper mounts fuse.memfs"),
-    ([STORE, "/m", "-N", "/proc/1/ns/mnt"], "-N (another mount namespace) is not"),
-    ([STORE, "/m", "-x"], "unknown flag -x"),
-    ([STORE, "/m", "-o"], "-o needs a value"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([STORE], "usage: mount.fuse.memfs STORE_ID MOUNTPOINT"),
+        ([STORE, "/m", "/x"], "usage: mount.fuse.memfs STORE_ID MOUNTPOINT"),
+        (["memfs#", "/m"], "no store id in the source 'memfs#'"),
+        ([STORE, "/m", "-o", "noexec"], "unknown mount option 'noexec'"),
+        ([STORE, "/m", "-o", "ro=1"], "mount option 'ro=1': write it as ro"),
+        ([STORE, "/m", "-o", "cache_dir"], "mount option 'cache_dir': write it as cache_dir=DIR"),
+        ([STORE, "/m", "-t", "fuse.sshfs"], "-t fuse.sshfs: this helper mounts fuse.memfs"),
+        ([STORE, "/m", "-N", "/proc/1/ns/mnt"], "-N (another mount namespace) is not"),
+        ([STORE, "/m", "-x"], "unknown flag -x"),
+        ([STORE, "/m", "-o"], "-o needs a value"),
+    ],
+)
 def test_refused(args: list[str], message: str) -> None:
     with pytest.raises(UsageError) as refused:
         parse(args)
@@ -69,10 +107,10 @@ def test_sloppy_ignores_unknown_options(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_env_file(tmp_path: Path) -> None:
     path = tmp_path / "p.env"
-    path.write_text("# credentials\n\nANTHROPIC_API_KEY=sk-1\nexport A='x y'\n"
-                    'B="q"\n; note\nC=\n')
-    assert load_env_file(str(path)) == {"ANTHROPIC_API_KEY": "sk-1", "A": "x y", "B": "q",
-                                        "C": ""}
+    path.write_text(
+        "# credentials\n\nANTHROPIC_API_KEY=sk-1\nexport A='x y'\nB=\"q\"\n; note\nC=\n"
+    )
+    assert load_env_file(str(path)) == {"ANTHROPIC_API_KEY": "sk-1", "A": "x y", "B": "q", "C": ""}
     path.write_text("ANTHROPIC_API_KEY=sk-1\nnot a line\n")
     with pytest.raises(UsageError, match="line 2 is not KEY=VALUE"):
         load_env_file(str(path))
@@ -80,13 +118,20 @@ def test_env_file(tmp_path: Path) -> None:
 
 def test_the_cli_hands_the_fuse3_form_to_the_helper() -> None:
     """fuse3's mount.fuse runs `memfs STORE_ID DIR -o OPTS`: `-f` proves where it went."""
-    done = subprocess.run([sys.executable, "-m", "memfs.cli", STORE, "/mnt/p", "-o",
-                           "ro", "-f"], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "memfs.cli", STORE, "/mnt/p", "-o", "ro", "-f"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stderr == (f"memfs: would run: memfs mount {STORE} /mnt/p --daemon "
-                           "--read-only\n")
-    usage = subprocess.run([sys.executable, "-m", "memfs.cli", STORE, "/mnt/p", "-o",
-                            "nope"], capture_output=True, text=True, timeout=30)
+    assert done.stderr == (f"memfs: would run: memfs mount {STORE} /mnt/p --daemon --read-only\n")
+    usage = subprocess.run(
+        [sys.executable, "-m", "memfs.cli", STORE, "/mnt/p", "-o", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert usage.returncode == 2
     assert usage.stderr == "memfs: unknown mount option 'nope' (see mount.fuse.memfs(8))\n"
 
@@ -97,8 +142,8 @@ def test_operations_lists_every_option() -> None:
     from tests.support.units import OPERATIONS
 
     text = OPERATIONS.read_text()
-    table = text[text.index("| `-o` option | becomes |"):]
-    table = table[:table.index("\n\n")]
+    table = text[text.index("| `-o` option | becomes |") :]
+    table = table[: table.index("\n\n")]
     for option in OPTIONS:
         written = f"`{option.name}={option.value}`" if option.value else f"`{option.name}`"
         assert written in table, written

@@ -58,13 +58,13 @@ async def test_a_name_made_behind_the_kernel_is_stale(h: Harness) -> None:
 
 async def test_a_failed_create_keeps_the_name_remembered(h: Harness) -> None:
     assert (await h.fs.lookup(ROOT, b"bad\x01.md", CTX)).st_ino == 0
-    await fails(errno.EINVAL, h.fs.create(ROOT, b"bad\x01.md", stat.S_IFREG | 0o644,
-                                          O_WR, CTX))
+    await fails(errno.EINVAL, h.fs.create(ROOT, b"bad\x01.md", stat.S_IFREG | 0o644, O_WR, CTX))
     assert len(h.tree.negatives) == 1
 
 
 def test_a_full_table_answers_plain_enoent_until_entries_expire(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     now = [1000.0]
     monkeypatch.setattr(memfs.state.tree.time, "monotonic", lambda: now[0])
     neg = NegativeEntries(limit=2)
@@ -80,6 +80,7 @@ def test_a_full_table_answers_plain_enoent_until_entries_expire(
 
 def test_long_names_are_remembered_by_their_alias() -> None:
     from memfs.paths import local_name
+
     long = "x" * 300 + ".md"
     neg = NegativeEntries()
     assert neg.answer(7, local_name(long), 10.0)

@@ -12,8 +12,9 @@ A, B = "memstore_A", "memstore_B"
 GRANT = tokens.Grant("tok_x", {A: tokens.READ_WRITE, B: tokens.READ_ONLY}, "9999")
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("8h", 28800),
-                                               ("7d", 604800)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90s", 90), ("30m", 1800), ("8h", 28800), ("7d", 604800)]
+)
 def test_durations(text: str, seconds: int) -> None:
     assert tokens.parse_duration(text) == seconds
 
@@ -33,21 +34,24 @@ def test_scopes() -> None:
             tokens.parse_scope(bad)
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [
-    ("GET", f"/v1/memory_stores/{A}/memories", None),
-    ("POST", f"/v1/memory_stores/{A}/memories", None),
-    ("POST", f"/v1/memory_stores/{A}/memory_versions/v/redact", None),
-    ("POST", f"/v1/memory_stores/{A}", 403),
-    ("POST", f"/v1/memory_stores/{A}/archive", 403),
-    ("DELETE", f"/v1/memory_stores/{A}", 403),
-    ("GET", f"/v1/memory_stores/{B}/memories/m", None),
-    ("POST", f"/v1/memory_stores/{B}/memories/m", 403),
-    ("DELETE", f"/v1/memory_stores/{B}/memories/m", 403),
-    ("GET", "/v1/memory_stores/memstore_C", 404),
-    ("DELETE", "/v1/memory_stores/memstore_C/memories/m", 404),
-    ("GET", "/v1/memory_stores", None),
-    ("POST", "/v1/memory_stores", 403),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", f"/v1/memory_stores/{A}/memories", None),
+        ("POST", f"/v1/memory_stores/{A}/memories", None),
+        ("POST", f"/v1/memory_stores/{A}/memory_versions/v/redact", None),
+        ("POST", f"/v1/memory_stores/{A}", 403),
+        ("POST", f"/v1/memory_stores/{A}/archive", 403),
+        ("DELETE", f"/v1/memory_stores/{A}", 403),
+        ("GET", f"/v1/memory_stores/{B}/memories/m", None),
+        ("POST", f"/v1/memory_stores/{B}/memories/m", 403),
+        ("DELETE", f"/v1/memory_stores/{B}/memories/m", 403),
+        ("GET", "/v1/memory_stores/memstore_C", 404),
+        ("DELETE", "/v1/memory_stores/memstore_C/memories/m", 404),
+        ("GET", "/v1/memory_stores", None),
+        ("POST", "/v1/memory_stores", 403),
+    ],
+)
 def test_authorize(method: str, path: str, status: int | None) -> None:
     if status is None:
         tokens.authorize(GRANT, method, path)
@@ -68,7 +72,8 @@ def test_token_shape() -> None:
 
 def test_migrations_refuse_newer_and_list_pending() -> None:
     assert [n for n, _ in migrations.pending(0, migrations.SQLITE_STEPS)] == list(
-        range(1, migrations.LATEST + 1))
+        range(1, migrations.LATEST + 1)
+    )
     assert migrations.pending(migrations.LATEST, migrations.POSTGRES_STEPS) == []
     with pytest.raises(migrations.SchemaTooNew):
         migrations.pending(migrations.LATEST + 1, migrations.SQLITE_STEPS)

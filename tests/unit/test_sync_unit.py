@@ -42,8 +42,9 @@ async def h(tmp_path: Path) -> AsyncIterator[Harness]:
 @pytest.fixture
 def trio_clock_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tree's and the engine's `time.monotonic` follow trio's (autojump) clock."""
-    fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
-                                    if not k.startswith("__")})
+    fake = types.SimpleNamespace(
+        **{k: getattr(time, k) for k in dir(time) if not k.startswith("__")}
+    )
     fake.monotonic = trio.current_time
     for module in (memfs.sync.engine, memfs.sync.plan, memfs.state.tree, memfs.state.store_state):
         monkeypatch.setattr(module, "time", fake)
@@ -70,8 +71,7 @@ async def test_start_lists_without_content_then_streams_it(h: Harness) -> None:
 
 
 async def test_pull_create_change_rename_delete(h: Harness) -> None:
-    ids = await synced(h, {"/keep.md": "k", "/edit.md": "v1", "/old/name.md": "n",
-                           "/gone.md": "g"})
+    ids = await synced(h, {"/keep.md": "k", "/edit.md": "v1", "/old/name.md": "n", "/gone.md": "g"})
     edit_ino = h.node("/edit.md").ino
     name_node = h.node("/old/name.md")
     old_dir_ino = h.node("/old").ino
@@ -84,8 +84,12 @@ async def test_pull_create_change_rename_delete(h: Harness) -> None:
     h.notifier.entries.clear()
     result = await h.sync_once()
     assert result.outcome == "ok"
-    assert h.local_files() == {"/keep.md": "k", "/edit.md": "v2", "/moved/name2.md": "n",
-                               "/new.md": "fresh"}
+    assert h.local_files() == {
+        "/keep.md": "k",
+        "/edit.md": "v2",
+        "/moved/name2.md": "n",
+        "/new.md": "fresh",
+    }
     # The renamed file is the same inode with the same memory id.
     assert h.node("/moved/name2.md") is name_node
     assert name_node.memory_id == ids["/old/name.md"]
@@ -98,8 +102,7 @@ async def test_pull_create_change_rename_delete(h: Harness) -> None:
     assert h.fake.writes() == []  # a pull never writes back
 
 
-async def test_names_told_missing_are_invalidated_when_a_pull_brings_them(
-        h: Harness) -> None:
+async def test_names_told_missing_are_invalidated_when_a_pull_brings_them(h: Harness) -> None:
     """A negative entry the kernel may hold for a name is dropped when the name arrives
     remotely (a create, an implicit directory, a remote rename); names never looked up
     cost the kernel nothing."""
@@ -139,8 +142,10 @@ async def test_push_create_then_update_with_baseline_precondition(h: Harness) ->
     await h.sync_once()
     update = h.fake.ops("update")[-1]
     assert update.memory_id == mid
-    assert update.body == {"content": "two", "precondition": {
-        "type": "content_sha256", "content_sha256": sha("one")}}
+    assert update.body == {
+        "content": "two",
+        "precondition": {"type": "content_sha256", "content_sha256": sha("one")},
+    }
     assert h.fake.by_path() == {"/notes/a.md": "two"}
     assert node.state_name() == "clean" and node.base_sha == sha("two")
     # Clean content left the journal for the object store.
@@ -179,9 +184,9 @@ async def test_atomic_save_keeps_the_memory_id(h: Harness) -> None:
 
 async def test_vim_style_save_keeps_the_memory_id(h: Harness) -> None:
     ids = await synced(h, {"/doc.md": "old"})
-    h.rename("/doc.md", "/doc.md~")        # backup by rename (an excluded name)
-    h.write("/doc.md", "written by vim")    # a brand-new file at the old name
-    h.unlink("/doc.md~")                    # the backup goes
+    h.rename("/doc.md", "/doc.md~")  # backup by rename (an excluded name)
+    h.write("/doc.md", "written by vim")  # a brand-new file at the old name
+    h.unlink("/doc.md~")  # the backup goes
     h.fake.requests.clear()
     await h.sync_once()
     assert h.fake.by_path() == {"/doc.md": "written by vim"}
@@ -194,7 +199,7 @@ async def test_vim_save_with_a_pass_in_the_middle_keeps_the_id(h: Harness) -> No
     ids = await synced(h, {"/doc.md": "old"})
     h.rename("/doc.md", "/doc.md~")
     h.write("/doc.md", "written by vim")
-    await h.sync_once()                     # sees the backup and the new file at once
+    await h.sync_once()  # sees the backup and the new file at once
     h.unlink("/doc.md~")
     await h.sync_once()
     await h.sync_once()
@@ -208,7 +213,8 @@ async def test_vim_save_with_a_pass_in_the_middle_keeps_the_id(h: Harness) -> No
 
 
 async def test_changed_both_sides_store_wins_and_keeps_a_copy(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = await synced(h, {"/c.md": "base"})
     h.write("/c.md", "local edit")
     h.fake.edit(ids["/c.md"], content="remote edit")
@@ -221,8 +227,10 @@ async def test_changed_both_sides_store_wins_and_keeps_a_copy(
     assert node.conflict is not None and read_copy(node.conflict) == "local edit"
     assert Path(node.conflict).parent == h.cache.conflicts
     assert node.state_name() == "conflict"
-    assert any("keeping the remote version" in r.getMessage() and node.conflict
-               in r.getMessage() for r in caplog.records)
+    assert any(
+        "keeping the remote version" in r.getMessage() and node.conflict in r.getMessage()
+        for r in caplog.records
+    )
     stats = h.sync.statistics()
     assert stats.conflicts == 1
     assert stats.conflict_copies[0].path == "/c.md"
@@ -234,13 +242,15 @@ async def test_changed_both_sides_store_wins_and_keeps_a_copy(
 
 
 async def test_409_on_update_local_loses_copy_kept(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = await synced(h, {"/c.md": "base"})
     h.write("/c.md", "mine")
 
     def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
         if op == "update":  # someone else writes between our listing and our update
             h.fake.edit(ids["/c.md"], content="theirs")
+
     h.fake.before_write = race
     with caplog.at_level(logging.WARNING, "memfs.sync"):
         result = await h.sync_once()
@@ -250,8 +260,9 @@ async def test_409_on_update_local_loses_copy_kept(
     node = h.node("/c.md")
     assert node.state_name() == "conflict"
     assert node.conflict is not None and read_copy(node.conflict) == "mine"
-    assert any("the upload was refused and the local edit loses" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "the upload was refused and the local edit loses" in r.getMessage() for r in caplog.records
+    )
 
 
 async def test_404_on_update_recreates(h: Harness) -> None:
@@ -261,6 +272,7 @@ async def test_404_on_update_recreates(h: Harness) -> None:
     def vanish(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
         if op == "update" and mid in h.fake.memories:
             h.fake.remove(ids["/r.md"])
+
     h.fake.before_write = vanish
     await h.sync_once()
     assert h.fake.by_path() == {"/r.md": "edited"}
@@ -271,10 +283,12 @@ async def test_404_on_update_recreates(h: Harness) -> None:
     assert [s.op for s in h.fake.writes()] == ["update", "create"]
 
 
-@pytest.mark.parametrize(("status", "etype"), [(400, "invalid_request_error"),
-                                               (413, "request_too_large")])
+@pytest.mark.parametrize(
+    ("status", "etype"), [(400, "invalid_request_error"), (413, "request_too_large")]
+)
 async def test_rejected_upload_is_refused_until_content_changes(
-        h: Harness, status: int, etype: str, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, status: int, etype: str, caplog: pytest.LogCaptureFixture
+) -> None:
     await h.start()
     h.write("/big.md", "refused bytes")
     h.fake.fail("create", status, etype, times=10)
@@ -283,8 +297,9 @@ async def test_rejected_upload_is_refused_until_content_changes(
     assert result.outcome == "ok"
     node = h.node("/big.md")
     assert node.state_name() == "refused" and node.refused_why
-    assert any("stays un-synced until its content changes" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "stays un-synced until its content changes" in r.getMessage() for r in caplog.records
+    )
     assert h.sync.statistics().refused_files == (RefusedFile("/big.md", node.refused_why),)
     # Not retried while the content is the same, even across a restart.
     await h.sync_once()
@@ -312,11 +327,13 @@ async def test_rejected_update_is_refused_too(h: Harness) -> None:
     assert h.fake.by_path() == {"/u.md": "base"}
 
 
-@pytest.mark.parametrize(("status", "etype"), [(500, "api_error"), (503, "api_error"),
-                                               (429, "rate_limit_error"),
-                                               (529, "overloaded_error")])
+@pytest.mark.parametrize(
+    ("status", "etype"),
+    [(500, "api_error"), (503, "api_error"), (429, "rate_limit_error"), (529, "overloaded_error")],
+)
 async def test_transient_failure_fails_the_pass_and_loses_nothing(
-        h: Harness, status: int, etype: str) -> None:
+    h: Harness, status: int, etype: str
+) -> None:
     await synced(h, {"/t.md": "base"})
     h.write("/t.md", "edited")
     h.write("/n.md", "new")
@@ -335,13 +352,13 @@ async def test_transient_failure_fails_the_pass_and_loses_nothing(
 
 
 async def test_transient_failures_back_off_and_retry_within_a_pass(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     h = Harness(tmp_path, retry=RetryPolicy())
     try:
         await synced(h, {"/t.md": "base"})
         h.write("/t.md", "edited")
-        h.fake.fail("update", 429, "rate_limit_error", times=2,
-                    headers={"retry-after": "7"})
+        h.fake.fail("update", 429, "rate_limit_error", times=2, headers={"retry-after": "7"})
         t0 = trio.current_time()
         result = await h.sync_once()
         assert result.outcome == "ok"
@@ -352,8 +369,9 @@ async def test_transient_failures_back_off_and_retry_within_a_pass(
         await h.aclose()
 
 
-async def test_offline_then_catches_up(tmp_path: Path, autojump_clock: trio.testing.MockClock,
-                                       trio_clock_time: None) -> None:
+async def test_offline_then_catches_up(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
     h = Harness(tmp_path, retry=RetryPolicy(max_attempts=3, deadline=10), interval=15.0)
     try:
         await synced(h, {"/t.md": "base"})
@@ -365,7 +383,7 @@ async def test_offline_then_catches_up(tmp_path: Path, autojump_clock: trio.test
             await trio.sleep(60)
             assert h.sync.last_pass is not None and h.sync.last_pass.outcome == "failed"
             assert h.fake.writes() == []
-            h.fake.faults.clear()                 # it is back
+            h.fake.faults.clear()  # it is back
             await trio.sleep(20)
             assert h.sync.last_pass.outcome == "ok"
             nursery.cancel_scope.cancel()
@@ -413,7 +431,7 @@ async def test_lost_update_answer_is_settled_by_the_listing(h: Harness) -> None:
     assert (await h.sync_once()).outcome == "failed"
     node = h.node("/l.md")
     assert node.sent_sha == sha("v2")  # remembered, in case the answer was lost
-    h.restart()                        # ... even across a crash
+    h.restart()  # ... even across a crash
     await h.start()
     await h.sync_once()
     assert len(h.fake.ops("update")) == 1
@@ -454,7 +472,8 @@ async def test_lost_rename_answer_is_settled(h: Harness) -> None:
 
 
 async def test_delete_enabled_sends_guarded_delete(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = await synced(h, {"/d.md": "doomed", "/k.md": "kept"})
     h.unlink("/d.md")
     assert h.sync.statistics().pending_delete_paths == ("/d.md",)
@@ -470,13 +489,15 @@ async def test_delete_enabled_sends_guarded_delete(
 
 
 async def test_delete_guard_keeps_a_remote_change(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = await synced(h, {"/d.md": "doomed"})
     h.unlink("/d.md")
 
     def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
         if op == "delete":
             h.fake.edit(ids["/d.md"], content="changed meanwhile")
+
     h.fake.before_write = race
     with caplog.at_level(logging.WARNING, "memfs.sync"):
         await h.sync_once()
@@ -487,7 +508,8 @@ async def test_delete_guard_keeps_a_remote_change(
 
 
 async def test_deleted_locally_changed_remotely_restores(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = await synced(h, {"/d.md": "doomed"})
     h.unlink("/d.md")
     h.fake.edit(ids["/d.md"], content="remote edit")
@@ -526,15 +548,17 @@ async def test_delete_disabled(tmp_path: Path, caplog: pytest.LogCaptureFixture)
             await h.sync_once(final=True)
         assert h.fake.ops("delete") == []
         assert h.fake.by_path() == {"/d.md": "doomed"}
-        assert not any("delete" in r.getMessage() and "would" in r.getMessage()
-                       for r in caplog.records)
+        assert not any(
+            "delete" in r.getMessage() and "would" in r.getMessage() for r in caplog.records
+        )
     finally:
         await h.aclose()
 
 
 @pytest.mark.parametrize("n", [12, 40, 240])
-async def test_delete_cap_per_pass(tmp_path: Path, n: int,
-                                   caplog: pytest.LogCaptureFixture) -> None:
+async def test_delete_cap_per_pass(
+    tmp_path: Path, n: int, caplog: pytest.LogCaptureFixture
+) -> None:
     h = Harness(tmp_path)
     try:
         await synced(h, {f"/f{i:03d}.md": f"content {i}" for i in range(n)})
@@ -559,7 +583,8 @@ async def test_delete_cap_per_pass(tmp_path: Path, n: int,
 
 
 async def test_remote_delete_of_dirty_file_recreates(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = await synced(h, {"/x.md": "base", "/clean.md": "c"})
     h.write("/x.md", "edited here")
     h.fake.remove(ids["/x.md"])
@@ -573,7 +598,8 @@ async def test_remote_delete_of_dirty_file_recreates(
 
 
 async def test_read_only_never_pushes_and_keeps_dirty_files(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = await synced(h, {"/x.md": "base", "/y.md": "y", "/z.md": "z"})
     # Edits left in the journal by an earlier writable mount of the same cache.
     h.write("/x.md", "edited here")
@@ -590,15 +616,14 @@ async def test_read_only_never_pushes_and_keeps_dirty_files(
     assert h.fake.by_path() == {"/y.md": "y", "/z.md": "z"}
     assert h.read("/x.md") == "edited here"  # kept, unsynced
     assert h.read("/new.md") == "never pushed"
-    assert any("which a read-only store cannot push" in r.getMessage()
-               for r in caplog.records)
+    assert any("which a read-only store cannot push" in r.getMessage() for r in caplog.records)
 
 
 # --------------------------------------------------------------------------- timing
 
 
 async def test_open_for_write_waits_for_close_at_most_one_more_interval(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
 ) -> None:
     h = Harness(tmp_path, interval=15.0)
     try:
@@ -606,9 +631,9 @@ async def test_open_for_write_waits_for_close_at_most_one_more_interval(
             await trio.sleep(1)
             node = h.write("/open.md", "still writing", keep_open=True)
             closed = h.write("/closed.md", "done")
-            await trio.sleep(15)   # first timed pass (t=15): only the closed file goes
+            await trio.sleep(15)  # first timed pass (t=15): only the closed file goes
             assert h.fake.by_path() == {"/closed.md": "done"}
-            await trio.sleep(15)   # second (t=30): dirty for >= one interval, open or not
+            await trio.sleep(15)  # second (t=30): dirty for >= one interval, open or not
             assert h.fake.by_path() == {"/closed.md": "done", "/open.md": "still writing"}
             h.close(node)
             assert closed.state_name() == "clean"
@@ -617,7 +642,7 @@ async def test_open_for_write_waits_for_close_at_most_one_more_interval(
 
 
 async def test_close_releases_the_upload_at_the_next_pass(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
 ) -> None:
     h = Harness(tmp_path, interval=15.0)
     try:
@@ -633,8 +658,7 @@ async def test_close_releases_the_upload_at_the_next_pass(
         await h.aclose()
 
 
-async def test_without_tracked_writers_a_push_waits_for_a_quiet_spell(
-        tmp_path: Path) -> None:
+async def test_without_tracked_writers_a_push_waits_for_a_quiet_spell(tmp_path: Path) -> None:
     """--zero-message-opens: no close to wait for, so a timer pass leaves a file written in
     the last WRITE_QUIET_NS; a pass someone asked for (`memfs sync`) and the final one
     push it."""
@@ -648,8 +672,10 @@ async def test_without_tracked_writers_a_push_waits_for_a_quiet_spell(
             await h.sync_once()  # a timer's pass
             assert h.fake.by_path() == {"/quiet.md": "written a while ago"}
             await h.sync.sync_now()  # asked for
-            assert h.fake.by_path() == {"/quiet.md": "written a while ago",
-                                        "/busy.md": "being written"}
+            assert h.fake.by_path() == {
+                "/quiet.md": "written a while ago",
+                "/busy.md": "being written",
+            }
             h.write("/last.md", "just now")
             await h.sync_once()
             assert "/last.md" not in h.fake.by_path()
@@ -716,6 +742,7 @@ async def test_change_during_own_upload_stays_dirty(h: Harness) -> None:
             h.write("/w.md", "v3")  # the agent writes again while v2 is on the wire
         if op == "create" and body and body.get("content") == "n1":
             h.write("/n.md", "n2")
+
     h.fake.before_write = meanwhile
     await h.sync_once()
     assert h.fake.by_path() == {"/w.md": "v2", "/n.md": "n1"}
@@ -724,11 +751,15 @@ async def test_change_during_own_upload_stays_dirty(h: Harness) -> None:
     h.restart()  # and the journal agrees
     await h.start()
     assert h.fake.by_path() == {"/w.md": "v3", "/n.md": "n2"}
-    (last,) = [u for u in h.fake.ops("update")
-               if u.memory_id == ids["/w.md"] and u.body and u.body["content"] == "v3"]
+    (last,) = [
+        u
+        for u in h.fake.ops("update")
+        if u.memory_id == ids["/w.md"] and u.body and u.body["content"] == "v3"
+    ]
     assert last.body == {  # v3 sent against v2, the new baseline
-        "content": "v3", "precondition": {"type": "content_sha256",
-                                          "content_sha256": sha("v2")}}
+        "content": "v3",
+        "precondition": {"type": "content_sha256", "content_sha256": sha("v2")},
+    }
     assert h.fake.id_of("/w.md") == ids["/w.md"] and len(h.fake.memories) == 2
 
 
@@ -739,6 +770,7 @@ async def test_unlink_during_own_create_becomes_a_delete(h: Harness) -> None:
     def meanwhile(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
         if op == "create":
             h.unlink("/brief.md")
+
     h.fake.before_write = meanwhile
     await h.sync_once()
     assert len(h.fake.memories) == 1 and len(h.state.tombstones) == 1
@@ -760,8 +792,10 @@ async def test_restart_pushes_journal_first_with_preconditions(h: Harness) -> No
     h.unlink("/b.md")
     h.restart()
     await h.start()  # the initial pass pushes what the journal holds
-    assert h.fake.by_path() == {"/a.md": "edited before the crash",
-                                "/c.md": "created before the crash"}
+    assert h.fake.by_path() == {
+        "/a.md": "edited before the crash",
+        "/c.md": "created before the crash",
+    }
     update = h.fake.ops("update")[-1]
     assert update.memory_id == ids["/a.md"]
     assert update.body is not None
@@ -786,8 +820,9 @@ async def test_restart_with_remote_change_store_wins(h: Harness) -> None:
 
 @pytest.mark.parametrize("versions", [True, False], ids=["head-check", "no-versions"])
 @pytest.mark.parametrize("n", [10, 250, 1000])
-async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_idle_pass_only_lists(
+    tmp_path: Path, n: int, versions: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Idle: one request for the store's head version; without versions, the listing."""
     h = Harness(tmp_path)
     h.fake.versions_supported = versions
@@ -801,14 +836,20 @@ async def test_idle_pass_only_lists(tmp_path: Path, n: int, versions: bool,
             def wrapper(*a: Any, **kw: Any) -> Any:
                 reads[name] += 1
                 return fn(*a, **kw)
+
             return wrapper
+
         monkeypatch.setattr(h.state, "content", counting("content", h.state.content))
         monkeypatch.setattr(h.state.objects, "get", counting("get", h.state.objects.get))
-        for module in (memfs.sync.plan, memfs.sync.landing, memfs.sync.pusher,
-                       memfs.state.node, memfs.state.store_state):
+        for module in (
+            memfs.sync.plan,
+            memfs.sync.landing,
+            memfs.sync.pusher,
+            memfs.state.node,
+            memfs.state.store_state,
+        ):
             if hasattr(module, "sha256_hex"):
-                monkeypatch.setattr(module, "sha256_hex",
-                                    counting("hash", module.sha256_hex))
+                monkeypatch.setattr(module, "sha256_hex", counting("hash", module.sha256_hex))
         h.fake.requests.clear()
         h.notifier.inodes.clear()
         h.notifier.entries.clear()
@@ -841,22 +882,22 @@ async def test_idle_shortcut_never_hides_a_change(h: Harness) -> None:
         assert result.outcome == "ok"
         return any(s.op == "list" for s in h.fake.requests)
 
-    assert not await lists()                       # idle
-    h.fake.edit(ids["/a.md"], content="A2")        # remote change
+    assert not await lists()  # idle
+    h.fake.edit(ids["/a.md"], content="A2")  # remote change
     assert await lists() and h.read("/a.md") == "A2"
     assert not await lists()
-    h.write("/b.md", "B2")                         # local change
+    h.write("/b.md", "B2")  # local change
     assert await lists() and h.fake.by_path()["/b.md"] == "B2"
-    assert await lists()                           # our own push moved the head
+    assert await lists()  # our own push moved the head
     for _ in range(FULL_LISTING_EVERY):
         assert not await lists()
-    assert await lists()                           # the periodic full listing
+    assert await lists()  # the periodic full listing
 
 
 async def test_refused_file_does_not_keep_the_pass_listing(h: Harness) -> None:
     await synced(h, {"/a.md": "A"})
     node = h.write("/bad.md", "x")
-    node.refused_sha = node.current_sha()          # held back: nothing to push
+    node.refused_sha = node.current_sha()  # held back: nothing to push
     await h.sync_once()
     await h.sync_once()
     h.fake.requests.clear()

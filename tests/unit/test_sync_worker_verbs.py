@@ -35,27 +35,35 @@ async def test_flush_writes_pushes_edits_and_sends_no_delete(h: Harness) -> None
         assert h.fake.by_path() == {"/a.md": "a2", "/b.md": "b", "/new.md": "n"}
         assert h.fake.ops("delete") == []
         assert h.sync.deletions == "enabled"  # only suspended for that pass
-        assert len(h.state.tombstones) == 1   # the delete waits in the journal
-        await h.sync.sync_now()               # a normal pass sends it
+        assert len(h.state.tombstones) == 1  # the delete waits in the journal
+        await h.sync.sync_now()  # a normal pass sends it
     assert h.fake.by_path() == {"/a.md": "a2", "/new.md": "n"}
 
 
-async def test_restore_missing_brings_back_what_a_stopped_call_moved_away(
-        h: Harness) -> None:
-    ids = await synced(h, {"/gone.md": "g", "/moved.md": "m", "/saved.md": "s1",
-                           "/stay.md": "x"})
+async def test_restore_missing_brings_back_what_a_stopped_call_moved_away(h: Harness) -> None:
+    ids = await synced(h, {"/gone.md": "g", "/moved.md": "m", "/saved.md": "s1", "/stay.md": "x"})
     async with running(h):
-        h.unlink("/gone.md")                    # moved out of the mount
+        h.unlink("/gone.md")  # moved out of the mount
         h.rename("/moved.md", "/moved.md.bak")  # moved inside it, not put back
-        h.unlink("/saved.md")                   # a save in place: delete, write anew
+        h.unlink("/saved.md")  # a save in place: delete, write anew
         h.write("/saved.md", "s2")
         assert await h.sync.restore_missing() == 2
         await h.sync.sync_now()
         await h.sync.fetcher.fetch_all_missing()
-    assert h.local_files() == {"/gone.md": "g", "/moved.md": "m", "/moved.md.bak": "m",
-                               "/saved.md": "s2", "/stay.md": "x"}
-    assert h.fake.by_path() == {"/gone.md": "g", "/moved.md": "m", "/moved.md.bak": "m",
-                                "/saved.md": "s2", "/stay.md": "x"}
+    assert h.local_files() == {
+        "/gone.md": "g",
+        "/moved.md": "m",
+        "/moved.md.bak": "m",
+        "/saved.md": "s2",
+        "/stay.md": "x",
+    }
+    assert h.fake.by_path() == {
+        "/gone.md": "g",
+        "/moved.md": "m",
+        "/moved.md.bak": "m",
+        "/saved.md": "s2",
+        "/stay.md": "x",
+    }
     assert h.fake.ops("delete") == []
     # The memories keep their ids; the copy is a new memory; the save kept its memory.
     assert h.fake.id_of("/gone.md") == ids["/gone.md"]
@@ -88,12 +96,13 @@ async def test_overlapping_flushes_leave_deletes_on(h: Harness) -> None:
 
 
 async def test_a_renamed_file_whose_content_never_arrived_follows_a_remote_delete(
-        h: Harness) -> None:
+    h: Harness,
+) -> None:
     """Nothing of it is local but its name: the store's delete wins, nothing stays stuck
     (before: its identity was forgotten and it waited for content forever, unpushed)."""
     h.fake.add("/a.md", "alpha")
     h.fake.add("/keep.md", "k")
-    await h.start()                      # listed; contents not fetched
+    await h.start()  # listed; contents not fetched
     h.rename("/a.md", "/renamed.md")
     h.fake.remove(h.fake.id_of("/a.md"))
     result = await h.sync_once()
@@ -103,12 +112,13 @@ async def test_a_renamed_file_whose_content_never_arrived_follows_a_remote_delet
     assert [n.store_path() for n in h.state.walk_files() if n.dirty] == []
 
 
-async def test_a_first_pass_that_cannot_reach_the_store_raises_the_cause(
-        tmp_path: Path) -> None:
+async def test_a_first_pass_that_cannot_reach_the_store_raises_the_cause(tmp_path: Path) -> None:
     """Start-up maps StoreUnavailable to exit 3 and StoreAuthError to exit 2: the first
     pass must raise the cause itself, not a plain StoreError."""
-    for status, etype, expected in ((503, "overloaded_error", StoreUnavailable),
-                                    (401, "authentication_error", StoreAuthError)):
+    for status, etype, expected in (
+        (503, "overloaded_error", StoreUnavailable),
+        (401, "authentication_error", StoreAuthError),
+    ):
         h = Harness(tmp_path / str(status))
         try:
             h.fake.add("/a.md", "a")

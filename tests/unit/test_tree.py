@@ -74,8 +74,13 @@ async def test_create_write_read_and_attributes(h: Harness) -> None:
 
 
 async def test_read_only_modes(ro: Harness) -> None:
-    for path, mode in (("/", 0o555), ("/notes", 0o555), ("/empty", 0o555),
-                       ("/notes/a.md", 0o444), ("/.anthropic-memory-store", 0o444)):
+    for path, mode in (
+        ("/", 0o555),
+        ("/notes", 0o555),
+        ("/empty", 0o555),
+        ("/notes/a.md", 0o444),
+        ("/.anthropic-memory-store", 0o444),
+    ):
         a = await ro.fs.getattr(await ro.ino(path), CTX)
         assert stat.S_IMODE(a.st_mode) == mode, path
 
@@ -95,8 +100,7 @@ async def test_marker_is_synthetic_and_read_only(h: Harness) -> None:
     await fails(errno.EPERM, h.fs.open(ino, O_WR, CTX))
     await fails(errno.EPERM, h.fs.open(ino, O_RD | os.O_TRUNC, CTX))
     await fails(errno.EPERM, h.fs.setattr(ino, attrs(st_size=0), fields(size=True), None, CTX))
-    await fails(errno.EPERM, h.fs.setattr(ino, attrs(st_mode=0o644), fields(mode=True),
-                                          None, CTX))
+    await fails(errno.EPERM, h.fs.setattr(ino, attrs(st_mode=0o644), fields(mode=True), None, CTX))
     await fails(errno.EPERM, h.fs.unlink(ROOT, MARKER, CTX))
     await fails(errno.ENOTDIR, h.fs.rmdir(ROOT, MARKER, CTX))
     await fails(errno.EPERM, h.fs.rename(ROOT, MARKER, ROOT, b"other", 0, CTX))
@@ -164,22 +168,27 @@ async def test_open_trunc_and_setattr_size(h: Harness) -> None:
 
 async def test_chmod_utime_and_owner(h: Harness) -> None:
     ino = await h.write_file("/m.md", b"x")
-    a = await h.fs.setattr(ino, attrs(st_mode=stat.S_IFREG | 0o600), fields(mode=True),
-                           None, CTX)
+    a = await h.fs.setattr(ino, attrs(st_mode=stat.S_IFREG | 0o600), fields(mode=True), None, CTX)
     assert stat.S_IMODE(a.st_mode) == 0o600
-    a = await h.fs.setattr(ino, attrs(st_atime_ns=1_000_000_000, st_mtime_ns=2_000_000_000),
-                           fields(atime=True, mtime=True), None, CTX)
+    a = await h.fs.setattr(
+        ino,
+        attrs(st_atime_ns=1_000_000_000, st_mtime_ns=2_000_000_000),
+        fields(atime=True, mtime=True),
+        None,
+        CTX,
+    )
     assert (a.st_atime_ns, a.st_mtime_ns) == (1_000_000_000, 2_000_000_000)
     same = attrs(st_uid=os.getuid(), st_gid=os.getgid())
     await h.fs.setattr(ino, same, fields(uid=True, gid=True), None, CTX)  # chown to self
-    await fails(errno.EPERM, h.fs.setattr(ino, attrs(st_uid=os.getuid() + 1),
-                                          fields(uid=True), None, CTX))
-    await fails(errno.EPERM, h.fs.setattr(ino, attrs(st_gid=os.getgid() + 1),
-                                          fields(gid=True), None, CTX))
+    await fails(
+        errno.EPERM, h.fs.setattr(ino, attrs(st_uid=os.getuid() + 1), fields(uid=True), None, CTX)
+    )
+    await fails(
+        errno.EPERM, h.fs.setattr(ino, attrs(st_gid=os.getgid() + 1), fields(gid=True), None, CTX)
+    )
     # chmod/utime don't change content: a synced file stays clean.
     node = h.seed("/synced.md", b"s", "mem_s")
-    await h.fs.setattr(node.ino, attrs(st_mode=stat.S_IFREG | 0o640), fields(mode=True),
-                       None, CTX)
+    await h.fs.setattr(node.ino, attrs(st_mode=stat.S_IFREG | 0o640), fields(mode=True), None, CTX)
     await h.fs.setattr(node.ino, attrs(st_mtime_ns=5), fields(mtime=True), None, CTX)
     assert node.state_name() == "clean"
 
@@ -240,8 +249,9 @@ async def test_synced_rename_keeps_identity_and_is_pending(h: Harness) -> None:
     assert not node.dirty  # content is unchanged: only the path is pending
 
 
-async def test_readdir_is_stable_and_stops_when_full(h: Harness,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_readdir_is_stable_and_stops_when_full(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for i in range(50):
         await h.write_file(f"/f{i:03}.md", b"x")
     calls: list[tuple[bytes, int, int]] = []
@@ -308,12 +318,16 @@ async def test_xattrs(h: Harness) -> None:
     names = set(await h.fs.listxattr(node.ino, CTX))
     assert {b"user.memfs.memory_id", b"user.memfs.sha256", b"user.memfs.state.store_state"} <= names
     assert await h.fs.getxattr(node.ino, b"user.memfs.memory_id", CTX) == b"mem_a"
-    assert await h.fs.getxattr(node.ino, b"user.memfs.sha256", CTX) == \
-        sha256_hex(b"a").encode()
+    assert await h.fs.getxattr(node.ino, b"user.memfs.sha256", CTX) == sha256_hex(b"a").encode()
     assert await h.fs.getxattr(node.ino, b"user.memfs.state.store_state", CTX) == b"clean"
     await fails(pyfuse3.ENOATTR, h.fs.getxattr(node.ino, b"user.other", CTX))
-    for name in (b"user.memfs.state.store_state", b"user.memfs.memory_id", b"user.other",
-                 b"security.selinux", b"trusted.x"):
+    for name in (
+        b"user.memfs.state.store_state",
+        b"user.memfs.memory_id",
+        b"user.other",
+        b"security.selinux",
+        b"trusted.x",
+    ):
         await fails(errno.ENOTSUP, h.fs.setxattr(node.ino, name, b"v", CTX))
     await fails(errno.ENOTSUP, h.fs.removexattr(node.ino, b"user.memfs.state.store_state", CTX))
     await fails(pyfuse3.ENOATTR, h.fs.removexattr(node.ino, b"user.other", CTX))
@@ -321,8 +335,9 @@ async def test_xattrs(h: Harness) -> None:
     # The state follows the file.
     await h.write_file("/a.md", b"changed")
     assert await h.fs.getxattr(node.ino, b"user.memfs.state.store_state", CTX) == b"dirty"
-    assert await h.fs.getxattr(node.ino, b"user.memfs.sha256", CTX) == \
-        sha256_hex(b"changed").encode()
+    assert (
+        await h.fs.getxattr(node.ino, b"user.memfs.sha256", CTX) == sha256_hex(b"changed").encode()
+    )
 
 
 # -- waiting for content ----------------------------------------------------------------
@@ -341,7 +356,8 @@ async def test_read_waits_for_content_on_its_way(h: Harness) -> None:
 
 
 async def test_content_that_never_arrives_is_eio_and_logged(
-        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     h.remote_only("/never.md", b"never", "mem_never")
     h.reload()
     fi = await h.fs.open(await h.ino("/never.md"), O_RD, CTX)
@@ -373,7 +389,7 @@ async def test_truncate_of_content_on_its_way_waits(h: Harness) -> None:
 
 # -- an unexpected exception ------------------------------------------------------------
 async def test_unexpected_exception_is_eio_and_the_fs_survives(
-        h: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    h: Harness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     await h.write_file("/a.md", b"a")
 
@@ -417,10 +433,14 @@ async def _busy_history(h: Harness) -> None:
     await h.mkdir("/x/y")
     await h.rmdir("/x/y")
     ino = await h.write_file("/modes.md", b"m")
-    await h.fs.setattr(ino, attrs(st_mode=stat.S_IFREG | 0o600, st_mtime_ns=123_000),
-                       fields(mode=True, mtime=True), None, CTX)
-    await h.fs.setattr(await h.ino("/trunc.md"), attrs(st_size=3), fields(size=True),
-                       None, CTX)
+    await h.fs.setattr(
+        ino,
+        attrs(st_mode=stat.S_IFREG | 0o600, st_mtime_ns=123_000),
+        fields(mode=True, mtime=True),
+        None,
+        CTX,
+    )
+    await h.fs.setattr(await h.ino("/trunc.md"), attrs(st_size=3), fields(size=True), None, CTX)
     fi, _ = await h.fs.create(ROOT, b"bin.md", stat.S_IFREG | 0o644, O_WR, CTX)
     await h.fs.write(fi.fh, 0, b"\xff\xfe binary")
     await fails(errno.EILSEQ, h.fs.flush(fi.fh))
@@ -435,8 +455,9 @@ async def test_reload_reproduces_tree_contents_and_pending_state(h: Harness) -> 
     await _busy_history(h)
     before = snapshot(h)
     stats = before["stats"]
-    assert stats == StateStatistics(memories=10, bytes=stats.bytes, dirty=8, refused=1,
-                                    conflicts=0, pending_deletes=1)
+    assert stats == StateStatistics(
+        memories=10, bytes=stats.bytes, dirty=8, refused=1, conflicts=0, pending_deletes=1
+    )
     h.reload()
     after = snapshot(h)
     assert after == before
@@ -463,8 +484,12 @@ async def test_journal_is_written_before_the_call_returns(h: Harness) -> None:
     spy = sqlite3.connect(h.cache_path / "journal.sqlite")
 
     def rows() -> dict[str, tuple[Any, ...]]:
-        return {r[0]: r[1:] for r in spy.execute(
-            "SELECT path, kind, data, dirty, mode FROM entries WHERE path IS NOT NULL")}
+        return {
+            r[0]: r[1:]
+            for r in spy.execute(
+                "SELECT path, kind, data, dirty, mode FROM entries WHERE path IS NOT NULL"
+            )
+        }
 
     fi, a = await h.fs.create(ROOT, b"a.md", stat.S_IFREG | 0o644, O_WR, CTX)
     assert rows()["/a.md"][:3] == ("file", b"", 1)
@@ -530,12 +555,15 @@ async def test_read_only_store_refuses_every_mutation(ro: Harness) -> None:
     await fails(errno.EROFS, fs.rename(notes, b"a.md", notes, b"b.md", 0, CTX))
     await fails(errno.EROFS, fs.rename(notes, b"a.md", ROOT, b"b.md", 0, CTX))
     await fails(errno.EROFS, fs.rename(ROOT, b"empty", notes, b"empty", 0, CTX))
-    for f, at in ((fields(size=True), attrs(st_size=0)),
-                  (fields(mode=True), attrs(st_mode=0o100600)),
-                  (fields(atime=True, mtime=True), attrs(st_atime_ns=1, st_mtime_ns=1))):
+    for f, at in (
+        (fields(size=True), attrs(st_size=0)),
+        (fields(mode=True), attrs(st_mode=0o100600)),
+        (fields(atime=True, mtime=True), attrs(st_atime_ns=1, st_mtime_ns=1)),
+    ):
         await fails(errno.EROFS, fs.setattr(a, at, f, None, CTX))
-    await fails(errno.EROFS, fs.setattr(notes, attrs(st_mode=0o40700), fields(mode=True),
-                                        None, CTX))
+    await fails(
+        errno.EROFS, fs.setattr(notes, attrs(st_mode=0o40700), fields(mode=True), None, CTX)
+    )
     await fails(errno.EROFS, fs.link(a, notes, b"hard", CTX))
     await fails(errno.EROFS, fs.symlink(notes, b"sym", b"a.md", CTX))
     await fails(errno.EROFS, fs.mknod(notes, b"fifo", stat.S_IFIFO | 0o644, 0, CTX))
@@ -571,8 +599,7 @@ async def test_links_and_special_files_are_eperm(h: Harness) -> None:
     # mknod of a regular file is a create
     node = await h.fs.mknod(ROOT, b"plain.md", stat.S_IFREG | 0o644, 0, CTX)
     assert stat.S_ISREG(node.st_mode)
-    assert sorted(h.state.root.children or {}) == [
-        ".anthropic-memory-store", "a.md", "plain.md"]
+    assert sorted(h.state.root.children or {}) == [".anthropic-memory-store", "a.md", "plain.md"]
 
 
 # -- EFBIG ------------------------------------------------------------------------------
@@ -587,21 +614,22 @@ async def test_efbig_at_the_write_or_truncate_that_crosses_the_limit(h: Harness)
     await fails(errno.EFBIG, h.fs.write(fi.fh, 0, b"y"))
     await h.fs.release(fi.fh)
     assert (await h.fs.getattr(a.st_ino, CTX)).st_size == MAX_CONTENT_BYTES
-    await fails(errno.EFBIG, h.fs.setattr(a.st_ino, attrs(st_size=MAX_CONTENT_BYTES + 1),
-                                          fields(size=True), None, CTX))
+    await fails(
+        errno.EFBIG,
+        h.fs.setattr(a.st_ino, attrs(st_size=MAX_CONTENT_BYTES + 1), fields(size=True), None, CTX),
+    )
     await h.fs.setattr(a.st_ino, attrs(st_size=10), fields(size=True), None, CTX)
-    await h.fs.setattr(a.st_ino, attrs(st_size=MAX_CONTENT_BYTES), fields(size=True), None,
-                       CTX)
+    await h.fs.setattr(a.st_ino, attrs(st_size=MAX_CONTENT_BYTES), fields(size=True), None, CTX)
     assert (await h.fs.getattr(a.st_ino, CTX)).st_size == MAX_CONTENT_BYTES
 
 
 # -- paths the API would reject ---------------------------------------------------------
 BAD_NAMES = [
-    (b"\xff\xfe.md", errno.EINVAL),                                   # not UTF-8
+    (b"\xff\xfe.md", errno.EINVAL),  # not UTF-8
     (unicodedata.normalize("NFD", "café.md").encode(), errno.EINVAL),  # not NFC
-    (b"tab\there.md", errno.EINVAL),                                   # control
+    (b"tab\there.md", errno.EINVAL),  # control
     (b"nl\nhere.md", errno.EINVAL),
-    ("zero\u200bwidth.md".encode(), errno.EINVAL),                     # format (Cf)
+    ("zero\u200bwidth.md".encode(), errno.EINVAL),  # format (Cf)
     ("bidi\u202e.md".encode(), errno.EINVAL),
     ("line\u2028sep.md".encode(), errno.EINVAL),
     (b"x" * 1024, errno.ENAMETOOLONG),
@@ -625,10 +653,13 @@ async def test_long_and_deep_paths(h: Harness) -> None:
         path += "/" + seg
         await h.mkdir(path)
     # 4 x 201 = 804 bytes; a 230-byte name would make the path 1035 bytes
-    await fails(errno.ENAMETOOLONG, h.fs.create(await h.ino(path), b"n" * 230,
-                                                stat.S_IFREG | 0o644, O_WR, CTX))
-    await fails(errno.ENAMETOOLONG, h.fs.mkdir(await h.ino(path), b"n" * 230,
-                                               stat.S_IFDIR | 0o755, CTX))
+    await fails(
+        errno.ENAMETOOLONG,
+        h.fs.create(await h.ino(path), b"n" * 230, stat.S_IFREG | 0o644, O_WR, CTX),
+    )
+    await fails(
+        errno.ENAMETOOLONG, h.fs.mkdir(await h.ino(path), b"n" * 230, stat.S_IFDIR | 0o755, CTX)
+    )
     await h.write_file(path + "/" + "n" * 200, b"fits")  # 1005 bytes
     # moving a directory can push its content past the limit
     await h.mkdir("/" + "p" * 100)
@@ -639,8 +670,9 @@ async def test_long_and_deep_paths(h: Harness) -> None:
         deep += f"/d{i}"
         await h.mkdir(deep)
     await h.write_file(deep + "/leaf.md", b"20 segments")
-    await fails(errno.ENAMETOOLONG, h.fs.mkdir(await h.ino(deep), b"d19",
-                                               stat.S_IFDIR | 0o755, CTX))
+    await fails(
+        errno.ENAMETOOLONG, h.fs.mkdir(await h.ino(deep), b"d19", stat.S_IFDIR | 0o755, CTX)
+    )
     await h.mkdir("/e0")
     await fails(errno.ENAMETOOLONG, h.rename("/d0", "/e0/d0"))
     assert await h.read_file(deep + "/leaf.md") == b"20 segments"
@@ -693,8 +725,7 @@ async def test_namespace_errnos(h: Harness) -> None:
     await fails(errno.EISDIR, h.unlink("/d"))
     await fails(errno.EISDIR, h.rename("/file.md", "/empty"))
     await fails(errno.EISDIR, h.fs.open(d, O_RD, CTX))
-    await fails(errno.EISDIR, h.fs.setattr(d, attrs(st_size=0), fields(size=True), None,
-                                           CTX))
+    await fails(errno.EISDIR, h.fs.setattr(d, attrs(st_size=0), fields(size=True), None, CTX))
     await fails(errno.ENOTDIR, h.rmdir("/file.md"))
     await fails(errno.ENOTDIR, h.rename("/empty", "/file.md"))
     await fails(errno.ENOTDIR, h.fs.lookup(f, b"x", CTX))
@@ -713,15 +744,27 @@ async def test_namespace_errnos(h: Harness) -> None:
     await h.mkdir("/d2")
     await h.rename("/d2", "/empty")
     assert sorted(h.state.root.children or {}) == [
-        ".anthropic-memory-store", "d", "empty", "file.md"]
+        ".anthropic-memory-store",
+        "d",
+        "empty",
+        "file.md",
+    ]
 
 
 async def test_rename_between_stores_is_exdev(tmp_path: Path) -> None:
     tree = Tree(uid=os.getuid(), gid=os.getgid())
     caches = [CacheDir(tmp_path / n, n) for n in ("memstore_a", "memstore_b")]
-    states = [StoreState(tree, c.journal.get_meta("memory_store_id") or "", name, c,
-                         read_only=False, parent=tree.root)
-              for c, name in zip(caches, ("a", "b"), strict=True)]
+    states = [
+        StoreState(
+            tree,
+            c.journal.get_meta("memory_store_id") or "",
+            name,
+            c,
+            read_only=False,
+            parent=tree.root,
+        )
+        for c, name in zip(caches, ("a", "b"), strict=True)
+    ]
     fs = MemFs(tree, Waiter())
     try:
         a = (await fs.lookup(ROOT, b"a", CTX)).st_ino

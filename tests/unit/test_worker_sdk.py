@@ -66,6 +66,7 @@ def test_only_a_memfs_worker_gets_the_memfs_engine() -> None:
 
 def test_a_changed_sdk_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a release that builds its engine differently would look like."""
+
     def new_init(self: Any, **kw: Any) -> None:
         self._memory = object()
 
@@ -79,15 +80,23 @@ def test_a_changed_sdk_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_memfs_worker_commands_refuse_missing_settings_with_one_line(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    for name in ("ANTHROPIC_ENVIRONMENT_ID", "ANTHROPIC_ENVIRONMENT_KEY", "ANTHROPIC_WORK_ID",
-                 "ANTHROPIC_SESSION_ID", "ANTHROPIC_WORK_SECRET"):
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in (
+        "ANTHROPIC_ENVIRONMENT_ID",
+        "ANTHROPIC_ENVIRONMENT_KEY",
+        "ANTHROPIC_WORK_ID",
+        "ANTHROPIC_SESSION_ID",
+        "ANTHROPIC_WORK_SECRET",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert memfs_worker.main(["poll"]) == 2
     assert capsys.readouterr().err == (
         "memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) and "
-        "ANTHROPIC_ENVIRONMENT_KEY\n")
+        "ANTHROPIC_ENVIRONMENT_KEY\n"
+    )
     monkeypatch.setattr("sys.stdin", None)
     assert memfs_worker.main(["handle-item"]) == 2
     assert capsys.readouterr().err == (
-        "memfs-worker: handle_item: work_id is required — pass it or set ANTHROPIC_WORK_ID\n")
+        "memfs-worker: handle_item: work_id is required — pass it or set ANTHROPIC_WORK_ID\n"
+    )
