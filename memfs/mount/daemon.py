@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -96,28 +97,29 @@ class Daemon:
                 await sync.wait_content(node)
                 return
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
     # -- start ----------------------------------------------------------------------
+    async def _lookup(self, store_id: str, cache_dir: Path) -> tuple[StoreInfo | None, str]:
+        """The store's info, or (None, why) when unreachable but a local copy can serve."""
+        try:
+            return await lookup_store(self._start_client(), store_id), ""
+        except StartError as e:
+            if e.exit_code != ExitCode.UNREACHABLE:
+                raise
+            if not (cache_dir / JOURNAL_NAME).exists():
+                raise StartError(
+                    f"{e}; there is no local copy of {store_id} in "
+                    f"{cache_dir} to start offline from",
+                    e.exit_code,
+                ) from None
+            return None, str(e)
+
     async def _open_stores(self, client: StoreClient) -> None:
         cfg = self.config
         cache_root = cfg.cache_dir or default_cache_root()
         offline: set[str] = set()
         for spec in cfg.stores:
             cache_dir = cache_root if (cfg.single and cfg.cache_dir) else cache_root / spec.store_id
-            try:
-                info: StoreInfo | None = await lookup_store(self._start_client(), spec.store_id)
-            except StartError as e:
-                if e.exit_code != ExitCode.UNREACHABLE:
-                    raise
-                if not (cache_dir / JOURNAL_NAME).exists():
-                    raise StartError(
-                        f"{e}; there is no local copy of {spec.store_id} in "
-                        f"{cache_dir} to start offline from",
-                        e.exit_code,
-                    ) from None
-                info, reason = None, str(e)
+            info, reason = await self._lookup(spec.store_id, cache_dir)
             read_only = spec.read_only
             if info is not None:
                 self.infos[spec.store_id] = info
@@ -556,7 +558,8 @@ class Daemon:
             **(self.ops.statistics().as_json() if self.ops is not None else {}),
         }
 
-    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:  # noqa: C901
+        # split by the control-protocol work
         op = request.get("op")
         if op == "status":
             return self.status()
