@@ -49,7 +49,6 @@ from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_ht
 from memfs.sync.progress import Bar, on_terminal
 
 PROG = "memfs store"
-IMPORT_CONCURRENCY = 16
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
 CLI_RETRY = RetryPolicy(
     max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0, retry_timeouts=False

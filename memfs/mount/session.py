@@ -40,9 +40,6 @@ from memfs.store.connection import (
 
 log = logging.getLogger("memfs.session")
 
-DEFAULT_ROOT = "/mnt/memory"
-
-
 def no_credentials(base_url: str) -> str:
     """The refusal without credentials, in the words of whoever runs that server: a
     local `memfs serve` user has no work item, only (maybe) a key."""

@@ -765,11 +765,3 @@ class Storage:
                 row = self._version_row(conn, store_id, version_id)
             return _version_obj(row, True)
 
-
-def __getattr__(name: str) -> Any:
-    """`Database` lived here; scripts/benchmarks still import it by this path."""
-    if name == "Database":
-        from memfs.server.sqlite import Database
-
-        return Database
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,7 +36,7 @@ from memfs.state.tree import Tree
 
 # The logger keeps the name it had when this code lived in memfs/state/tree.py: log lines
 # name it, and they do not change.
-log = logging.getLogger("memfs.tree")
+log = logging.getLogger("memfs.state")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,6 @@ class StoreState(SyncRecords):
         marker = marker_content(store_id)
         self.marker.data = bytearray(marker)
         self.marker.size = len(marker)
-        self.marker_bytes = marker
         # Bumped by every local change a pass may have to push (the idle-pass shortcut).
         self.generation = 0
         # Names the sync never pushes (editor swap files...; StoreSync sets its rules):
