@@ -33,6 +33,7 @@ from memfs.errors import (
     StoreUnavailable,
     missing_store,
 )
+from memfs.mount.display import Bar, on_terminal
 from memfs.paths import (
     MARKER_NAME,
     MARKER_PATH,
@@ -46,7 +47,6 @@ from memfs.paths import (
 )
 from memfs.store.client import FullMemory, RetryPolicy, StoreClient, StoreInfo
 from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
-from memfs.sync.progress import Bar, on_terminal
 
 PROG = "memfs store"
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.

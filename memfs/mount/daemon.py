@@ -38,6 +38,7 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.mount import answers
+from memfs.mount.display import Display
 from memfs.mount.fs import MemFs
 from memfs.mount.notifier import KernelNotifier
 from memfs.mount.preflight import (
@@ -53,7 +54,6 @@ from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree
 from memfs.store.client import StoreClient, StoreInfo
 from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
-from memfs.sync import progress
 from memfs.sync.engine import StoreSync
 from memfs.sync.notify import Notifier
 from memfs.sync.plan import PassResult
@@ -86,7 +86,7 @@ class Daemon:
         self._flush_scope = trio.CancelScope()  # the third Ctrl-C cancels the final flush
         self._flushing = False
         self._flush_signals = 0  # signals heard during the final flush
-        self._display: progress.Display | None = None
+        self._display: Display | None = None
         self.http: httpx.AsyncClient | None = None
         self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
 
@@ -268,7 +268,7 @@ class Daemon:
         try:
             client = StoreClient(self.http)
             # On a terminal: the listing as it streams, and what the last run left.
-            self._display = progress.Display.for_terminal(
+            self._display = Display.for_terminal(
                 {"listing": "listing", "pushing": "pushing"}
             )
             try:
@@ -467,7 +467,7 @@ class Daemon:
         pending = self._unpushed_count()
         if pending:
             log.info("final sync started files=%d mountpoint=%s", pending, self.mountpoint)
-        display = progress.Display.for_terminal({"pushing": "flushing"})
+        display = Display.for_terminal({"pushing": "flushing"})
         self._flushing = True
         try:
             with self._flush_scope:

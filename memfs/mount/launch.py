@@ -20,10 +20,9 @@ import trio
 from memfs import logs
 from memfs.config import ExitCode, MountConfig, default_cache_root
 from memfs.errors import ConfigError, StartError
-from memfs.mount import systemd
+from memfs.mount import display, systemd
 from memfs.mount.daemon import Daemon
 from memfs.mount.preflight import clear_dead_mount
-from memfs.sync import progress
 
 log = logging.getLogger("memfs.daemon")
 
@@ -102,7 +101,7 @@ def _run_foreground(config: MountConfig) -> int:
     except ConfigError as e:
         print(f"memfs: {e}", file=sys.stderr)
         return 2
-    for line in progress.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
+    for line in display.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
         print(line, file=sys.stderr)
     return code
 
