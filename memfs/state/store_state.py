@@ -564,6 +564,30 @@ class StoreState(SyncRecords):
     def _touch_dir(self, node: Node, now: int) -> None:
         node.mtime_ns = node.ctime_ns = now
 
+    # -- flushing -------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Fold the journal's write-ahead log back (after a large write is closed)."""
+        self.journal.checkpoint()
+
+    # -- open files -----------------------------------------------------------------
+    def opened(self, node: Node, *, writing: bool) -> None:
+        """A handle on `node`: while one is open, its bytes stay in RAM (`make_clean`)."""
+        node.open_handles += 1
+        if writing:
+            node.open_writers += 1
+
+    def closed(self, node: Node, *, writing: bool) -> None:
+        node.open_handles -= 1
+        if writing:
+            node.open_writers -= 1
+        if (
+            node.open_handles == 0
+            and not node.dirty
+            and node.data is not None
+            and node.sha is not None
+        ):
+            node.data = None  # clean content lives in the object store, not in RAM
+
     # -- validation of what a handler flushes ---------------------------------------
     def check_utf8(self, node: Node) -> None:
         """Refuse (EILSEQ) and hold back content the store could never accept.
