@@ -33,7 +33,7 @@ from memfs.errors import (
     StoreUnavailable,
     missing_store,
 )
-from memfs.mount.display import Bar, on_terminal
+from memfs.mount.display import Bar, on_terminal, printable
 from memfs.paths import (
     MARKER_NAME,
     MARKER_PATH,
@@ -91,16 +91,11 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 
 
 def _error(message: str) -> None:
-    print(f"{PROG}: error: {_printable(message)}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
 
 
 def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {_printable(message)}", file=sys.stderr)
-
-
-def _printable(text: str) -> str:
-    """Escape control characters so a hostile name cannot drive the terminal."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+    print(f"{PROG}: warning: {printable(message)}", file=sys.stderr)
 
 
 def _show_path(text: str) -> str:
@@ -161,7 +156,7 @@ def _store_lines(store: StoreInfo) -> list[str]:
     ]
     for key, value in sorted(store.metadata.items()):
         lines.append(f"metadata.{key}: {value}")
-    return [_printable(line) for line in lines]
+    return [printable(line) for line in lines]
 
 
 # --------------------------------------------------------------------------- simple commands
@@ -188,7 +183,7 @@ async def _list(client: StoreClient, args: argparse.Namespace) -> int:
     print(f"{'ID':<{width}}  {'CREATED':<20}  {'STATE':<8}  NAME")
     for s in stores:
         state = "archived" if s.archived_at else "active"
-        print(_printable(f"{s.id:<{width}}  {s.created_at[:19]:<20}  {state:<8}  {s.name}"))
+        print(printable(f"{s.id:<{width}}  {s.created_at[:19]:<20}  {state:<8}  {s.name}"))
     return ExitCode.OK
 
 
@@ -211,7 +206,7 @@ async def _archive(client: StoreClient, args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(store.to_json())
     else:
-        print(f"archived {store.id} ({_printable(store.name)}); it is now read-only")
+        print(f"archived {store.id} ({printable(store.name)}); it is now read-only")
     return ExitCode.OK
 
 
@@ -223,7 +218,7 @@ async def _delete(client: StoreClient, args: argparse.Namespace) -> int:
         )
     if not args.yes:
         prompt = (
-            f"Delete memory store {store.id} ({_printable(store.name)}) with all its "
+            f"Delete memory store {store.id} ({printable(store.name)}) with all its "
             "memories and versions? This cannot be undone. [y/N] "
         )
         answer = await trio.to_thread.run_sync(_ask, prompt)
@@ -405,13 +400,13 @@ async def _import(client: StoreClient, args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             for item in result.refused:
-                print(_printable(f"  {item['file']}: {item['reason']}"), file=sys.stderr)
+                print(printable(f"  {item['file']}: {item['reason']}"), file=sys.stderr)
         if result.failed:
             print(
                 f"{PROG}: {plural(len(result.failed), 'file')} failed to upload:", file=sys.stderr
             )
             for item in result.failed:
-                print(_printable(f"  {item['file']}: {item['error']}"), file=sys.stderr)
+                print(printable(f"  {item['file']}: {item['error']}"), file=sys.stderr)
     if result.unreachable:
         return ExitCode.UNREACHABLE
     return ExitCode.FAILED if result.refused or result.failed else ExitCode.OK
@@ -580,7 +575,7 @@ async def _export(client: StoreClient, args: argparse.Namespace) -> int:
         print(
             f"exported {plural(written, 'memory', 'memories')} "
             f"({plural(total_bytes, 'byte')}) from {store.id} "
-            f"to {_printable(_show_path(root))}"
+            f"to {printable(_show_path(root))}"
         )
         if refused:
             print(

@@ -23,6 +23,12 @@ NAMED_PATHS = 10
 POLL_INTERVAL = 0.2  # seconds between the CLI's looks at the daemon's progress
 
 
+def printable(text: str) -> str:
+    """Escape control characters, newlines included, so a hostile name can neither drive
+    the terminal nor forge a line of output."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 def on_terminal(stream: IO[str] | None = None) -> bool:
     stream = stream if stream is not None else sys.stderr
     try:
