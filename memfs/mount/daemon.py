@@ -268,9 +268,7 @@ class Daemon:
         try:
             client = StoreClient(self.http)
             # On a terminal: the listing as it streams, and what the last run left.
-            self._display = Display.for_terminal(
-                {"listing": "listing", "pushing": "pushing"}
-            )
+            self._display = Display.for_terminal({"listing": "listing", "pushing": "pushing"})
             try:
                 await self._start_stores(client, signals)
             finally:

@@ -40,6 +40,7 @@ from memfs.store.connection import (
 
 log = logging.getLogger("memfs.session")
 
+
 def no_credentials(base_url: str) -> str:
     """The refusal without credentials, in the words of whoever runs that server: a
     local `memfs serve` user has no work item, only (maybe) a key."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 log = logging.getLogger("memfs.conflicts")
 
+
 @dataclass
 class Kept:
     """One conflict copy. `id` is short and stable: 8 hex digits of store and name."""

@@ -319,8 +319,7 @@ class StoreClient:
             return (json.loads(response.content) if response.content else {}), None, False
         except ValueError:
             raise StoreError(
-                f"{op}: the store answered {response.status_code} with a body "
-                "that is not JSON",
+                f"{op}: the store answered {response.status_code} with a body that is not JSON",
                 status=response.status_code,
                 request_id=response.headers.get("request-id"),
             ) from None
