@@ -429,10 +429,15 @@ class Handlers:
 
     def __init__(self, db: Storage, threads: int = 8) -> None:
         self.db = db
-        self.limiter = trio.CapacityLimiter(threads)
+        # threads=0: every call inline, for tests whose mock clock must not jump while
+        # a worker thread writes (`memfs serve` refuses a pool size below 1).
+        self.limiter = trio.CapacityLimiter(threads) if threads else None
 
     async def _run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """Writes go to a worker thread: they wait for SQLite's lock and an fsync."""
+        if self.limiter is None:
+            await trio.lowlevel.checkpoint()
+            return fn(*args, **kwargs)
         return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self.limiter)
 
     async def _read(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
@@ -650,7 +655,7 @@ class Health:
     """`/healthz` (the process answers) and `/readyz` (the database answers), before the
     gate: a load balancer probes them without credentials or beta headers."""
 
-    def __init__(self, app: ASGIApp, db: Storage, limiter: trio.CapacityLimiter) -> None:
+    def __init__(self, app: ASGIApp, db: Storage, limiter: trio.CapacityLimiter | None) -> None:
         self.app = app
         self.db = db
         self.limiter = limiter
