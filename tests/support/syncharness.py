@@ -163,7 +163,8 @@ async def synced(h: Harness, files: dict[str, str]) -> dict[str, str]:
     await h.sync.fetcher.fetch_all_missing()  # what `run()` does first: contents stream in
     for path in files:
         assert h.read(path) == files[path]
-    return {path: h.fake.id_of(path) for path in files}
+    ids = {m["path"]: mid for mid, m in h.fake.memories.items()}
+    return {path: ids[path] for path in files}
 
 
 @asynccontextmanager
