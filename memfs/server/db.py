@@ -24,7 +24,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from memfs.paths import (
     MAX_MEMORIES_PER_STORE,
@@ -53,6 +53,51 @@ _VER_FULL = VersionRow.columns(content=True)
 
 class DatabaseUnavailable(Exception):
     """The database cannot be opened or written; the server refuses to start."""
+
+
+def _newest_first(
+    table: str,
+    cols: str,
+    where: list[str],
+    args: list[Any],
+    created_gte: str | None,
+    created_lte: str | None,
+    page: str | None,
+) -> str:
+    """A listing newest first, keyset-paged on (created_at, seq): the creation window
+    and the cursor join `where`/`args`; the caller binds `limit + 1` last."""
+    if created_gte is not None:
+        where.append("created_at >= ?")
+        args.append(created_gte)
+    if created_lte is not None:
+        where.append("created_at <= ?")
+        args.append(created_lte)
+    if page is not None:
+        key = decode_cursor(page, table)
+        where.append("(created_at, seq) < (?, ?)")
+        args.extend(key[:2])
+    return (
+        f"SELECT {cols} FROM {table} WHERE {' AND '.join(where)} "
+        "ORDER BY created_at DESC, seq DESC LIMIT ?"
+    )
+
+
+_Paged = TypeVar("_Paged", StoreRow, VersionRow)
+
+
+def _page_of(kind: str, rows: list[_Paged], limit: int) -> tuple[list[_Paged], str | None]:
+    """The first `limit` of `limit + 1` rows, and the cursor past them if there are more."""
+    if len(rows) <= limit:
+        return rows, None
+    last = rows[limit - 1]
+    return rows[:limit], encode_cursor(kind, [last.created_at, last.seq])
+
+
+def _check_path(path: str) -> None:
+    try:
+        check_memory_path(path)
+    except PathRejected as exc:
+        raise errors.invalid(f"invalid path: {exc.reason}") from None
 
 
 def _sha256(content: str) -> tuple[str, int]:
@@ -172,26 +217,10 @@ class Storage:
             args.extend(only)
         if not include_archived:
             where.append("archived_at IS NULL")
-        if created_gte is not None:
-            where.append("created_at >= ?")
-            args.append(created_gte)
-        if created_lte is not None:
-            where.append("created_at <= ?")
-            args.append(created_lte)
-        if page is not None:
-            key = decode_cursor(page, "stores")
-            where.append("(created_at, seq) < (?, ?)")
-            args.extend(key[:2])
-        sql = (
-            f"SELECT {_STORE_COLS} FROM stores WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, seq DESC LIMIT ?"
-        )
+        sql = _newest_first("stores", _STORE_COLS, where, args, created_gte, created_lte, page)
         with self._read() as conn:
             rows = conn.execute(sql, (*args, limit + 1)).fetchall()
-        more = len(rows) > limit
-        stores = [StoreRow.from_row(r) for r in rows[:limit]]
-        last = stores[-1] if more else None
-        next_page = encode_cursor("stores", [last.created_at, last.seq]) if last else None
+        stores, next_page = _page_of("stores", [StoreRow.from_row(r) for r in rows], limit)
         return [r.wire() for r in stores], next_page
 
     def update_store(
@@ -393,6 +422,33 @@ class Storage:
         )
         return version_id
 
+    def _content_version(
+        self,
+        conn: Conn,
+        store_id: str,
+        memory_id: str,
+        operation: str,
+        path: str,
+        content: str,
+        actor: Actor,
+    ) -> tuple[str, str, int, str]:
+        """A version with content (created, modified): (its id, sha, size, created_at)."""
+        sha, size = _sha256(content)
+        ts = self._stamp(conn, store_id)
+        version_id = self._insert_version(
+            conn,
+            store_id=store_id,
+            memory_id=memory_id,
+            operation=operation,
+            path=path,
+            content=content,
+            sha=sha,
+            size=size,
+            actor=actor,
+            ts=ts,
+        )
+        return version_id, sha, size, ts
+
     def _count(self, conn: Conn, store_id: str) -> int:
         count: int = conn.execute(
             "SELECT count(*) FROM memories WHERE store_id = ?", (store_id,)
@@ -408,10 +464,7 @@ class Storage:
         actor: Actor,
         count: int | None = None,
     ) -> MemoryRow:
-        try:
-            check_memory_path(path)
-        except PathRejected as exc:
-            raise errors.invalid(f"invalid path: {exc.reason}") from None
+        _check_path(path)
         self._check_overlap(conn, store_id, path)
         if count is None:
             count = self._count(conn, store_id)
@@ -420,19 +473,8 @@ class Storage:
                 f"the memory store is full: it holds the maximum of {self.max_memories} memories"
             )
         memory_id = new_id("mem_")
-        sha, size = _sha256(content)
-        ts = self._stamp(conn, store_id)
-        version_id = self._insert_version(
-            conn,
-            store_id=store_id,
-            memory_id=memory_id,
-            operation="created",
-            path=path,
-            content=content,
-            sha=sha,
-            size=size,
-            actor=actor,
-            ts=ts,
+        version_id, sha, size, ts = self._content_version(
+            conn, store_id, memory_id, "created", path, content, actor
         )
         row = MemoryRow(memory_id, store_id, path, sha, size, version_id, ts, ts, content)
         conn.execute(
@@ -570,26 +612,12 @@ class Storage:
             new_path = cur_path if path is None else path
             new_content = cur_content if content is None else content
             if new_path != cur_path:
-                try:
-                    check_memory_path(new_path)
-                except PathRejected as exc:
-                    raise errors.invalid(f"invalid path: {exc.reason}") from None
+                _check_path(new_path)
                 self._check_overlap(conn, store_id, new_path, exclude=memory_id)
             if new_path == cur_path and new_content == cur_content:
                 return row.wire(full)
-            sha, size = _sha256(new_content)
-            ts = self._stamp(conn, store_id)
-            version_id = self._insert_version(
-                conn,
-                store_id=store_id,
-                memory_id=memory_id,
-                operation="modified",
-                path=new_path,
-                content=new_content,
-                sha=sha,
-                size=size,
-                actor=actor,
-                ts=ts,
+            version_id, sha, size, ts = self._content_version(
+                conn, store_id, memory_id, "modified", new_path, new_content, actor
             )
             conn.execute(
                 "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, "
@@ -657,28 +685,12 @@ class Storage:
         for actor_type, actor_id in actor_filters:
             where.append("actor_type = ? AND actor_id = ?")
             args.extend((actor_type, actor_id))
-        if created_gte is not None:
-            where.append("created_at >= ?")
-            args.append(created_gte)
-        if created_lte is not None:
-            where.append("created_at <= ?")
-            args.append(created_lte)
-        if page is not None:
-            key = decode_cursor(page, "versions")
-            where.append("(created_at, seq) < (?, ?)")
-            args.extend(key[:2])
         cols = _VER_FULL if full else _VER_BASIC
-        sql = (
-            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, seq DESC LIMIT ?"
-        )
+        sql = _newest_first("versions", cols, where, args, created_gte, created_lte, page)
         with self._read() as conn:
             self._store_row(conn, store_id)
             rows = conn.execute(sql, (*args, limit + 1)).fetchall()
-        more = len(rows) > limit
-        versions = [VersionRow.from_row(r) for r in rows[:limit]]
-        last = versions[-1] if more else None
-        next_page = encode_cursor("versions", [last.created_at, last.seq]) if last else None
+        versions, next_page = _page_of("versions", [VersionRow.from_row(r) for r in rows], limit)
         return [v.wire(full) for v in versions], next_page
 
     def _version_row(self, conn: Conn, store_id: str, version_id: str) -> VersionRow:
