@@ -16,7 +16,7 @@ from hypercorn.trio import serve
 
 from memfs import metrics
 from memfs.config import ExitCode
-from memfs.server.app import RequestHook, create_app
+from memfs.server.app import create_app
 from memfs.server.backends import (
     UnknownBackend,
     describe_spec,
@@ -24,6 +24,7 @@ from memfs.server.backends import (
 )
 from memfs.server.db import DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
+from memfs.server.gate import RequestHook
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
