@@ -50,34 +50,6 @@ class Lander:
         self.land(memory, node, inodes, entries)
         self.notify(inodes, entries)
 
-    def _settle_local(
-        self,
-        pull: Pull,
-        node: Node,
-        result: PassResult,
-        inodes: list[int],
-        entries: list[tuple[int, str]],
-    ) -> tuple[RemoteMemory, Node | None] | None:
-        """A pull onto a local file: merge it now, or keep the losing bytes and say what
-        lands where; None when there is nothing (more) to land."""
-        r = pull.remote
-        if (not node.linked or node.version != pull.version) and not pull.conflict:
-            return None  # changed locally meanwhile: decide again next pass
-        if pull.merge == "move":
-            if self._move(node, r.path, entries):
-                self.state.set_base_path(node, r.path)
-                result.pulled += 1
-            return None
-        if pull.merge == "content":
-            self.state.take_content(node, r, inodes)
-            result.pulled += 1
-            return None
-        if pull.conflict or node.dirty:
-            if self.keep_losing_bytes(node, r.content_sha256, r.path, r.memory_version_id):
-                result.conflicts += 1
-                result.conflict_copies.append(self.conflict_copies[-1])
-        return r, (node if node.linked else None)
-
     def apply_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> None:
         """Land every pull; synchronous, so the kernel never sees a half-applied pass."""
         # One journal transaction for the batch: a cold start of 10,000 memories is
@@ -113,6 +85,34 @@ class Lander:
             elif node is not None and node.ino in detached:
                 self.state.reattach(node)
         self.notify(inodes, entries)
+
+    def _settle_local(
+        self,
+        pull: Pull,
+        node: Node,
+        result: PassResult,
+        inodes: list[int],
+        entries: list[tuple[int, str]],
+    ) -> tuple[RemoteMemory, Node | None] | None:
+        """A pull onto a local file: merge it now, or keep the losing bytes and say what
+        lands where; None when there is nothing (more) to land."""
+        r = pull.remote
+        if (not node.linked or node.version != pull.version) and not pull.conflict:
+            return None  # changed locally meanwhile: decide again next pass
+        if pull.merge == "move":
+            if self._move(node, r.path, entries):
+                self.state.set_base_path(node, r.path)
+                result.pulled += 1
+            return None
+        if pull.merge == "content":
+            self.state.take_content(node, r, inodes)
+            result.pulled += 1
+            return None
+        if pull.conflict or node.dirty:
+            if self.keep_losing_bytes(node, r.content_sha256, r.path, r.memory_version_id):
+                result.conflicts += 1
+                result.conflict_copies.append(self.conflict_copies[-1])
+        return r, (node if node.linked else None)
 
     def keep_losing_bytes(
         self, node: Node, remote_sha: str | None, remote_path: str, remote_version: str = ""
