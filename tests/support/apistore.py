@@ -28,7 +28,7 @@ OTHER_CLIENT = ("api_actor", "apikey_other")  # who makes the direct edits
 
 @dataclass
 class Fault:
-    op: str  # versions | list | retrieve | create | update | delete
+    op: str  # store | versions | list | retrieve | create | update | delete
     status: int | None = None  # answer with this error instead of applying
     error_type: str = "api_error"
     lose_answer: bool = False  # apply, then drop the connection before the answer
@@ -141,6 +141,8 @@ class ApiStore:
         params = dict(request.url.params)
         if kind == "memory_versions":
             return Seen("versions", request.method, None, params, body)
+        if kind != "memories":  # the store itself, or another store
+            return Seen("store", request.method, None, params, body)
         op = {"GET": "retrieve" if mid else "list", "POST": "update" if mid else "create"}
         return Seen(
             op.get(request.method, "delete"), request.method, unquote(mid) or None, params, body
