@@ -90,13 +90,6 @@ def is_valid_memory_path(path: str) -> bool:
     return True
 
 
-def overlaps(a: str, b: str) -> bool:
-    """True if the two memory paths are equal or one is an ancestor of the other."""
-    if a == b:
-        return True
-    return a.startswith(b + "/") or b.startswith(a + "/")
-
-
 def ancestors(path: str) -> list[str]:
     """Proper ancestor paths of a memory path, nearest last: '/a/b/c' -> ['/a', '/a/b']."""
     parts = path[1:].split("/")

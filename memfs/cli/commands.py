@@ -171,10 +171,10 @@ def _ask(
 
 def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
     """On a terminal, what the daemon is doing while `op` waits (memfs/sync/progress.py)."""
-    from memfs.sync import progress
+    from memfs.mount import display
 
     names = {"sync": {"pushing": "pushing"}, "unmount": {"pushing": "flushing"}}.get(op)
-    if names is None or not progress.on_terminal():
+    if names is None or not display.on_terminal():
         return nullcontext()
 
     def ask() -> dict[str, Any] | None:
@@ -184,7 +184,7 @@ def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
             return None
         return answer if answer.get("ok") else None
 
-    return progress.following(ask, names)
+    return display.following(ask, names)
 
 
 def sync(args: Any) -> int:
@@ -433,7 +433,7 @@ def _unmount(mountpoint: str, timeout: float) -> int:
         time.sleep(0.05)
     if answer.get("error"):
         print(f"memfs: {answer['error']}", file=sys.stderr)
-    from memfs.sync.progress import unpushed_lines
+    from memfs.mount.display import unpushed_lines
 
     for line in unpushed_lines(answer.get("unpushed") or {}):
         print(line, file=sys.stderr)

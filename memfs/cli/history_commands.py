@@ -26,6 +26,7 @@ from typing import Any
 from memfs.config import ExitCode
 from memfs.control import channel
 from memfs.errors import CommandFailed
+from memfs.mount.display import printable
 
 COMMANDS = ("log", "show", "diff", "restore", "conflicts", "audit")
 CONFLICT_ACTIONS = ("show", "restore", "drop")
@@ -131,15 +132,11 @@ def run(args: argparse.Namespace) -> int:
         }
         return handler[args.command](args)
     except CommandFailed as e:
-        print(f"memfs: {_printable(str(e))}", file=sys.stderr)
+        print(f"memfs: {printable(str(e))}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
         print("memfs: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() or c in " \n" else repr(c)[1:-1] for c in text)
 
 
 # --------------------------------------------------------------------------- targets
@@ -340,7 +337,7 @@ def _log(args: argparse.Namespace) -> int:
             line += "  (redacted)"
         if v["id"] == head and versions[0]["operation"] != "deleted":
             line += "  (head)"
-        print(_printable(line))
+        print(printable(line))
     return ExitCode.OK
 
 
@@ -525,11 +522,11 @@ def _conflicts(args: argparse.Namespace) -> int:
             won = c["remote_version"] or "an unrecorded version"
             state = f"  restored {c['restored_at']}" if c["restored_at"] else ""
             print(
-                _printable(
+                printable(
                     f"  {c['id']}  {c['at']}  {c['path']}  {c['size']} B  lost to {won}{state}"
                 )
             )
-            print(_printable(f"            copy: {c['copy']}"))
+            print(printable(f"            copy: {c['copy']}"))
     return ExitCode.OK
 
 
@@ -646,7 +643,7 @@ def _audit(args: argparse.Namespace) -> int:
         print(json.dumps({"records": shown}, indent=2))
         return ExitCode.OK
     for r in shown:
-        print(_printable(audit_line(r)))
+        print(printable(audit_line(r)))
     return ExitCode.OK
 
 

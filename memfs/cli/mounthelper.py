@@ -119,16 +119,37 @@ class Request:
     verbose: bool
 
 
-def parse(args: Sequence[str]) -> Request:
-    """mount(8)'s helper arguments -> the `memfs` command line that does the mount."""
+@dataclass
+class _Flags:
+    """mount(8)'s own flags, as the helper's arguments gave them."""
+
+    fake: bool = False
+    verbose: bool = False
+    sloppy: bool = False
+    read_only: bool | None = None
+
+
+def _take_flag(flags: _Flags, letter: str) -> None:
+    """One letter of a `-fvsrwn` group."""
+    if letter == "f":
+        flags.fake = True
+    elif letter == "v":
+        flags.verbose = True
+    elif letter == "s":
+        flags.sloppy = True
+    elif letter in "rw":
+        flags.read_only = letter == "r"
+    elif letter != "n":  # -n: no /etc/mtab to write; nothing to do
+        raise UsageError(f"unknown flag -{letter}")
+
+
+def _split_args(items: list[str], flags: _Flags) -> tuple[list[str], list[str]]:
+    """The arguments -> (positional, mount options); flags land in `flags`."""
     positional: list[str] = []
     options: list[str] = []
-    fake = verbose = sloppy = False
-    read_only: bool | None = None
-    items = list(args)
     while items:
         arg = items.pop(0)
-        if arg == "-o" or arg == "-t" or arg == "-N":
+        if arg in ("-o", "-t", "-N"):
             if not items:
                 raise UsageError(f"{arg} needs a value")
             value = items.pop(0)
@@ -142,20 +163,16 @@ def parse(args: Sequence[str]) -> Request:
             options += [o for o in arg[2:].split(",") if o]
         elif arg.startswith("-") and len(arg) > 1 and arg != "--":
             for letter in arg[1:]:
-                if letter == "f":
-                    fake = True
-                elif letter == "v":
-                    verbose = True
-                elif letter == "s":
-                    sloppy = True
-                elif letter == "r":
-                    read_only = True
-                elif letter == "w":
-                    read_only = False
-                elif letter != "n":  # -n: no /etc/mtab to write; nothing to do
-                    raise UsageError(f"unknown flag -{letter}")
+                _take_flag(flags, letter)
         else:
             positional.append(arg)
+    return positional, options
+
+
+def parse(args: Sequence[str]) -> Request:
+    """mount(8)'s helper arguments -> the `memfs` command line that does the mount."""
+    flags = _Flags()
+    positional, options = _split_args(list(args), flags)
     if len(positional) != 2:
         raise UsageError(f"usage: {PROG} STORE_ID MOUNTPOINT [-o OPTION[,OPTION…]]")
     source, mountpoint = positional
@@ -169,31 +186,37 @@ def parse(args: Sequence[str]) -> Request:
     for option in options:
         name, eq, value = option.partition("=")
         key = name.replace("-", "_")
-        spec = BY_NAME.get(key)
+        spec = _known_option(option, key, flags.sloppy)
         if spec is None:
-            if option in IGNORED or option.startswith(IGNORED_PREFIXES):
-                continue
-            if sloppy:  # -s: mount(8)'s "tolerate options this filesystem lacks"
-                print(f"memfs: ignoring the unknown mount option {option!r} (-s)", file=sys.stderr)
-                continue
-            raise UsageError(f"unknown mount option {option!r} (see {PROG}(8))")
+            continue
         if (spec.value is None) != (not eq):
             form = f"{key}={spec.value}" if spec.value else key
             raise UsageError(f"mount option {option!r}: write it as {form}")
-        if key == "ro":
-            read_only = True
-        elif key == "rw":
-            read_only = False
+        if key in ("ro", "rw"):
+            flags.read_only = key == "ro"
         elif key == "env_file":
             env_file = value
         elif spec.flag in GLOBAL_FLAGS:
             front += [spec.flag, value]
         elif spec.flag is not None:
             mount_flags += [spec.flag, value] if eq else [spec.flag]
-    if read_only:
+    if flags.read_only:
         mount_flags.append("--read-only")
     argv = [*front, "mount", store_id, mountpoint, "--daemon", *mount_flags]
-    return Request(source, mountpoint, argv, env_file, fake, verbose)
+    return Request(source, mountpoint, argv, env_file, flags.fake, flags.verbose)
+
+
+def _known_option(option: str, key: str, sloppy: bool) -> Option | None:
+    """The option's spec; None for one to pass over; an unknown one is refused."""
+    spec = BY_NAME.get(key)
+    if spec is not None:
+        return spec
+    if option in IGNORED or option.startswith(IGNORED_PREFIXES):
+        return None
+    if sloppy:  # -s: mount(8)'s "tolerate options this filesystem lacks"
+        print(f"memfs: ignoring the unknown mount option {option!r} (-s)", file=sys.stderr)
+        return None
+    raise UsageError(f"unknown mount option {option!r} (see {PROG}(8))")
 
 
 def load_env_file(path: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""`memfs store …`: manage stores and copy folder trees in and out of them.
+"""`memfs store …`: manage stores (the copies in and out of folders are store_copy.py).
 
 Every command is a thin layer over `StoreClient`. Data goes to stdout (a table, or JSON
 with `--json`); errors, refusal lists and the progress bar go to stderr. Exit codes
@@ -13,11 +13,9 @@ import dataclasses
 import json
 import logging
 import os
-import stat
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -25,7 +23,6 @@ from memfs.config import ExitCode
 from memfs.errors import (
     CommandFailed,
     ConfigError,
-    InvalidContent,
     NotFound,
     Rejected,
     StoreAuthError,
@@ -33,23 +30,14 @@ from memfs.errors import (
     StoreUnavailable,
     missing_store,
 )
+from memfs.mount.display import printable
 from memfs.paths import (
-    MARKER_NAME,
     MARKER_PATH,
-    MAX_CONTENT_BYTES,
-    NAME_MAX,
-    PathRejected,
-    RemoteMemory,
-    check_memory_path,
-    local_name,
-    sha256_hex,
 )
-from memfs.store.client import FullMemory, RetryPolicy, StoreClient, StoreInfo
+from memfs.store.client import RetryPolicy, StoreClient, StoreInfo
 from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
-from memfs.sync.progress import Bar, on_terminal
 
 PROG = "memfs store"
-IMPORT_CONCURRENCY = 16
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
 CLI_RETRY = RetryPolicy(
     max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0, retry_timeouts=False
@@ -92,19 +80,14 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 
 
 def _error(message: str) -> None:
-    print(f"{PROG}: error: {_printable(message)}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
 
 
-def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {_printable(message)}", file=sys.stderr)
+def warn(message: str) -> None:
+    print(f"{PROG}: warning: {printable(message)}", file=sys.stderr)
 
 
-def _printable(text: str) -> str:
-    """Escape control characters so a hostile name cannot drive the terminal."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-
-
-def _show_path(text: str) -> str:
+def show_path(text: str) -> str:
     """A name that JSON and a UTF-8 stdout can carry: undecodable bytes become \\xNN."""
     try:
         text.encode("utf-8")
@@ -113,7 +96,7 @@ def _show_path(text: str) -> str:
     return text
 
 
-def _emit_json(value: Any) -> None:
+def emit_json(value: Any) -> None:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     try:
         text.encode("utf-8")
@@ -123,14 +106,16 @@ def _emit_json(value: Any) -> None:
 
 
 async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
+    from memfs.cli import store_copy  # it uses this module's helpers: imported when run
+
     handlers: dict[str, Callable[[StoreClient, argparse.Namespace], Awaitable[int]]] = {
         "create": _create,
         "list": _list,
         "show": _show,
         "archive": _archive,
         "delete": _delete,
-        "import": _import,
-        "export": _export,
+        "import": store_copy.import_tree,
+        "export": store_copy.export_tree,
     }
     handler = handlers[args.store_command]
     # Bulk copies retry a slow answer too: one timeout among thousands of uploads to a
@@ -142,7 +127,7 @@ async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
         return await handler(client, args)
 
 
-async def _get_store(client: StoreClient, store_id: str) -> StoreInfo:
+async def get_store(client: StoreClient, store_id: str) -> StoreInfo:
     try:
         return await client.retrieve_store(store_id)
     except NotFound:
@@ -162,7 +147,7 @@ def _store_lines(store: StoreInfo) -> list[str]:
     ]
     for key, value in sorted(store.metadata.items()):
         lines.append(f"metadata.{key}: {value}")
-    return [_printable(line) for line in lines]
+    return [printable(line) for line in lines]
 
 
 # --------------------------------------------------------------------------- simple commands
@@ -171,7 +156,7 @@ def _store_lines(store: StoreInfo) -> list[str]:
 async def _create(client: StoreClient, args: argparse.Namespace) -> int:
     store = await client.create_store(args.name, args.description)
     if args.json:
-        _emit_json(store.to_json())
+        emit_json(store.to_json())
     else:
         print(store.id)
     return ExitCode.OK
@@ -180,7 +165,7 @@ async def _create(client: StoreClient, args: argparse.Namespace) -> int:
 async def _list(client: StoreClient, args: argparse.Namespace) -> int:
     stores = await client.list_stores(include_archived=args.archived)
     if args.json:
-        _emit_json([s.to_json() for s in stores])
+        emit_json([s.to_json() for s in stores])
         return ExitCode.OK
     if not stores:
         print("no memory stores", file=sys.stderr)
@@ -189,17 +174,17 @@ async def _list(client: StoreClient, args: argparse.Namespace) -> int:
     print(f"{'ID':<{width}}  {'CREATED':<20}  {'STATE':<8}  NAME")
     for s in stores:
         state = "archived" if s.archived_at else "active"
-        print(_printable(f"{s.id:<{width}}  {s.created_at[:19]:<20}  {state:<8}  {s.name}"))
+        print(printable(f"{s.id:<{width}}  {s.created_at[:19]:<20}  {state:<8}  {s.name}"))
     return ExitCode.OK
 
 
 async def _show(client: StoreClient, args: argparse.Namespace) -> int:
-    store = await _get_store(client, args.store_id)
+    store = await get_store(client, args.store_id)
     memories = await client.list_memories(store.id)
     count = sum(1 for m in memories if m.path != MARKER_PATH)
     size = sum(m.content_size_bytes for m in memories if m.path != MARKER_PATH)
     if args.json:
-        _emit_json({**store.to_json(), "memories": count, "bytes": size})
+        emit_json({**store.to_json(), "memories": count, "bytes": size})
     else:
         print("\n".join(_store_lines(store)))
         print(f"memories:    {count}\nbytes:       {size}")
@@ -207,24 +192,24 @@ async def _show(client: StoreClient, args: argparse.Namespace) -> int:
 
 
 async def _archive(client: StoreClient, args: argparse.Namespace) -> int:
-    await _get_store(client, args.store_id)
+    await get_store(client, args.store_id)
     store = await client.archive_store(args.store_id)
     if args.json:
-        _emit_json(store.to_json())
+        emit_json(store.to_json())
     else:
-        print(f"archived {store.id} ({_printable(store.name)}); it is now read-only")
+        print(f"archived {store.id} ({printable(store.name)}); it is now read-only")
     return ExitCode.OK
 
 
 async def _delete(client: StoreClient, args: argparse.Namespace) -> int:
-    store = await _get_store(client, args.store_id)  # a missing store is said first
+    store = await get_store(client, args.store_id)  # a missing store is said first
     if not args.yes and not sys.stdin.isatty():
         raise CommandFailed(
             f"refusing to delete {store.id} without --yes (stdin is not a terminal)", ExitCode.USAGE
         )
     if not args.yes:
         prompt = (
-            f"Delete memory store {store.id} ({_printable(store.name)}) with all its "
+            f"Delete memory store {store.id} ({printable(store.name)}) with all its "
             "memories and versions? This cannot be undone. [y/N] "
         )
         answer = await trio.to_thread.run_sync(_ask, prompt)
@@ -232,7 +217,7 @@ async def _delete(client: StoreClient, args: argparse.Namespace) -> int:
             raise CommandFailed("not deleted")
     await client.delete_store(store.id)
     if args.json:
-        _emit_json({"id": store.id, "deleted": True})
+        emit_json({"id": store.id, "deleted": True})
     else:
         print(f"deleted {store.id}")
     return ExitCode.OK
@@ -242,372 +227,3 @@ def _ask(prompt: str) -> str:
     sys.stderr.write(prompt)
     sys.stderr.flush()
     return sys.stdin.readline()
-
-
-# --------------------------------------------------------------------------- progress
-
-
-class Progress:
-    """One line on stderr ("importing 212 of 300 files"), only on a terminal."""
-
-    def __init__(
-        self, label: str, total: int | None, stream: TextIO | None = None, unit: str = "files"
-    ) -> None:
-        self.done = 0
-        self.bar = Bar(label, total, unit, stream) if on_terminal(stream) else None
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(self.done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-# --------------------------------------------------------------------------- import
-
-
-@dataclass
-class _Candidate:
-    rel: str
-    full: str
-    path: str
-
-
-@dataclass
-class _ImportResult:
-    created: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    refused: list[dict[str, str]] = field(default_factory=list)
-    failed: list[dict[str, str]] = field(default_factory=list)
-    unreachable: bool = False
-
-
-def scan_tree(root: str) -> tuple[list[_Candidate], list[dict[str, str]]]:
-    """Files to upload under `root`, plus the ones the API would refuse (with why).
-
-    Never follows symlinks; skips the marker at the top; checks names and sizes here so
-    the refusal list is complete before anything is sent.
-    """
-    candidates: list[_Candidate] = []
-    refused: list[dict[str, str]] = []
-
-    def refuse(rel: str, reason: str) -> None:
-        refused.append({"file": _show_path(rel), "reason": reason})
-
-    def walk(directory: str, prefix: str) -> None:
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError as exc:
-            refuse(prefix.rstrip("/") or ".", f"cannot read directory: {exc.strerror}")
-            return
-        for entry in entries:
-            rel = prefix + entry.name
-            if not prefix and entry.name == MARKER_NAME:
-                continue
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                refuse(rel, f"cannot stat: {exc.strerror}")
-                continue
-            if stat.S_ISLNK(info.st_mode):
-                refuse(rel, "symbolic link (not followed)")
-            elif stat.S_ISDIR(info.st_mode):
-                walk(entry.path, rel + "/")
-            elif not stat.S_ISREG(info.st_mode):
-                refuse(rel, "not a regular file")
-            else:
-                path = "/" + rel
-                try:
-                    path.encode("utf-8")
-                except UnicodeEncodeError:
-                    refuse(rel, "file name is not valid UTF-8")
-                    continue
-                try:
-                    check_memory_path(path)
-                except PathRejected as exc:
-                    refuse(rel, f"path not allowed: {exc.reason}")
-                    continue
-                if info.st_size > MAX_CONTENT_BYTES:
-                    refuse(
-                        rel, f"too large ({info.st_size} bytes; the limit is {MAX_CONTENT_BYTES})"
-                    )
-                    continue
-                candidates.append(_Candidate(rel, entry.path, path))
-
-    walk(root, "")
-    return candidates, refused
-
-
-def _read_limited(path: str) -> bytes:
-    """Read a file without following a symlink swapped in since the scan."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(MAX_CONTENT_BYTES + 1)
-    finally:
-        os.close(fd)
-
-
-async def _import(client: StoreClient, args: argparse.Namespace) -> int:
-    root = args.directory
-    if not await trio.to_thread.run_sync(os.path.isdir, root):
-        raise CommandFailed(f"{root!r} is not a directory", ExitCode.USAGE)
-    if args.concurrency < 1:
-        raise CommandFailed("--concurrency must be at least 1", ExitCode.USAGE)
-    store = await _get_store(client, args.store_id)
-    if store.archived_at:
-        raise CommandFailed(f"memory store {store.id} is archived (read-only)")
-    candidates, refused = await trio.to_thread.run_sync(scan_tree, root)
-    remote = {m.path: m for m in await client.list_memories(store.id)}
-    result = _ImportResult(refused=refused)
-    progress = Progress("importing", len(candidates))
-    send, receive = trio.open_memory_channel[_Candidate](0)
-
-    async def worker(receive: trio.MemoryReceiveChannel[_Candidate]) -> None:
-        async with receive:
-            async for candidate in receive:
-                await _import_one(client, store.id, candidate, remote.get(candidate.path), result)
-                progress.advance()
-
-    async with trio.open_nursery() as nursery:
-        async with receive:
-            for _ in range(min(args.concurrency, max(1, len(candidates)))):
-                nursery.start_soon(worker, receive.clone())
-        async with send:
-            for candidate in candidates:
-                await send.send(candidate)
-    progress.close()
-
-    result.refused.sort(key=lambda r: r["file"])
-    result.failed.sort(key=lambda r: r["file"])
-    summary = {
-        "store_id": store.id,
-        "created": result.created,
-        "updated": result.updated,
-        "unchanged": result.unchanged,
-        "refused": result.refused,
-        "failed": result.failed,
-    }
-    if args.json:
-        _emit_json(summary)
-    else:
-        print(
-            f"{store.id}: {result.created} created, {result.updated} updated, "
-            f"{result.unchanged} unchanged, {len(result.refused)} refused, "
-            f"{len(result.failed)} failed"
-        )
-        if result.refused:
-            print(
-                f"{PROG}: refused {plural(len(result.refused), 'file')} the API would reject:",
-                file=sys.stderr,
-            )
-            for item in result.refused:
-                print(_printable(f"  {item['file']}: {item['reason']}"), file=sys.stderr)
-        if result.failed:
-            print(
-                f"{PROG}: {plural(len(result.failed), 'file')} failed to upload:", file=sys.stderr
-            )
-            for item in result.failed:
-                print(_printable(f"  {item['file']}: {item['error']}"), file=sys.stderr)
-    if result.unreachable:
-        return ExitCode.UNREACHABLE
-    return ExitCode.FAILED if result.refused or result.failed else ExitCode.OK
-
-
-async def _import_one(
-    client: StoreClient,
-    store_id: str,
-    candidate: _Candidate,
-    remote: RemoteMemory | None,
-    result: _ImportResult,
-) -> None:
-    shown = _show_path(candidate.rel)
-    try:
-        data = await trio.to_thread.run_sync(_read_limited, candidate.full)
-    except OSError as exc:
-        result.refused.append({"file": shown, "reason": f"cannot read: {exc.strerror}"})
-        return
-    if len(data) > MAX_CONTENT_BYTES:
-        result.refused.append({"file": shown, "reason": "too large (it grew during import)"})
-        return
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        result.refused.append({"file": shown, "reason": "not valid UTF-8 text"})
-        return
-    sha = sha256_hex(data)
-    try:
-        if remote is not None and remote.content_sha256 == sha:
-            result.unchanged += 1
-        elif remote is not None:
-            await client.update_memory(
-                store_id, remote.id, content=text, precondition_sha256=remote.content_sha256
-            )
-            result.updated += 1
-        else:
-            await client.create_memory(store_id, candidate.path, text)
-            result.created += 1
-    except Rejected as exc:
-        result.refused.append({"file": shown, "reason": f"the store refused it: {exc.message}"})
-    except StoreError as exc:
-        if isinstance(exc, StoreUnavailable):
-            result.unreachable = True
-        result.failed.append({"file": shown, "error": str(exc)})
-
-
-# --------------------------------------------------------------------------- export
-
-
-def _write_under(root_fd: int, path: str, data: bytes) -> None:
-    """Write `data` at memory `path` below the directory `root_fd`, never leaving it.
-
-    Every component is opened relative to its parent with O_NOFOLLOW, so neither a
-    hostile path nor a symlink already in DIR can redirect the write elsewhere.
-    """
-    # A segment longer than NAME_MAX is written under the alias a mount shows it as.
-    segments = [local_name(segment) for segment in path[1:].split("/")]
-    fd = os.dup(root_fd)
-    try:
-        for segment in segments[:-1]:
-            try:
-                os.mkdir(segment, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
-            nfd = os.open(
-                segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-            )
-            os.close(fd)
-            fd = nfd
-        out = os.open(
-            segments[-1],
-            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o644,
-            dir_fd=fd,
-        )
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(out, view)
-                view = view[written:]
-        finally:
-            os.close(out)
-    finally:
-        os.close(fd)
-
-
-def _write_batch(root_fd: int, batch: Sequence[tuple[str, bytes]]) -> list[tuple[str, str]]:
-    errors = []
-    for path, data in batch:
-        try:
-            _write_under(root_fd, path, data)
-        except OSError as exc:
-            errors.append((path, f"cannot write: {exc.strerror or exc}"))
-    return errors
-
-
-async def _export(client: StoreClient, args: argparse.Namespace) -> int:
-    store = await _get_store(client, args.store_id)
-    root = await trio.to_thread.run_sync(os.path.abspath, args.directory)
-    try:
-        root_fd = await trio.to_thread.run_sync(_open_export_root, root)
-    except OSError as exc:
-        raise CommandFailed(
-            f"cannot use {root!r} as the export directory: {exc.strerror}", ExitCode.USAGE
-        ) from None
-    written = 0
-    total_bytes = 0
-    refused: list[dict[str, str]] = []
-    total = None
-    if on_terminal():  # a total for the bar: one cheap listing (100 a page) first
-        total = sum(m.path != MARKER_PATH for m in await client.list_memories(store.id))
-    progress = Progress("exporting", total, unit="memories")
-    batch: list[tuple[str, bytes]] = []
-
-    async def flush() -> None:
-        nonlocal written, total_bytes
-        errors = dict(await trio.to_thread.run_sync(_write_batch, root_fd, list(batch)))
-        for path, data in batch:
-            if path in errors:
-                refused.append({"path": _show_path(path), "reason": errors[path]})
-                _warn(f"not exporting {_show_path(path)!r}: {errors[path]}")
-            else:
-                written += 1
-                total_bytes += len(data)
-        progress.advance(len(batch))
-        batch.clear()
-
-    try:
-        async for item in client.iter_memories(store.id, view="full"):
-            if not isinstance(item, FullMemory):
-                continue
-            path = item.memory.path
-            reason = _export_refusal(item)
-            if reason is not None:
-                refused.append({"path": _show_path(path), "reason": reason})
-                _warn(f"not exporting {_show_path(path)!r}: {reason}")
-                continue
-            data = item.content_bytes()
-            if sha256_hex(data) != item.memory.content_sha256:
-                _warn(f"{_show_path(path)!r}: content does not match its content_sha256")
-            shown = "/".join(local_name(s) for s in path.split("/"))
-            if shown != path:
-                _warn(
-                    f"{_show_path(path)!r} has a name longer than {NAME_MAX} bytes; "
-                    f"exported as {_show_path(shown)!r}"
-                )
-            batch.append((path, data))
-            if len(batch) >= 20:
-                await flush()
-        if batch:
-            await flush()
-    finally:
-        os.close(root_fd)
-        progress.close()
-    if args.json:
-        _emit_json(
-            {
-                "store_id": store.id,
-                "directory": _show_path(root),
-                "written": written,
-                "bytes": total_bytes,
-                "refused": refused,
-            }
-        )
-    else:
-        print(
-            f"exported {plural(written, 'memory', 'memories')} "
-            f"({plural(total_bytes, 'byte')}) from {store.id} "
-            f"to {_printable(_show_path(root))}"
-        )
-        if refused:
-            print(
-                f"{PROG}: {plural(len(refused), 'memory', 'memories')} not exported "
-                "(see warnings above)",
-                file=sys.stderr,
-            )
-    return ExitCode.FAILED if refused else ExitCode.OK
-
-
-def _open_export_root(root: str) -> int:
-    os.makedirs(root, exist_ok=True)
-    return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-
-
-def _export_refusal(item: FullMemory) -> str | None:
-    """Why a listed memory must not become a file, or None if it is safe to write."""
-    path = item.memory.path
-    if path == MARKER_PATH:
-        return "the server listed the reserved marker path; skipping"
-    try:
-        check_memory_path(path)
-    except PathRejected as exc:
-        return f"hostile or invalid path from the server: {exc.reason}"
-    try:
-        item.content_bytes()
-    except InvalidContent:
-        return "content is not valid UTF-8 (lone surrogates from the server)"
-    return None

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +38,7 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.mount import answers
+from memfs.mount.display import Display
 from memfs.mount.fs import MemFs
 from memfs.mount.notifier import KernelNotifier
 from memfs.mount.preflight import (
@@ -52,7 +54,6 @@ from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree
 from memfs.store.client import StoreClient, StoreInfo
 from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
-from memfs.sync import progress
 from memfs.sync.engine import StoreSync
 from memfs.sync.notify import Notifier
 from memfs.sync.plan import PassResult
@@ -85,7 +86,7 @@ class Daemon:
         self._flush_scope = trio.CancelScope()  # the third Ctrl-C cancels the final flush
         self._flushing = False
         self._flush_signals = 0  # signals heard during the final flush
-        self._display: progress.Display | None = None
+        self._display: Display | None = None
         self.http: httpx.AsyncClient | None = None
         self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
 
@@ -96,28 +97,29 @@ class Daemon:
                 await sync.wait_content(node)
                 return
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
     # -- start ----------------------------------------------------------------------
+    async def _lookup(self, store_id: str, cache_dir: Path) -> tuple[StoreInfo | None, str]:
+        """The store's info, or (None, why) when unreachable but a local copy can serve."""
+        try:
+            return await lookup_store(self._start_client(), store_id), ""
+        except StartError as e:
+            if e.exit_code != ExitCode.UNREACHABLE:
+                raise
+            if not (cache_dir / JOURNAL_NAME).exists():
+                raise StartError(
+                    f"{e}; there is no local copy of {store_id} in "
+                    f"{cache_dir} to start offline from",
+                    e.exit_code,
+                ) from None
+            return None, str(e)
+
     async def _open_stores(self, client: StoreClient) -> None:
         cfg = self.config
         cache_root = cfg.cache_dir or default_cache_root()
         offline: set[str] = set()
         for spec in cfg.stores:
             cache_dir = cache_root if (cfg.single and cfg.cache_dir) else cache_root / spec.store_id
-            try:
-                info: StoreInfo | None = await lookup_store(self._start_client(), spec.store_id)
-            except StartError as e:
-                if e.exit_code != ExitCode.UNREACHABLE:
-                    raise
-                if not (cache_dir / JOURNAL_NAME).exists():
-                    raise StartError(
-                        f"{e}; there is no local copy of {spec.store_id} in "
-                        f"{cache_dir} to start offline from",
-                        e.exit_code,
-                    ) from None
-                info, reason = None, str(e)
+            info, reason = await self._lookup(spec.store_id, cache_dir)
             read_only = spec.read_only
             if info is not None:
                 self.infos[spec.store_id] = info
@@ -266,9 +268,7 @@ class Daemon:
         try:
             client = StoreClient(self.http)
             # On a terminal: the listing as it streams, and what the last run left.
-            self._display = progress.Display.for_terminal(
-                {"listing": "listing", "pushing": "pushing"}
-            )
+            self._display = Display.for_terminal({"listing": "listing", "pushing": "pushing"})
             try:
                 await self._start_stores(client, signals)
             finally:
@@ -465,7 +465,7 @@ class Daemon:
         pending = self._unpushed_count()
         if pending:
             log.info("final sync started files=%d mountpoint=%s", pending, self.mountpoint)
-        display = progress.Display.for_terminal({"pushing": "flushing"})
+        display = Display.for_terminal({"pushing": "flushing"})
         self._flushing = True
         try:
             with self._flush_scope:
@@ -556,7 +556,8 @@ class Daemon:
             **(self.ops.statistics().as_json() if self.ops is not None else {}),
         }
 
-    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:  # noqa: C901
+        # split by the control-protocol work
         op = request.get("op")
         if op == "status":
             return self.status()

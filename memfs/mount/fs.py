@@ -142,7 +142,9 @@ def _fuse_error(handler: str, e: Exception) -> pyfuse3.FUSEError:
 _CACHE_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
+@functools.cache
 def _pyfuse3_version() -> str:
+    """Read from the package metadata once: `statistics()` runs on every status call."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -13,16 +13,16 @@ import select
 import signal
 import sys
 import time
+from typing import NoReturn
 
 import trio
 
 from memfs import logs
 from memfs.config import ExitCode, MountConfig, default_cache_root
 from memfs.errors import ConfigError, StartError
-from memfs.mount import systemd
+from memfs.mount import display, systemd
 from memfs.mount.daemon import Daemon
 from memfs.mount.preflight import clear_dead_mount
-from memfs.sync import progress
 
 log = logging.getLogger("memfs.daemon")
 
@@ -72,49 +72,61 @@ def launch(config: MountConfig, *, daemonize: bool) -> int:
     """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
     os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
     if not daemonize:
-
-        def say_ready(mountpoint: str) -> None:
-            print(
-                f"memfs: mounted at {mountpoint}; stop with Ctrl-C or `memfs unmount {mountpoint}`",
-                file=sys.stderr,
-                flush=True,
-            )
-            systemd.notify(f"READY=1\nSTATUS=mounted at {mountpoint}")  # Type=notify
-
-        daemon = Daemon(config)
-        try:
-            code = trio.run(daemon.run, say_ready)
-        except StartError as e:
-            print(f"memfs: {e}", file=sys.stderr)
-            return e.exit_code
-        except ConfigError as e:
-            print(f"memfs: {e}", file=sys.stderr)
-            return 2
-        for line in progress.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
-            print(line, file=sys.stderr)
-        return code
-
+        return _run_foreground(config)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid > 0:
         os.close(write_fd)
-        chunks: list[bytes] = []
-        try:
-            while chunk := os.read(read_fd, 4096):
-                chunks.append(chunk)
-        except KeyboardInterrupt:
-            return _abort_start(pid, read_fd, config)
-        os.close(read_fd)
-        message = b"".join(chunks).decode(errors="replace")
-        if message.startswith("ok "):
-            where = config.log_file or (config.cache_dir or default_cache_root()) / "memfs.log"
-            print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}", file=sys.stderr)
-            return 0
-        exit_word, _, text = message.partition(" ")
-        print(f"memfs: {text or 'the daemon exited before the mount was live'}", file=sys.stderr)
-        return int(exit_word) if exit_word.isdigit() else 1
+        return _wait_for_child(pid, read_fd, config)
+    _run_child(read_fd, write_fd, config)
 
-    # The daemon child: its own session, no terminal, reports readiness through the pipe.
+
+def _run_foreground(config: MountConfig) -> int:
+    """The mount in this process, with a terminal to report to."""
+
+    def say_ready(mountpoint: str) -> None:
+        print(
+            f"memfs: mounted at {mountpoint}; stop with Ctrl-C or `memfs unmount {mountpoint}`",
+            file=sys.stderr,
+            flush=True,
+        )
+        systemd.notify(f"READY=1\nSTATUS=mounted at {mountpoint}")  # Type=notify
+
+    daemon = Daemon(config)
+    try:
+        code = trio.run(daemon.run, say_ready)
+    except StartError as e:
+        print(f"memfs: {e}", file=sys.stderr)
+        return e.exit_code
+    except ConfigError as e:
+        print(f"memfs: {e}", file=sys.stderr)
+        return 2
+    for line in display.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
+        print(line, file=sys.stderr)
+    return code
+
+
+def _wait_for_child(pid: int, read_fd: int, config: MountConfig) -> int:
+    """The parent of `--daemon`: wait for the child's "ok" or its refusal, and say it."""
+    chunks: list[bytes] = []
+    try:
+        while chunk := os.read(read_fd, 4096):
+            chunks.append(chunk)
+    except KeyboardInterrupt:
+        return _abort_start(pid, read_fd, config)
+    os.close(read_fd)
+    message = b"".join(chunks).decode(errors="replace")
+    if message.startswith("ok "):
+        where = config.log_file or (config.cache_dir or default_cache_root()) / "memfs.log"
+        print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}", file=sys.stderr)
+        return 0
+    exit_word, _, text = message.partition(" ")
+    print(f"memfs: {text or 'the daemon exited before the mount was live'}", file=sys.stderr)
+    return int(exit_word) if exit_word.isdigit() else 1
+
+
+def _run_child(read_fd: int, write_fd: int, config: MountConfig) -> NoReturn:
+    """The daemon child: its own session, no terminal, reports readiness through the pipe."""
     os.close(read_fd)
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDWR)

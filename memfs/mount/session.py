@@ -40,8 +40,6 @@ from memfs.store.connection import (
 
 log = logging.getLogger("memfs.session")
 
-DEFAULT_ROOT = "/mnt/memory"
-
 
 def no_credentials(base_url: str) -> str:
     """The refusal without credentials, in the words of whoever runs that server: a

@@ -1,9 +1,9 @@
-"""The HTTP face of the store server: routes, request parsing, headers, the error envelope.
+"""The HTTP face of the store server: routes, request parsing, the error envelope.
 
-Layout: `Gate` is a plain ASGI wrapper that runs before routing (request id, per-request
-log line, auth, the beta header, optional request hooks); Starlette routes each request
-to a handler that validates its input and calls one `Database` method on a worker thread.
-Every error leaves as the envelope of spec §6 with the request's id.
+Layout: behind the gate (memfs.server.gate: request id, auth, the beta header, request
+hooks, health probes), Starlette routes each request to a handler that validates its
+input and calls one `Storage` method on a worker thread. Every error leaves as the
+envelope of spec §6 with the request's id.
 
 Fault-injection seam: `create_app(..., hooks=[...])` takes async callables run for every
 request after auth and before routing. A hook may sleep (latency), raise `ApiError`
@@ -13,217 +13,53 @@ installed by default; a later test option plugs its hooks in here.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 import trio
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from memfs.paths import (
-    BETA_MANAGED_AGENTS,
-    BETA_MEMORY,
     MAX_CONTENT_BYTES,
     PathRejected,
     check_memory_path,
 )
-from memfs.server import errors, tokens
-from memfs.server.db import DatabaseUnavailable, Storage
+from memfs.server import errors
+from memfs.server.db import Storage
 from memfs.server.errors import ApiError
-from memfs.server.wire import Actor, api_key_id, new_id, parse_timestamp
+from memfs.server.gate import (
+    ACTOR,
+    GRANT,
+    MAX_BODY_BYTES,
+    REQUEST_ID,
+    Gate,
+    Health,
+    RequestHook,
+    error_response,
+)
+from memfs.server.wire import Actor, new_id, parse_timestamp
 
 log = logging.getLogger("memfs.server")
 
-RequestHook = Callable[[Scope], Awaitable[None]]
-"""Runs for each request after auth; may sleep, raise ApiError, or raise to drop it."""
-
-MAX_BODY_BYTES = 1_048_576
-"""Largest request body; a full-size content JSON-escaped fits with room to spare."""
-
-SESSION_HEADER = "x-memfs-session-id"
-_REQUEST_ID = "memfs.request_id"
-_ACTOR = "memfs.actor"
-_GRANT = "memfs.grant"
-_BETAS = (BETA_MEMORY, BETA_MANAGED_AGENTS)
 _T = TypeVar("_T")
 
 
-# ------------------------------------------------------------------ the gate
-
-
-class Gate:
-    """Before routing: request id, timing log, auth and beta checks, request hooks."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        api_key: str | None,
-        hooks: Sequence[RequestHook] = (),
-        db: Storage | None = None,
-        limiter: trio.CapacityLimiter | None = None,
-    ) -> None:
-        self.app = app
-        self.api_key = api_key
-        self.hooks = tuple(hooks)
-        self.db = db
-        self.limiter = limiter
-        self.tokens = tokens.TokenCheck()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = new_id("req_")
-        scope[_REQUEST_ID] = request_id
-        started = time.perf_counter()
-        status = 0
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = [*message.get("headers", []), (b"request-id", request_id.encode())]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            try:
-                headers = Headers(scope=scope)
-                grant = await self._token_grant(headers)
-                scope[_ACTOR] = self._authenticate(headers, token=grant is not None)
-                if grant is not None:
-                    scope[_GRANT] = grant
-                    tokens.authorize(grant, scope["method"], scope["path"])
-                _check_beta(headers)
-                for hook in self.hooks:
-                    await hook(scope)
-            except ApiError as exc:
-                await _drain(receive)
-                await _error_response(exc, request_id)(scope, receive, send_with_id)
-                return
-            try:
-                await self.app(scope, receive, send_with_id)
-            except Exception:
-                # Starlette's handler already logged it and answered 500 if it could.
-                if status == 0:
-                    await _error_response(errors.internal(), request_id)(
-                        scope, receive, send_with_id
-                    )
-        finally:
-            level = logging.WARNING if status >= 500 or status == 0 else logging.DEBUG
-            if log.isEnabledFor(level):
-                log.log(
-                    level,
-                    "request_id=%s method=%s path=%s status=%d ms=%.1f",
-                    request_id,
-                    scope["method"],
-                    scope["path"],
-                    status,
-                    (time.perf_counter() - started) * 1000,
-                )
-
-    async def _token_grant(self, headers: Headers) -> tokens.Grant | None:
-        """A scoped token's grant (None when the credential is not a token), or 401."""
-        presented, bearer = _credentials(headers)
-        token = next((c for c in (bearer, presented) if c and tokens.is_token(c)), None)
-        if token is None:
-            return None
-        token_id = self.tokens.token_id(token)
-        hit, record = self.tokens.cached(token_id)
-        if not hit:
-            if self.db is None:
-                raise errors.unauthorized("this server does not issue tokens")
-            record = await trio.to_thread.run_sync(
-                self.db.token_record, token_id, limiter=self.limiter
-            )
-            self.tokens.remember(token_id, record)
-        return self.tokens.grant(token, token_id, record)
-
-    def _authenticate(self, headers: Headers, *, token: bool = False) -> Actor:
-        """Check the key if one is configured; name the writer for version records."""
-        presented, bearer = _credentials(headers)
-        if self.api_key is not None and not token:
-            expected = self.api_key.encode("utf-8")
-            ok = any(
-                cred is not None and hmac.compare_digest(cred.encode("utf-8"), expected)
-                for cred in (presented, bearer)
-            )
-            if not ok:
-                if presented is None and bearer is None:
-                    raise errors.unauthorized(
-                        "missing credentials: send x-api-key or a Bearer token"
-                    )
-                raise errors.unauthorized("invalid API key")
-        session = headers.get(SESSION_HEADER)
-        if session is not None:
-            if not session.startswith("sesn_") or len(session) <= len("sesn_"):
-                raise errors.invalid(f"{SESSION_HEADER} must be a session id (sesn_…)")
-            return ("session_actor", session)
-        credential = presented if presented is not None else (bearer or "")
-        return ("api_actor", api_key_id(credential))
-
-
-async def _drain(receive: Receive) -> None:
-    """Read a refused request's body (bounded) before answering, so the connection stays
-    usable: a client that reuses it must not find it closed under its next request."""
-    size = 0
-    while size <= MAX_BODY_BYTES:
-        message = await receive()
-        if message["type"] != "http.request":
-            return
-        size += len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return
-
-
-def _credentials(headers: Headers) -> tuple[str | None, str | None]:
-    """(x-api-key, bearer token) as presented."""
-    auth = headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
-    return headers.get("x-api-key"), bearer
-
-
-def _check_beta(headers: Headers) -> None:
-    values = {
-        part.strip() for value in headers.getlist("anthropic-beta") for part in value.split(",")
-    }
-    present = [beta for beta in _BETAS if beta in values]
-    if not present:
-        raise errors.invalid(
-            f"this endpoint is in beta: send anthropic-beta: {BETA_MEMORY} "
-            f"(or {BETA_MANAGED_AGENTS})"
-        )
-    if len(present) > 1:
-        raise errors.invalid(
-            f"send exactly one of {BETA_MEMORY} and {BETA_MANAGED_AGENTS} in anthropic-beta, "
-            "not both"
-        )
-
-
-def _error_response(exc: ApiError, request_id: str) -> Response:
-    return JSONResponse(exc.body(request_id), status_code=exc.status)
-
-
 def _request_id(request: Request) -> str:
-    value = request.scope.get(_REQUEST_ID)
+    value = request.scope.get(REQUEST_ID)
     return value if isinstance(value, str) else new_id("req_")
 
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return _error_response(exc, _request_id(request))
+    return error_response(exc, _request_id(request))
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
@@ -232,7 +68,7 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
         error = errors.not_found(f"no route for {request.method} {request.url.path}")
     else:
         error = ApiError(exc.status_code, "invalid_request_error", str(exc.detail))
-    return _error_response(error, _request_id(request))
+    return error_response(error, _request_id(request))
 
 
 async def _on_crash(request: Request, exc: Exception) -> Response:
@@ -243,7 +79,7 @@ async def _on_crash(request: Request, exc: Exception) -> Response:
         request.url.path,
         exc_info=exc,
     )
-    return _error_response(errors.internal(), _request_id(request))
+    return error_response(errors.internal(), _request_id(request))
 
 
 # ------------------------------------------------------------ input parsing
@@ -409,7 +245,7 @@ def _bool(request: Request, name: str) -> bool:
 
 
 def _actor(request: Request) -> Actor:
-    actor: Actor = request.scope[_ACTOR]
+    actor: Actor = request.scope[ACTOR]
     return actor
 
 
@@ -429,10 +265,15 @@ class Handlers:
 
     def __init__(self, db: Storage, threads: int = 8) -> None:
         self.db = db
-        self.limiter = trio.CapacityLimiter(threads)
+        # threads=0: every call inline, for tests whose mock clock must not jump while
+        # a worker thread writes (`memfs serve` refuses a pool size below 1).
+        self.limiter = trio.CapacityLimiter(threads) if threads else None
 
     async def _run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """Writes go to a worker thread: they wait for SQLite's lock and an fsync."""
+        if self.limiter is None:
+            await trio.lowlevel.checkpoint()
+            return fn(*args, **kwargs)
         return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self.limiter)
 
     async def _read(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
@@ -459,7 +300,7 @@ class Handlers:
 
     async def list_stores(self, request: Request) -> Response:
         gte, lte = _created_range(request)
-        grant = request.scope.get(_GRANT)
+        grant = request.scope.get(GRANT)
         only = None if grant is None else sorted(grant.scopes)
         items, next_page = await self._read(
             self.db.list_stores,
@@ -644,32 +485,6 @@ class Handlers:
                 _actor(request),
             )
         )
-
-
-class Health:
-    """`/healthz` (the process answers) and `/readyz` (the database answers), before the
-    gate: a load balancer probes them without credentials or beta headers."""
-
-    def __init__(self, app: ASGIApp, db: Storage, limiter: trio.CapacityLimiter) -> None:
-        self.app = app
-        self.db = db
-        self.limiter = limiter
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path") if scope["type"] == "http" else None
-        if path not in ("/healthz", "/readyz") or scope["method"] not in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        body: dict[str, Any] = {"status": "ok"}
-        status = 200
-        if path == "/readyz":
-            try:
-                await trio.to_thread.run_sync(self.db.ping, limiter=self.limiter)
-                body["database"] = "ok"
-            except DatabaseUnavailable as exc:
-                log.warning("not ready backend=%s reason=%s", self.db.backend, exc)
-                status, body = 503, {"status": "unavailable", "database": str(exc)}
-        await JSONResponse(body, status_code=status)(scope, receive, send)
 
 
 def create_app(

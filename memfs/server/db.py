@@ -20,10 +20,11 @@ Methods return plain dicts shaped exactly like the wire objects, or raise `ApiEr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from memfs.paths import (
     MAX_MEMORIES_PER_STORE,
@@ -33,9 +34,9 @@ from memfs.paths import (
     sha256_hex,
 )
 from memfs.server import errors, tokens
+from memfs.server.rows import MemoryRow, StoreRow, VersionRow
 from memfs.server.wire import (
     Actor,
-    actor_json,
     after,
     decode_cursor,
     encode_cursor,
@@ -43,64 +44,60 @@ from memfs.server.wire import (
     now,
 )
 
-_STORE_COLS = "id, name, description, metadata, created_at, updated_at, archived_at, seq"
-_MEM_BASIC = "id, store_id, path, sha, size, version_id, created_at, updated_at"
-_MEM_FULL = _MEM_BASIC + ", content"
-_VER_BASIC = (
-    "id, store_id, memory_id, operation, path, sha, size, actor_type, actor_id, "
-    "created_at, redacted_at, redactor_type, redactor_id, seq"
-)
-_VER_FULL = _VER_BASIC + ", content"
+_STORE_COLS = StoreRow.columns()
+_MEM_BASIC = MemoryRow.columns()
+_MEM_FULL = MemoryRow.columns(content=True)
+_VER_BASIC = VersionRow.columns()
+_VER_FULL = VersionRow.columns(content=True)
 
 
 class DatabaseUnavailable(Exception):
     """The database cannot be opened or written; the server refuses to start."""
 
 
-def _store_obj(row: tuple[Any, ...]) -> dict[str, Any]:
-    return {
-        "type": "memory_store",
-        "id": row[0],
-        "name": row[1],
-        "description": row[2],
-        "metadata": json.loads(row[3]),
-        "created_at": row[4],
-        "updated_at": row[5],
-        "archived_at": row[6],
-    }
+def _newest_first(
+    table: str,
+    cols: str,
+    where: list[str],
+    args: list[Any],
+    created_gte: str | None,
+    created_lte: str | None,
+    page: str | None,
+) -> str:
+    """A listing newest first, keyset-paged on (created_at, seq): the creation window
+    and the cursor join `where`/`args`; the caller binds `limit + 1` last."""
+    if created_gte is not None:
+        where.append("created_at >= ?")
+        args.append(created_gte)
+    if created_lte is not None:
+        where.append("created_at <= ?")
+        args.append(created_lte)
+    if page is not None:
+        key = decode_cursor(page, table)
+        where.append("(created_at, seq) < (?, ?)")
+        args.extend(key[:2])
+    return (
+        f"SELECT {cols} FROM {table} WHERE {' AND '.join(where)} "
+        "ORDER BY created_at DESC, seq DESC LIMIT ?"
+    )
 
 
-def _memory_obj(row: tuple[Any, ...], full: bool) -> dict[str, Any]:
-    return {
-        "type": "memory",
-        "id": row[0],
-        "memory_store_id": row[1],
-        "path": row[2],
-        "content": row[8] if full else None,
-        "content_sha256": row[3],
-        "content_size_bytes": row[4],
-        "memory_version_id": row[5],
-        "created_at": row[6],
-        "updated_at": row[7],
-    }
+_Paged = TypeVar("_Paged", StoreRow, VersionRow)
 
 
-def _version_obj(row: tuple[Any, ...], full: bool) -> dict[str, Any]:
-    return {
-        "type": "memory_version",
-        "id": row[0],
-        "memory_store_id": row[1],
-        "memory_id": row[2],
-        "operation": row[3],
-        "path": row[4],
-        "content": row[14] if full else None,
-        "content_sha256": row[5],
-        "content_size_bytes": row[6],
-        "created_by": actor_json(row[7], row[8]),
-        "created_at": row[9],
-        "redacted_at": row[10],
-        "redacted_by": actor_json(row[11], row[12]),
-    }
+def _page_of(kind: str, rows: list[_Paged], limit: int) -> tuple[list[_Paged], str | None]:
+    """The first `limit` of `limit + 1` rows, and the cursor past them if there are more."""
+    if len(rows) <= limit:
+        return rows, None
+    last = rows[limit - 1]
+    return rows[:limit], encode_cursor(kind, [last.created_at, last.seq])
+
+
+def _check_path(path: str) -> None:
+    try:
+        check_memory_path(path)
+    except PathRejected as exc:
+        raise errors.invalid(f"invalid path: {exc.reason}") from None
 
 
 def _sha256(content: str) -> tuple[str, int]:
@@ -175,15 +172,14 @@ class Storage:
 
     # ----------------------------------------------------------------- stores
 
-    def _store_row(self, conn: Conn, store_id: str) -> tuple[Any, ...]:
+    def _store_row(self, conn: Conn, store_id: str) -> StoreRow:
         row = conn.execute(f"SELECT {_STORE_COLS} FROM stores WHERE id = ?", (store_id,)).fetchone()
         if row is None:
             raise errors.not_found(f"memory store {store_id} not found")
-        result: tuple[Any, ...] = row
-        return result
+        return StoreRow.from_row(row)
 
     def _writable_store(self, conn: Conn, store_id: str) -> None:
-        if self._store_row(conn, store_id)[6] is not None:
+        if self._store_row(conn, store_id).archived_at is not None:
             raise errors.conflict(f"memory store {store_id} is archived and read-only")
 
     def create_store(self, name: str, description: str, metadata: dict[str, str]) -> dict[str, Any]:
@@ -195,11 +191,11 @@ class Storage:
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (store_id, name, description, json.dumps(metadata), ts, ts),
             )
-            return _store_obj(self._store_row(conn, store_id))
+            return self._store_row(conn, store_id).wire()
 
     def get_store(self, store_id: str) -> dict[str, Any]:
         with self._read() as conn:
-            return _store_obj(self._store_row(conn, store_id))
+            return self._store_row(conn, store_id).wire()
 
     def list_stores(
         self,
@@ -221,26 +217,11 @@ class Storage:
             args.extend(only)
         if not include_archived:
             where.append("archived_at IS NULL")
-        if created_gte is not None:
-            where.append("created_at >= ?")
-            args.append(created_gte)
-        if created_lte is not None:
-            where.append("created_at <= ?")
-            args.append(created_lte)
-        if page is not None:
-            key = decode_cursor(page, "stores")
-            where.append("(created_at, seq) < (?, ?)")
-            args.extend(key[:2])
-        sql = (
-            f"SELECT {_STORE_COLS} FROM stores WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, seq DESC LIMIT ?"
-        )
+        sql = _newest_first("stores", _STORE_COLS, where, args, created_gte, created_lte, page)
         with self._read() as conn:
             rows = conn.execute(sql, (*args, limit + 1)).fetchall()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        next_page = encode_cursor("stores", [rows[-1][4], rows[-1][7]]) if more else None
-        return [_store_obj(r) for r in rows], next_page
+        stores, next_page = _page_of("stores", [StoreRow.from_row(r) for r in rows], limit)
+        return [r.wire() for r in stores], next_page
 
     def update_store(
         self,
@@ -252,11 +233,11 @@ class Storage:
     ) -> dict[str, Any]:
         with self._write(store_id) as conn:
             row = self._store_row(conn, store_id)
-            if row[6] is not None:
+            if row.archived_at is not None:
                 raise errors.conflict(f"memory store {store_id} is archived and read-only")
-            new_name = row[1] if name is None else name
-            new_description = row[2] if description is None else description
-            metadata: dict[str, str] = json.loads(row[3])
+            new_name = row.name if name is None else name
+            new_description = row.description if description is None else description
+            metadata: dict[str, str] = json.loads(row.metadata)
             for key, value in (metadata_patch or {}).items():
                 if value is None:
                     metadata.pop(key, None)
@@ -264,25 +245,29 @@ class Storage:
                     metadata[key] = value
             if len(metadata) > 16:
                 raise errors.invalid("metadata can hold at most 16 pairs")
-            if (new_name, new_description, metadata) != (row[1], row[2], json.loads(row[3])):
+            if (new_name, new_description, metadata) != (
+                row.name,
+                row.description,
+                json.loads(row.metadata),
+            ):
                 conn.execute(
                     "UPDATE stores SET name = ?, description = ?, metadata = ?, updated_at = ? "
                     "WHERE id = ?",
                     (new_name, new_description, json.dumps(metadata), now(), store_id),
                 )
-            return _store_obj(self._store_row(conn, store_id))
+            return self._store_row(conn, store_id).wire()
 
     def archive_store(self, store_id: str) -> dict[str, Any]:
         """Archive once; archiving an archived store returns it unchanged (safe to retry)."""
         with self._write(store_id) as conn:
             row = self._store_row(conn, store_id)
-            if row[6] is None:
+            if row.archived_at is None:
                 ts = now()
                 conn.execute(
                     "UPDATE stores SET archived_at = ?, updated_at = ? WHERE id = ?",
                     (ts, ts, store_id),
                 )
-            return _store_obj(self._store_row(conn, store_id))
+            return self._store_row(conn, store_id).wire()
 
     def delete_store(self, store_id: str) -> dict[str, Any]:
         with self._write(store_id) as conn:
@@ -360,7 +345,7 @@ class Storage:
 
     # --------------------------------------------------------------- memories
 
-    def _memory_row(self, conn: Conn, store_id: str, memory_id: str) -> tuple[Any, ...]:
+    def _memory_row(self, conn: Conn, store_id: str, memory_id: str) -> MemoryRow:
         row = conn.execute(
             f"SELECT {_MEM_FULL} FROM memories WHERE id = ? AND store_id = ?",
             (memory_id, store_id),
@@ -368,8 +353,7 @@ class Storage:
         if row is None:
             self._store_row(conn, store_id)
             raise errors.not_found(f"memory {memory_id} not found")
-        result: tuple[Any, ...] = row
-        return result
+        return MemoryRow.from_row(row)
 
     def _check_overlap(
         self, conn: Conn, store_id: str, path: str, exclude: str | None = None
@@ -396,13 +380,14 @@ class Storage:
                 (store_id, path + "/", path + "0", skip),
             ).fetchone()
         if row is not None:
-            if row[1] == path:
+            taken_id, taken = row
+            if taken == path:
                 message = f"a memory already exists at {path}"
-            elif path.startswith(row[1] + "/"):
-                message = f"{path} is below the memory at {row[1]}"
+            elif path.startswith(taken + "/"):
+                message = f"{path} is below the memory at {taken}"
             else:
-                message = f"{path} is above the memory at {row[1]}"
-            raise errors.path_conflict(message, row[0], row[1])
+                message = f"{path} is above the memory at {taken}"
+            raise errors.path_conflict(message, taken_id, taken)
 
     def _insert_version(
         self,
@@ -437,6 +422,33 @@ class Storage:
         )
         return version_id
 
+    def _content_version(
+        self,
+        conn: Conn,
+        store_id: str,
+        memory_id: str,
+        operation: str,
+        path: str,
+        content: str,
+        actor: Actor,
+    ) -> tuple[str, str, int, str]:
+        """A version with content (created, modified): (its id, sha, size, created_at)."""
+        sha, size = _sha256(content)
+        ts = self._stamp(conn, store_id)
+        version_id = self._insert_version(
+            conn,
+            store_id=store_id,
+            memory_id=memory_id,
+            operation=operation,
+            path=path,
+            content=content,
+            sha=sha,
+            size=size,
+            actor=actor,
+            ts=ts,
+        )
+        return version_id, sha, size, ts
+
     def _count(self, conn: Conn, store_id: str) -> int:
         count: int = conn.execute(
             "SELECT count(*) FROM memories WHERE store_id = ?", (store_id,)
@@ -451,11 +463,8 @@ class Storage:
         content: str,
         actor: Actor,
         count: int | None = None,
-    ) -> tuple[Any, ...]:
-        try:
-            check_memory_path(path)
-        except PathRejected as exc:
-            raise errors.invalid(f"invalid path: {exc.reason}") from None
+    ) -> MemoryRow:
+        _check_path(path)
         self._check_overlap(conn, store_id, path)
         if count is None:
             count = self._count(conn, store_id)
@@ -464,24 +473,13 @@ class Storage:
                 f"the memory store is full: it holds the maximum of {self.max_memories} memories"
             )
         memory_id = new_id("mem_")
-        sha, size = _sha256(content)
-        ts = self._stamp(conn, store_id)
-        version_id = self._insert_version(
-            conn,
-            store_id=store_id,
-            memory_id=memory_id,
-            operation="created",
-            path=path,
-            content=content,
-            sha=sha,
-            size=size,
-            actor=actor,
-            ts=ts,
+        version_id, sha, size, ts = self._content_version(
+            conn, store_id, memory_id, "created", path, content, actor
         )
-        row = (memory_id, store_id, path, sha, size, version_id, ts, ts, content)
+        row = MemoryRow(memory_id, store_id, path, sha, size, version_id, ts, ts, content)
         conn.execute(
             f"INSERT INTO memories ({_MEM_FULL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*row[:8], self._blob(content)),
+            (memory_id, store_id, path, sha, size, version_id, ts, ts, self._blob(content)),
         )
         return row
 
@@ -491,7 +489,7 @@ class Storage:
         """Create never overwrites: a taken or overlapping path is a 409 path conflict."""
         with self._write(store_id) as conn:
             self._writable_store(conn, store_id)
-            return _memory_obj(self._create_in(conn, store_id, path, content, actor), full)
+            return self._create_in(conn, store_id, path, content, actor).wire(full)
 
     def bulk_create_memories(
         self, store_id: str, items: Iterable[tuple[str, str]], actor: Actor
@@ -508,7 +506,7 @@ class Storage:
 
     def get_memory(self, store_id: str, memory_id: str, *, full: bool) -> dict[str, Any]:
         with self._read() as conn:
-            return _memory_obj(self._memory_row(conn, store_id, memory_id), full)
+            return self._memory_row(conn, store_id, memory_id).wire(full)
 
     def list_memories(
         self,
@@ -552,9 +550,9 @@ class Storage:
             if depth == 0:
                 rows = scan(lo, inclusive, limit + 1).fetchall()
                 more = len(rows) > limit
-                items = [_memory_obj(r, full) for r in rows[:limit]]
-                next_page = encode_cursor("memories", [rows[limit - 1][2]]) if more else None
-                return items, next_page
+                memories = [MemoryRow.from_row(r) for r in rows[:limit]]
+                next_page = encode_cursor("memories", [memories[-1].path]) if more else None
+                return [m.wire(full) for m in memories], next_page
 
             plen = len(prefix)
             exhausted = False
@@ -562,12 +560,13 @@ class Storage:
                 want = limit - len(items)
                 seen = 0
                 restart = False
-                for row in scan(lo, inclusive, want):
+                for found in scan(lo, inclusive, want):
                     seen += 1
-                    path: str = row[2]
+                    row = MemoryRow.from_row(found)
+                    path = row.path
                     slash = path.find("/", plen)
                     if slash < 0:
-                        items.append(_memory_obj(row, full))
+                        items.append(row.wire(full))
                         last_key = path
                         lo, inclusive = path, False
                     else:
@@ -598,59 +597,42 @@ class Storage:
         with self._write(store_id) as conn:
             row = self._memory_row(conn, store_id, memory_id)
             self._writable_store(conn, store_id)
-            cur_path: str = row[2]
-            cur_content: str = row[8]
-            if precondition_sha is not None and precondition_sha != row[3]:
+            cur_path = row.path
+            cur_content = row.content or ""
+            if precondition_sha is not None and precondition_sha != row.sha:
                 asked = content is not None or path is not None
                 same = (content is None or content == cur_content) and (
                     path is None or path == cur_path
                 )
                 if asked and same:
-                    return _memory_obj(row, full)
+                    return row.wire(full)
                 raise errors.precondition_failed(
                     f"memory {memory_id} no longer has content_sha256 {precondition_sha}"
                 )
             new_path = cur_path if path is None else path
             new_content = cur_content if content is None else content
             if new_path != cur_path:
-                try:
-                    check_memory_path(new_path)
-                except PathRejected as exc:
-                    raise errors.invalid(f"invalid path: {exc.reason}") from None
+                _check_path(new_path)
                 self._check_overlap(conn, store_id, new_path, exclude=memory_id)
             if new_path == cur_path and new_content == cur_content:
-                return _memory_obj(row, full)
-            sha, size = _sha256(new_content)
-            ts = self._stamp(conn, store_id)
-            version_id = self._insert_version(
-                conn,
-                store_id=store_id,
-                memory_id=memory_id,
-                operation="modified",
-                path=new_path,
-                content=new_content,
-                sha=sha,
-                size=size,
-                actor=actor,
-                ts=ts,
+                return row.wire(full)
+            version_id, sha, size, ts = self._content_version(
+                conn, store_id, memory_id, "modified", new_path, new_content, actor
             )
             conn.execute(
                 "UPDATE memories SET path = ?, content = ?, sha = ?, size = ?, version_id = ?, "
                 "updated_at = ? WHERE id = ?",
                 (new_path, self._blob(new_content), sha, size, version_id, ts, memory_id),
             )
-            new_row = (
-                memory_id,
-                store_id,
-                new_path,
-                sha,
-                size,
-                version_id,
-                row[6],
-                ts,
-                new_content,
-            )
-            return _memory_obj(new_row, full)
+            return dataclasses.replace(
+                row,
+                path=new_path,
+                sha=sha,
+                size=size,
+                version_id=version_id,
+                updated_at=ts,
+                content=new_content,
+            ).wire(full)
 
     def delete_memory(
         self, store_id: str, memory_id: str, *, expected_sha: str | None, actor: Actor
@@ -658,7 +640,7 @@ class Storage:
         """Deletes are allowed in an archived store (the hosted API allows them too)."""
         with self._write(store_id) as conn:
             row = self._memory_row(conn, store_id, memory_id)
-            if expected_sha is not None and expected_sha != row[3]:
+            if expected_sha is not None and expected_sha != row.sha:
                 raise errors.precondition_failed(
                     f"memory {memory_id} no longer has content_sha256 {expected_sha}"
                 )
@@ -667,7 +649,7 @@ class Storage:
                 store_id=store_id,
                 memory_id=memory_id,
                 operation="deleted",
-                path=row[2],
+                path=row.path,
                 content=None,
                 sha=None,
                 size=None,
@@ -703,30 +685,15 @@ class Storage:
         for actor_type, actor_id in actor_filters:
             where.append("actor_type = ? AND actor_id = ?")
             args.extend((actor_type, actor_id))
-        if created_gte is not None:
-            where.append("created_at >= ?")
-            args.append(created_gte)
-        if created_lte is not None:
-            where.append("created_at <= ?")
-            args.append(created_lte)
-        if page is not None:
-            key = decode_cursor(page, "versions")
-            where.append("(created_at, seq) < (?, ?)")
-            args.extend(key[:2])
         cols = _VER_FULL if full else _VER_BASIC
-        sql = (
-            f"SELECT {cols} FROM versions WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, seq DESC LIMIT ?"
-        )
+        sql = _newest_first("versions", cols, where, args, created_gte, created_lte, page)
         with self._read() as conn:
             self._store_row(conn, store_id)
             rows = conn.execute(sql, (*args, limit + 1)).fetchall()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        next_page = encode_cursor("versions", [rows[-1][9], rows[-1][13]]) if more else None
-        return [_version_obj(r, full) for r in rows], next_page
+        versions, next_page = _page_of("versions", [VersionRow.from_row(r) for r in rows], limit)
+        return [v.wire(full) for v in versions], next_page
 
-    def _version_row(self, conn: Conn, store_id: str, version_id: str) -> tuple[Any, ...]:
+    def _version_row(self, conn: Conn, store_id: str, version_id: str) -> VersionRow:
         row = conn.execute(
             f"SELECT {_VER_FULL} FROM versions WHERE id = ? AND store_id = ?",
             (version_id, store_id),
@@ -734,12 +701,11 @@ class Storage:
         if row is None:
             self._store_row(conn, store_id)
             raise errors.not_found(f"memory version {version_id} not found")
-        result: tuple[Any, ...] = row
-        return result
+        return VersionRow.from_row(row)
 
     def get_version(self, store_id: str, version_id: str, *, full: bool) -> dict[str, Any]:
         with self._read() as conn:
-            return _version_obj(self._version_row(conn, store_id, version_id), full)
+            return self._version_row(conn, store_id, version_id).wire(full)
 
     def redact_version(self, store_id: str, version_id: str, actor: Actor) -> dict[str, Any]:
         """Null the content fields, keep the audit fields; never the head of a live memory.
@@ -748,14 +714,15 @@ class Storage:
         """
         with self._write(store_id) as conn:
             row = self._version_row(conn, store_id, version_id)
-            if row[10] is None:
+            if row.redacted_at is None:
                 head = conn.execute(
-                    "SELECT 1 FROM memories WHERE id = ? AND version_id = ?", (row[2], version_id)
+                    "SELECT 1 FROM memories WHERE id = ? AND version_id = ?",
+                    (row.memory_id, version_id),
                 ).fetchone()
                 if head is not None:
                     raise errors.conflict(
                         f"memory version {version_id} is the current version of memory "
-                        f"{row[2]}; write a new version or delete the memory first"
+                        f"{row.memory_id}; write a new version or delete the memory first"
                     )
                 conn.execute(
                     "UPDATE versions SET content = NULL, path = NULL, sha = NULL, size = NULL, "
@@ -763,13 +730,4 @@ class Storage:
                     (now(), *actor, version_id),
                 )
                 row = self._version_row(conn, store_id, version_id)
-            return _version_obj(row, True)
-
-
-def __getattr__(name: str) -> Any:
-    """`Database` lived here; scripts/benchmarks still import it by this path."""
-    if name == "Database":
-        from memfs.server.sqlite import Database
-
-        return Database
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return row.wire(True)

@@ -16,7 +16,7 @@ from hypercorn.trio import serve
 
 from memfs import metrics
 from memfs.config import ExitCode
-from memfs.server.app import RequestHook, create_app
+from memfs.server.app import create_app
 from memfs.server.backends import (
     UnknownBackend,
     describe_spec,
@@ -24,6 +24,7 @@ from memfs.server.backends import (
 )
 from memfs.server.db import DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
+from memfs.server.gate import RequestHook
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -73,6 +74,26 @@ async def _serve(
             print(f"memfs serve: listening on {url}", flush=True)
 
 
+def _wrong_option(
+    max_memories: int, port: int, pool_size: int, shutdown_timeout: float, metrics_addr: str | None
+) -> str | None:
+    """Why the numbers given cannot serve, checked before the database is opened."""
+    if max_memories < 1:
+        return "--max-memories must be at least 1"
+    if not 0 <= port <= 65535:
+        return f"--port {port} is not a TCP port"
+    if not 1 <= pool_size <= 1000:
+        return "--pool-size must be between 1 and 1000"
+    if shutdown_timeout < 0:
+        return "--shutdown-timeout must not be negative"
+    if metrics_addr is not None:
+        try:
+            metrics.parse_addr(metrics_addr)
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
 def run_server(
     *,
     db: str | None,
@@ -99,19 +120,9 @@ def run_server(
             fault_spec = FaultSpec.parse(faults)
         except ValueError as exc:
             return _refuse(f"--faults: {exc}")
-    if max_memories < 1:
-        return _refuse("--max-memories must be at least 1")
-    if not 0 <= port <= 65535:
-        return _refuse(f"--port {port} is not a TCP port")
-    if not 1 <= pool_size <= 1000:
-        return _refuse("--pool-size must be between 1 and 1000")
-    if shutdown_timeout < 0:
-        return _refuse("--shutdown-timeout must not be negative")
-    if metrics_addr is not None:
-        try:
-            metrics.parse_addr(metrics_addr)
-        except ValueError as exc:
-            return _refuse(str(exc))
+    wrong = _wrong_option(max_memories, port, pool_size, shutdown_timeout, metrics_addr)
+    if wrong is not None:
+        return _refuse(wrong)
     where = describe_spec(db)
     try:
         database = open_storage(db, max_memories=max_memories, pool_size=pool_size)

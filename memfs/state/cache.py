@@ -317,12 +317,6 @@ class Journal:
             f"UPDATE entries SET {sets} WHERE entry_id=?", (*fields.values(), entry_id)
         )
 
-    def update_many(self, changes: list[tuple[int, EntryFields]]) -> None:
-        """Apply several row updates in one transaction (a directory rename)."""
-        with self.transaction():
-            for entry_id, fields in changes:
-                self.update(entry_id, **fields)
-
     def delete(self, entry_id: int) -> None:
         self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
 

@@ -51,12 +51,8 @@ def _evictable(node: Node) -> bool:
     )
 
 
-def collect(
-    state: StoreState, found: list[tuple[str, int, float]], *, max_clean_bytes: int | None = None
-) -> Collected:
-    """Remove garbage among `found` (objects.scan()), then evict clean contents beyond
-    `max_clean_bytes`. Synchronous: the caller holds the store's pass lock."""
-    objects = state.objects
+def _references(state: StoreState) -> tuple[set[str], set[str]]:
+    """(every sha a row or node names, those whose content may be evicted)."""
     referenced = state.journal.referenced_shas()
     pinned: set[str] = set()  # needed by an open, dirty, unsynced or unlinked node
     evictable: set[str] = set()
@@ -70,7 +66,16 @@ def collect(
             evictable.add(node.sha)
         elif node.sha:
             pinned.add(node.sha)
-    evictable -= pinned
+    return referenced, evictable - pinned
+
+
+def collect(
+    state: StoreState, found: list[tuple[str, int, float]], *, max_clean_bytes: int | None = None
+) -> Collected:
+    """Remove garbage among `found` (objects.scan()), then evict clean contents beyond
+    `max_clean_bytes`. Synchronous: the caller holds the store's pass lock."""
+    objects = state.objects
+    referenced, evictable = _references(state)
     result = Collected(objects=len(found))
     garbage = [(sha, size) for sha, size, _ in found if sha not in referenced]
     live = [(mtime, sha, size) for sha, size, mtime in found if sha in referenced]

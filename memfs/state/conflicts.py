@@ -4,10 +4,10 @@
 The store wins every conflict and the losing local bytes go to `conflicts/` in the
 store's cache directory (CacheDir.save_conflict). Next to each copy, `record` writes a
 hidden `.<copy>.json` with what a person needs to decide: the path, when, the local
-sha and size, and the remote version that won. Copies made before these records
-existed are listed too, from their file names. A restore is a new local change made
-through the mount by the CLI (historycli.py), so the next pass pushes it with a
-precondition: it can lose again, and is then kept again.
+sha and size, and the remote version that won. `memfs conflicts` lists the records: a
+copy whose record could not be written stays on disk and is named in the log. A
+restore is a new local change made through the mount by the CLI (history_commands.py),
+so the next pass pushes it with a precondition: it can lose again, and is then kept again.
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 log = logging.getLogger("memfs.conflicts")
-
-_STAMP = re.compile(r"(\d{8}T\d{6})-(?:\d+-)?(.*)")
 
 
 @dataclass
@@ -84,7 +81,8 @@ def record(
         _write(kept)
     except OSError as e:
         log.warning(
-            "could not describe a conflict copy; it is listed by its name only "
+            "could not describe a conflict copy; memfs conflicts cannot list it, the "
+            "copy stays on disk "
             "memory_store_id=%s path=%s copy=%s error=%s",
             store_id,
             path,
@@ -104,7 +102,7 @@ def _write(kept: Kept) -> None:
 
 
 def kept_copies(store_id: str, directory: Path) -> list[Kept]:
-    """Every copy in a store's `conflicts/`, oldest first."""
+    """Every described copy in a store's `conflicts/`, oldest first."""
     try:
         names = sorted(
             e.name
@@ -115,33 +113,8 @@ def kept_copies(store_id: str, directory: Path) -> list[Kept]:
         return []
     found = []
     for name in names:
-        copy = directory / name
         try:
-            data = json.loads(_meta(copy).read_text())
-            found.append(Kept(**data))
-            continue
+            found.append(Kept(**json.loads(_meta(directory / name).read_text())))
         except (OSError, ValueError, TypeError):
-            pass
-        # A copy from before records: its name says when and (flattened) where.
-        match = _STAMP.fullmatch(name)
-        stamp, flat = (match[1], match[2]) if match else ("", name)
-        at = (
-            (f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z")
-            if stamp
-            else ""
-        )
-        try:
-            size = copy.stat().st_size
-        except OSError:
-            continue
-        found.append(
-            Kept(
-                conflict_id(store_id, name),
-                store_id,
-                "/" + flat.replace("__", "/"),
-                at,
-                str(copy),
-                size,
-            )
-        )
+            continue  # no record (its writing failed and was logged): not listed
     return found

@@ -65,29 +65,6 @@ class SyncRecords:
         instead of taking the idle shortcut (StoreSync._idle compares generations)."""
         self.generation += 1
 
-    def checkpoint(self) -> None:
-        """Fold the journal's write-ahead log back (after a large write is closed)."""
-        self.journal.checkpoint()
-
-    # -- open files -----------------------------------------------------------------
-    def opened(self, node: Node, *, writing: bool) -> None:
-        """A handle on `node`: while one is open, its bytes stay in RAM (`make_clean`)."""
-        node.open_handles += 1
-        if writing:
-            node.open_writers += 1
-
-    def closed(self, node: Node, *, writing: bool) -> None:
-        node.open_handles -= 1
-        if writing:
-            node.open_writers -= 1
-        if (
-            node.open_handles == 0
-            and not node.dirty
-            and node.data is not None
-            and node.sha is not None
-        ):
-            node.data = None  # clean content lives in the object store, not in RAM
-
     # -- identities and baselines ---------------------------------------------------
     def settle_sent(self, node: Node, r: RemoteMemory | None) -> None:
         """An upload whose answer was lost counts as ours if the store shows its sha."""

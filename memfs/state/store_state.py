@@ -36,7 +36,7 @@ from memfs.state.tree import Tree
 
 # The logger keeps the name it had when this code lived in memfs/state/tree.py: log lines
 # name it, and they do not change.
-log = logging.getLogger("memfs.tree")
+log = logging.getLogger("memfs.state")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,6 @@ class StoreState(SyncRecords):
         marker = marker_content(store_id)
         self.marker.data = bytearray(marker)
         self.marker.size = len(marker)
-        self.marker_bytes = marker
         # Bumped by every local change a pass may have to push (the idle-pass shortcut).
         self.generation = 0
         # Names the sync never pushes (editor swap files...; StoreSync sets its rules):
@@ -564,6 +563,30 @@ class StoreState(SyncRecords):
 
     def _touch_dir(self, node: Node, now: int) -> None:
         node.mtime_ns = node.ctime_ns = now
+
+    # -- flushing -------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Fold the journal's write-ahead log back (after a large write is closed)."""
+        self.journal.checkpoint()
+
+    # -- open files -----------------------------------------------------------------
+    def opened(self, node: Node, *, writing: bool) -> None:
+        """A handle on `node`: while one is open, its bytes stay in RAM (`make_clean`)."""
+        node.open_handles += 1
+        if writing:
+            node.open_writers += 1
+
+    def closed(self, node: Node, *, writing: bool) -> None:
+        node.open_handles -= 1
+        if writing:
+            node.open_writers -= 1
+        if (
+            node.open_handles == 0
+            and not node.dirty
+            and node.data is not None
+            and node.sha is not None
+        ):
+            node.data = None  # clean content lives in the object store, not in RAM
 
     # -- validation of what a handler flushes ---------------------------------------
     def check_utf8(self, node: Node) -> None:

@@ -160,6 +160,19 @@ def _seg(value: str, what: str) -> str:
     return urllib.parse.quote(value, safe="")
 
 
+def _encode_body(op: str, body: Mapping[str, Any] | None) -> bytes | None:
+    """The request body as UTF-8 JSON; text the API would refuse is refused here."""
+    if body is None:
+        return None
+    try:
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise Rejected(
+            f"{op}: the request holds text that is not valid UTF-8 "
+            "(lone surrogates); the API would refuse it"
+        ) from None
+
+
 class StoreClient:
     """Typed calls of the Memory Stores API over an injected `httpx.AsyncClient`.
 
@@ -246,50 +259,17 @@ class StoreClient:
         may have been applied before its answer was lost): it returns a result, `_RETRY`,
         or None to let the error stand.
         """
-        content: bytes | None = None
-        if body is not None:
-            try:
-                content = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                raise Rejected(
-                    f"{op}: the request holds text that is not valid UTF-8 "
-                    "(lone surrogates); the API would refuse it"
-                ) from None
+        content = _encode_body(op, body)
         clean_params = {k: v for k, v in (params or {}).items() if v is not None}
         started = trio.current_time()
         attempt = 0
         while True:
             attempt += 1
-            error: StoreError
-            timed_out = False
-            sent = len(content or b"")
-            try:
-                response = await self._send(method, url, clean_params, content, beta)
-            except httpx.RequestError as exc:
-                error = self._transport_error(exc)
-                timed_out = isinstance(exc, httpx.TimeoutException)
-                metrics.store_request(op, "timeout" if timed_out else "error", sent, 0)
-            except trio.TooSlowError:
-                error = StoreUnavailable(
-                    f"cannot reach the store at {self._where()}: it did not answer within "
-                    f"{self.first_byte_timeout:g}s (it accepted the connection)"
-                )
-                timed_out = True
-                metrics.store_request(op, "timeout", sent, 0)
-            else:
-                metrics.store_request(op, str(response.status_code), sent, len(response.content))
-                if response.is_success:
-                    try:
-                        return json.loads(response.content) if response.content else {}
-                    except ValueError:
-                        error = StoreError(
-                            f"{op}: the store answered {response.status_code} with a body "
-                            "that is not JSON",
-                            status=response.status_code,
-                            request_id=response.headers.get("request-id"),
-                        )
-                        raise error from None
-                error = self._decorate(error_from_response(response, scrub=self._scrub))
+            result, error, timed_out = await self._attempt(
+                method, url, clean_params, content, op=op, beta=beta
+            )
+            if error is None:
+                return result
             if not isinstance(error, StoreUnavailable):
                 if settle is None or attempt == 1:
                     raise error
@@ -300,35 +280,89 @@ class StoreClient:
                     return outcome
             if timed_out and not self.retry.retry_timeouts:
                 raise error
-            retry_after = error.retry_after if isinstance(error, StoreUnavailable) else None
-            delay = self.retry.delay(attempt, retry_after)
-            elapsed = trio.current_time() - started
-            if attempt >= self.retry.max_attempts or elapsed + delay > self.retry.deadline:
-                if self.retry.max_attempts > 1:  # the caller reports the error itself
-                    log.debug(
-                        "giving up on store request op=%s memory_store_id=%s path=%s "
-                        "attempt=%d elapsed=%.1f error=%s",
-                        op,
-                        store_id,
-                        memory_path,
-                        attempt,
-                        elapsed,
-                        error,
-                    )
-                raise error
-            level = logging.DEBUG if attempt == 1 else logging.WARNING
-            log.log(
-                level,
-                "retrying store request op=%s memory_store_id=%s path=%s "
-                "attempt=%d delay=%.2f error=%s",
-                op,
-                store_id,
-                memory_path,
-                attempt,
-                delay,
-                error,
-            )
+            delay = self._retry_delay(error, attempt, started, op, store_id, memory_path)
             await trio.sleep(delay)
+
+    async def _attempt(
+        self,
+        method: str,
+        url: str,
+        params: dict[str, Any],
+        content: bytes | None,
+        *,
+        op: str,
+        beta: str,
+    ) -> tuple[Any, StoreError | None, bool]:
+        """One try: (the decoded body, None, False), or (None, the error, timed out?).
+
+        A 2xx answer whose body is not JSON raises at once: retrying cannot mend it.
+        """
+        sent = len(content or b"")
+        try:
+            response = await self._send(method, url, params, content, beta)
+        except httpx.RequestError as exc:
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            metrics.store_request(op, "timeout" if timed_out else "error", sent, 0)
+            return None, self._transport_error(exc), timed_out
+        except trio.TooSlowError:
+            metrics.store_request(op, "timeout", sent, 0)
+            slow = StoreUnavailable(
+                f"cannot reach the store at {self._where()}: it did not answer within "
+                f"{self.first_byte_timeout:g}s (it accepted the connection)"
+            )
+            return None, slow, True
+        metrics.store_request(op, str(response.status_code), sent, len(response.content))
+        if not response.is_success:
+            error = self._decorate(error_from_response(response, scrub=self._scrub))
+            return None, error, False
+        try:
+            return (json.loads(response.content) if response.content else {}), None, False
+        except ValueError:
+            raise StoreError(
+                f"{op}: the store answered {response.status_code} with a body that is not JSON",
+                status=response.status_code,
+                request_id=response.headers.get("request-id"),
+            ) from None
+
+    def _retry_delay(
+        self,
+        error: StoreError,
+        attempt: int,
+        started: float,
+        op: str,
+        store_id: str | None,
+        memory_path: str | None,
+    ) -> float:
+        """How long to wait before the next attempt; raises `error` when out of tries."""
+        retry_after = error.retry_after if isinstance(error, StoreUnavailable) else None
+        delay = self.retry.delay(attempt, retry_after)
+        elapsed = trio.current_time() - started
+        if attempt >= self.retry.max_attempts or elapsed + delay > self.retry.deadline:
+            if self.retry.max_attempts > 1:  # the caller reports the error itself
+                log.debug(
+                    "giving up on store request op=%s memory_store_id=%s path=%s "
+                    "attempt=%d elapsed=%.1f error=%s",
+                    op,
+                    store_id,
+                    memory_path,
+                    attempt,
+                    elapsed,
+                    error,
+                )
+            raise error
+        level = logging.DEBUG if attempt == 1 else logging.WARNING
+        log.log(
+            level,
+            "retrying store request op=%s memory_store_id=%s path=%s "
+            "attempt=%d delay=%.2f error=%s",
+            op,
+            store_id,
+            memory_path,
+            attempt,
+            delay,
+            error,
+        )
+        return delay
 
     async def _send(
         self,

@@ -21,7 +21,7 @@ from memfs.state import conflicts
 from memfs.state.node import Kind, Node
 from memfs.state.store_state import StoreState
 from memfs.sync.notify import Notifier
-from memfs.sync.plan import ConflictCopy, PassResult, Plan
+from memfs.sync.plan import ConflictCopy, PassResult, Plan, Pull
 
 log = logging.getLogger("memfs.sync")
 
@@ -62,30 +62,14 @@ class Lander:
         entries: list[tuple[int, str]] = []
         todo: list[tuple[RemoteMemory, Node | None]] = []
         for pull in plan.pulls:
-            r = pull.remote
-            if require_content and not self.state.objects.has(r.content_sha256):
+            if require_content and not self.state.objects.has(pull.remote.content_sha256):
                 continue  # fetch failed; the next pass tries again
-            node = pull.node
-            if node is not None:
-                if not node.linked or node.version != pull.version:
-                    if not pull.conflict:
-                        continue  # changed locally meanwhile: decide again next pass
-                if pull.merge == "move":
-                    if self._move(node, r.path, entries):
-                        self.state.set_base_path(node, r.path)
-                        result.pulled += 1
-                    continue
-                if pull.merge == "content":
-                    self.state.take_content(node, r, inodes)
-                    result.pulled += 1
-                    continue
-                if pull.conflict or node.dirty:
-                    if self.keep_losing_bytes(node, r.content_sha256, r.path, r.memory_version_id):
-                        result.conflicts += 1
-                        result.conflict_copies.append(self.conflict_copies[-1])
-                if not node.linked:
-                    node = None
-            todo.append((r, node))
+            if pull.node is None:
+                todo.append((pull.remote, None))
+                continue
+            landing = self._settle_local(pull, pull.node, result, inodes, entries)
+            if landing is not None:
+                todo.append(landing)
         # Files that trade places (a remote swap or rotation) leave their old names
         # first, so that none of them finds another still in its way.
         targets = {r.path for r, _ in todo}
@@ -101,6 +85,34 @@ class Lander:
             elif node is not None and node.ino in detached:
                 self.state.reattach(node)
         self.notify(inodes, entries)
+
+    def _settle_local(
+        self,
+        pull: Pull,
+        node: Node,
+        result: PassResult,
+        inodes: list[int],
+        entries: list[tuple[int, str]],
+    ) -> tuple[RemoteMemory, Node | None] | None:
+        """A pull onto a local file: merge it now, or keep the losing bytes and say what
+        lands where; None when there is nothing (more) to land."""
+        r = pull.remote
+        if (not node.linked or node.version != pull.version) and not pull.conflict:
+            return None  # changed locally meanwhile: decide again next pass
+        if pull.merge == "move":
+            if self._move(node, r.path, entries):
+                self.state.set_base_path(node, r.path)
+                result.pulled += 1
+            return None
+        if pull.merge == "content":
+            self.state.take_content(node, r, inodes)
+            result.pulled += 1
+            return None
+        if pull.conflict or node.dirty:
+            if self.keep_losing_bytes(node, r.content_sha256, r.path, r.memory_version_id):
+                result.conflicts += 1
+                result.conflict_copies.append(self.conflict_copies[-1])
+        return r, (node if node.linked else None)
 
     def keep_losing_bytes(
         self, node: Node, remote_sha: str | None, remote_path: str, remote_version: str = ""

@@ -116,7 +116,6 @@ class Planner:
         state = self.state
         plan = Plan()
         self.pair_saves()
-        by_path = {m.path: m for m in remote.values()}
         known: set[str] = set(state.by_memory) | set(state.tombstones)
         now = time.monotonic()
 
@@ -124,61 +123,94 @@ class Planner:
             return self.ready_to_push(node, now, final or asked, interval, final)
 
         for node in list(state.walk_files()):
-            if node.memory_id is None:
-                continue
-            self.state.settle_sent(node, remote.get(node.memory_id))
-            r = remote.get(node.memory_id)
-            path = node.store_path()
-            renamed = path != node.base_path
-            if self.excluded(node):
-                continue
-            if r is None:
-                if node.dirty or (renamed and state.content(node) is not None):
-                    self.state.forget_identity(node)
-                    if state.read_only:
-                        log.warning(
-                            "memory deleted remotely but edited locally; keeping "
-                            "the file, which a read-only store cannot push "
-                            "memory_store_id=%s path=%s",
-                            self.store_id,
-                            path,
-                        )
-                    else:
-                        log.info(
-                            "memory deleted remotely but edited locally; re-creating "
-                            "it from the file memory_store_id=%s path=%s",
-                            self.store_id,
-                            path,
-                        )
-                else:
-                    plan.removals.append((node, node.version))
-                continue
-            remote_changed = r.content_sha256 != node.base_sha or r.path != node.base_path
-            if not remote_changed:
-                if (node.dirty or renamed) and ready(node):
-                    plan.updates.append(node)
-                continue
-            if not node.dirty and not renamed:
-                plan.pulls.append(Pull(r, node, node.version))
-                continue
-            local_sha = node.current_sha()
-            if local_sha == r.content_sha256 and path == r.path:
-                self.state.mark_synced(node, r)  # the same change on both sides
-                continue
-            local_content = node.dirty and local_sha != node.base_sha
-            remote_content = r.content_sha256 != node.base_sha
-            if not remote_content and not renamed:
-                # Renamed remotely, edited locally: follow the rename, push the edit.
-                plan.pulls.append(Pull(r, node, node.version, merge="move"))
-                if ready(node):
-                    plan.updates.append(node)
-            elif not local_content and r.path == node.base_path:
-                # Edited remotely, renamed locally: take the content, push the rename.
-                plan.pulls.append(Pull(r, node, node.version, merge="content"))
-            else:
-                plan.pulls.append(Pull(r, node, node.version, conflict=True))
+            if node.memory_id is not None:
+                self._plan_known(plan, node, remote, ready)
+        self._plan_tombstones(plan, remote)
+        self._plan_new_files(plan, remote, known, ready)
+        for r in remote.values():
+            if r.id not in known and r.id not in state.by_memory:
+                plan.pulls.append(Pull(r, None, 0))
+        return plan
 
-        for memory_id, tomb in list(state.tombstones.items()):
+    def _plan_known(
+        self,
+        plan: Plan,
+        node: Node,
+        remote: dict[str, RemoteMemory],
+        ready: Callable[[Node], bool],
+    ) -> None:
+        """A file with a memory: pull, push, remove, merge or call it a conflict."""
+        self.state.settle_sent(node, remote.get(node.memory_id or ""))
+        r = remote.get(node.memory_id or "")
+        renamed = node.store_path() != node.base_path
+        if self.excluded(node):
+            return
+        if r is None:
+            self._plan_gone_remotely(plan, node, renamed)
+            return
+        remote_changed = r.content_sha256 != node.base_sha or r.path != node.base_path
+        if not remote_changed:
+            if (node.dirty or renamed) and ready(node):
+                plan.updates.append(node)
+            return
+        if not node.dirty and not renamed:
+            plan.pulls.append(Pull(r, node, node.version))
+            return
+        self._plan_both_changed(plan, node, r, renamed, ready)
+
+    def _plan_gone_remotely(self, plan: Plan, node: Node, renamed: bool) -> None:
+        """Its memory is no longer listed: remove the file, or keep a local edit."""
+        state = self.state
+        if not (node.dirty or (renamed and state.content(node) is not None)):
+            plan.removals.append((node, node.version))
+            return
+        path = node.store_path()
+        state.forget_identity(node)
+        if state.read_only:
+            log.warning(
+                "memory deleted remotely but edited locally; keeping "
+                "the file, which a read-only store cannot push "
+                "memory_store_id=%s path=%s",
+                self.store_id,
+                path,
+            )
+        else:
+            log.info(
+                "memory deleted remotely but edited locally; re-creating "
+                "it from the file memory_store_id=%s path=%s",
+                self.store_id,
+                path,
+            )
+
+    def _plan_both_changed(
+        self,
+        plan: Plan,
+        node: Node,
+        r: RemoteMemory,
+        renamed: bool,
+        ready: Callable[[Node], bool],
+    ) -> None:
+        """Changed on both sides: the same change, a merge, or a conflict."""
+        local_sha = node.current_sha()
+        if local_sha == r.content_sha256 and node.store_path() == r.path:
+            self.state.mark_synced(node, r)  # the same change on both sides
+            return
+        local_content = node.dirty and local_sha != node.base_sha
+        remote_content = r.content_sha256 != node.base_sha
+        if not remote_content and not renamed:
+            # Renamed remotely, edited locally: follow the rename, push the edit.
+            plan.pulls.append(Pull(r, node, node.version, merge="move"))
+            if ready(node):
+                plan.updates.append(node)
+        elif not local_content and r.path == node.base_path:
+            # Edited remotely, renamed locally: take the content, push the rename.
+            plan.pulls.append(Pull(r, node, node.version, merge="content"))
+        else:
+            plan.pulls.append(Pull(r, node, node.version, conflict=True))
+
+    def _plan_tombstones(self, plan: Plan, remote: dict[str, RemoteMemory]) -> None:
+        """Deleted locally: delete remotely, unless the remote changed (then restore)."""
+        for memory_id, tomb in list(self.state.tombstones.items()):
             self.state.settle_sent(tomb, remote.get(memory_id))
             r = remote.get(memory_id)
             if r is None:
@@ -201,32 +233,41 @@ class Planner:
                 self.state.drop_tombstone(tomb)
                 plan.pulls.append(Pull(r, None, 0))
 
+    def _plan_new_files(
+        self,
+        plan: Plan,
+        remote: dict[str, RemoteMemory],
+        known: set[str],
+        ready: Callable[[Node], bool],
+    ) -> None:
+        """Files with no memory yet: create them, or settle a create whose answer was lost."""
+        state = self.state
+        by_path = {m.path: m for m in remote.values()}
         for node in list(state.walk_files()):
             if node.memory_id is not None or self.excluded(node):
                 continue
-            path = node.store_path()
-            r = by_path.get(path)
+            r = by_path.get(node.store_path())
             if r is not None and r.id not in known:
                 known.add(r.id)
-                if node.current_sha() == r.content_sha256:
-                    self.state.mark_synced(node, r)  # a create whose answer was lost
-                elif node.sent_sha == r.content_sha256 and node.sent_path == r.path:
-                    # Our own create whose answer was lost, edited since: it is ours,
-                    # and the newer bytes are pushed as an update, not lost to a copy.
-                    state.adopt_own_create(node, r)
-                    if ready(node) and not state.read_only:
-                        plan.updates.append(node)
-                else:
-                    plan.pulls.append(Pull(r, node, node.version, conflict=True))
-                continue
-            if state.read_only or not ready(node):
-                continue
-            plan.creates.append(node)
+                self._plan_lost_create(plan, node, r, ready)
+            elif not state.read_only and ready(node):
+                plan.creates.append(node)
 
-        for r in remote.values():
-            if r.id not in known and r.id not in state.by_memory:
-                plan.pulls.append(Pull(r, None, 0))
-        return plan
+    def _plan_lost_create(
+        self, plan: Plan, node: Node, r: RemoteMemory, ready: Callable[[Node], bool]
+    ) -> None:
+        """A new file where an unknown memory is listed at the same path."""
+        state = self.state
+        if node.current_sha() == r.content_sha256:
+            state.mark_synced(node, r)  # a create whose answer was lost
+        elif node.sent_sha == r.content_sha256 and node.sent_path == r.path:
+            # Our own create whose answer was lost, edited since: it is ours,
+            # and the newer bytes are pushed as an update, not lost to a copy.
+            state.adopt_own_create(node, r)
+            if ready(node) and not state.read_only:
+                plan.updates.append(node)
+        else:
+            plan.pulls.append(Pull(r, node, node.version, conflict=True))
 
     def ready_to_push(
         self, node: Node, now: float, asked: bool, interval: float, final: bool

@@ -25,7 +25,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.paths import sha256_hex
+from memfs.paths import RemoteMemory, sha256_hex
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
 from memfs.store.client import StoreClient
@@ -304,6 +304,13 @@ class Pusher:
                     e.conflicting_path,
                 )
                 return
+        self._pushed(memory, result)
+        self.state.record_pushed(
+            node, sha, memory.path, version, base_sha=memory.content_sha256, base_path=memory.path
+        )
+
+    def _pushed(self, memory: RemoteMemory, result: PassResult) -> None:
+        """Count an upload the store accepted, and say so in the audit trail."""
         result.pushed += 1
         self.trail.outcome(
             self.store_id,
@@ -311,9 +318,6 @@ class Pusher:
             memory.path,
             memory_id=memory.id,
             version=memory.memory_version_id or None,
-        )
-        self.state.record_pushed(
-            node, sha, memory.path, version, base_sha=memory.content_sha256, base_path=memory.path
         )
 
     async def _push_create(self, node: Node, result: PassResult, *, locked: bool = False) -> None:
@@ -343,14 +347,7 @@ class Pusher:
                 e.conflicting_path,
             )
             return
-        result.pushed += 1
-        self.trail.outcome(
-            self.store_id,
-            "pushed",
-            memory.path,
-            memory_id=memory.id,
-            version=memory.memory_version_id or None,
-        )
+        self._pushed(memory, result)
         if node.memory_id is not None:  # adopted meanwhile (should not happen)
             return
         self.state.adopt_identity(node, memory.id, memory.content_sha256, memory.path)

@@ -107,7 +107,7 @@ class Bench:
 
     # -- setup -----------------------------------------------------------------------
     def seed(self) -> None:
-        from memfs.server.db import Database
+        from memfs.server.sqlite import Database
 
         t0 = time.perf_counter()
         db = Database.open(WORK / "store.db")

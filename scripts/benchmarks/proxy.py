@@ -76,25 +76,16 @@ class CountingProxy:
                         body_left -= take
                         if body_left:
                             break
-                    end = buf.find(b"\r\n\r\n")
-                    if end < 0:
+                    head = _take_head(buf)
+                    if head is None:
                         break
-                    head = bytes(buf[:end]).decode("latin-1").split("\r\n")
-                    del buf[: end + 4]
-                    method, target = ([*head[0].split(" "), "", ""])[:2]
-                    length = 0
-                    for h in head[1:]:
-                        k, _, v = h.partition(":")
-                        k = k.strip().lower()
-                        if k == "content-length":
-                            length = int(v.strip())
-                        elif k == "transfer-encoding" and "chunked" in v.lower():
-                            parsing = False
+                    method, target, length, chunked = head
                     with self.lock:
                         self.requests.append((method, target))
-                        if not parsing:
+                        if chunked:
                             self.unparsed += 1
-                    if not parsing:
+                    if chunked:
+                        parsing = False
                         break
                     body_left = length
         except OSError:
@@ -151,3 +142,24 @@ def classify(method: str, target: str) -> str:
     if len(parts) == 3 and parts[1] == "memory_stores":
         return "get_store" if method == "GET" else "store_other"
     return "other"
+
+
+def _take_head(buf: bytearray) -> tuple[str, str, int, bool] | None:
+    """Take one request head off `buf`: (method, target, Content-Length, chunked?), or
+    None while the head is not complete."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = bytes(buf[:end]).decode("latin-1").split("\r\n")
+    del buf[: end + 4]
+    method, target = ([*head[0].split(" "), "", ""])[:2]
+    length = 0
+    chunked = False
+    for h in head[1:]:
+        k, _, v = h.partition(":")
+        k = k.strip().lower()
+        if k == "content-length":
+            length = int(v.strip())
+        elif k == "transfer-encoding" and "chunked" in v.lower():
+            chunked = True
+    return method, target, length, chunked

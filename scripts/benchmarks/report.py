@@ -16,6 +16,64 @@ from .sections import target
 Lines = list[str]
 
 
+def _agent_targets(ag: dict[str, Any], add: Callable[[str, str, bool | None], None]) -> None:
+    """The agent workload's targets (with and without --zero-message-opens)."""
+    v, vr = med(ag["memfs"]["vs_native"]), med(ag["memfs_vs_rclone"])
+    add("Agent workload on memfs <= 1.2x native", f"{v:.2f}x native", v <= 1.2)
+    add("Agent workload on memfs faster than rclone", f"{vr:.2f}x rclone's time", vr < 1.0)
+    add(
+        "Agent workload: memfs tree and store equal native's",
+        f"tree {ag['memfs']['tree_matches_native']}, store "
+        f"{ag['memfs']['store_matches_native_after_unmount']}",
+        ag["memfs"]["tree_matches_native"] and ag["memfs"]["store_matches_native_after_unmount"],
+    )
+    z = ag.get("memfs_zmo")
+    if z:
+        vz = med(z["vs_native"])
+        add(
+            "Agent workload, --zero-message-opens <= 1.2x native",
+            f"{vz:.2f}x native",
+            vz <= 1.2,
+        )
+        add(
+            "Agent workload, --zero-message-opens: tree and store equal native's",
+            f"tree {z['tree_matches_native']}, store {z['store_matches_native_after_unmount']}",
+            z["tree_matches_native"] and z["store_matches_native_after_unmount"],
+        )
+
+
+def _perop_targets(po: dict[str, Any], add: Callable[[str, str, bool | None], None]) -> None:
+    """Table 1's per-operation targets (and their --zero-message-opens variants)."""
+    ops = po["ops"]
+    s = med(ops["stat_warm"]["memfs_vs_native"])
+    add("Warm stat >= 0.5x native ops/s", f"{s:.2f}x", s >= 0.5)
+    rd = med(ops["read_warm"]["memfs_vs_native"])
+    add("Repeated read >= 0.5x native ops/s", f"{rd:.2f}x", rd >= 0.5)
+    c = med(ops["create_write_close"]["memfs"])
+    add(
+        "create+write+close >= 3,000/s",
+        f"{c:,.0f}/s ({med(ops['create_write_close']['memfs_vs_native']):.2f}x native)",
+        c >= 3000,
+    )
+    sv = med(ops["save_tmp_rename"]["memfs"])
+    add(
+        "Editor save (tmp+rename) >= 1,500/s",
+        f"{sv:,.0f}/s ({med(ops['save_tmp_rename']['memfs_vs_native']):.2f}x native)",
+        sv >= 1500,
+    )
+    ld = med(ops["listdir_warm_ms"]["memfs"])
+    add(f"listdir of {po['files']:,} warm < 20 ms", f"{ld:.1f} ms", ld < 20)
+    if "memfs_zmo_vs_native" in ops["read_warm"]:
+        for op, label, goal in (
+            ("read_warm", "repeated read", 0.5),
+            ("save_tmp_rename", "editor save", 0.7),
+            ("append", "append", 0.2),
+            ("create_write_close", "create+write+close", 0.9),
+        ):
+            v = med(ops[op]["memfs_zmo_vs_native"])
+            add(f"--zero-message-opens: {label} >= {goal}x native ops/s", f"{v:.2f}x", v >= goal)
+
+
 def targets(r: dict[str, Any]) -> list[dict[str, str]]:
     """The issue's targets, judged at the sizes this run measured."""
     out: list[dict[str, str]] = []
@@ -25,61 +83,10 @@ def targets(r: dict[str, Any]) -> list[dict[str, str]]:
 
     ag = r.get("agent")
     if ag:
-        v, vr = med(ag["memfs"]["vs_native"]), med(ag["memfs_vs_rclone"])
-        add("Agent workload on memfs <= 1.2x native", f"{v:.2f}x native", v <= 1.2)
-        add("Agent workload on memfs faster than rclone", f"{vr:.2f}x rclone's time", vr < 1.0)
-        add(
-            "Agent workload: memfs tree and store equal native's",
-            f"tree {ag['memfs']['tree_matches_native']}, store "
-            f"{ag['memfs']['store_matches_native_after_unmount']}",
-            ag["memfs"]["tree_matches_native"]
-            and ag["memfs"]["store_matches_native_after_unmount"],
-        )
-        z = ag.get("memfs_zmo")
-        if z:
-            vz = med(z["vs_native"])
-            add(
-                "Agent workload, --zero-message-opens <= 1.2x native",
-                f"{vz:.2f}x native",
-                vz <= 1.2,
-            )
-            add(
-                "Agent workload, --zero-message-opens: tree and store equal native's",
-                f"tree {z['tree_matches_native']}, store {z['store_matches_native_after_unmount']}",
-                z["tree_matches_native"] and z["store_matches_native_after_unmount"],
-            )
+        _agent_targets(ag, add)
     po = r.get("perop")
     if po:
-        ops = po["ops"]
-        s = med(ops["stat_warm"]["memfs_vs_native"])
-        add("Warm stat >= 0.5x native ops/s", f"{s:.2f}x", s >= 0.5)
-        rd = med(ops["read_warm"]["memfs_vs_native"])
-        add("Repeated read >= 0.5x native ops/s", f"{rd:.2f}x", rd >= 0.5)
-        c = med(ops["create_write_close"]["memfs"])
-        add(
-            "create+write+close >= 3,000/s",
-            f"{c:,.0f}/s ({med(ops['create_write_close']['memfs_vs_native']):.2f}x native)",
-            c >= 3000,
-        )
-        sv = med(ops["save_tmp_rename"]["memfs"])
-        add(
-            "Editor save (tmp+rename) >= 1,500/s",
-            f"{sv:,.0f}/s ({med(ops['save_tmp_rename']['memfs_vs_native']):.2f}x native)",
-            sv >= 1500,
-        )
-        ld = med(ops["listdir_warm_ms"]["memfs"])
-        add(f"listdir of {po['files']:,} warm < 20 ms", f"{ld:.1f} ms", ld < 20)
-        if "memfs_zmo_vs_native" in ops["read_warm"]:
-            for op, label, goal in (
-                ("read_warm", "repeated read", 0.5),
-                ("save_tmp_rename", "editor save", 0.7),
-                ("append", "append", 0.2),
-                ("create_write_close", "create+write+close", 0.9),
-            ):
-                v = med(ops[op]["memfs_zmo_vs_native"])
-                add(
-                    f"--zero-message-opens: {label} >= {goal}x native ops/s", f"{v:.2f}x", v >= goal
-                )
+        _perop_targets(po, add)
     cm = r.get("commands")
     if cm:
         for name, label in (

@@ -30,7 +30,7 @@ import anyio
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from memfs.server.db import Database  # noqa: E402
+from memfs.server.sqlite import Database  # noqa: E402
 from tests.support.controlplane import (  # noqa: E402
     ENV_ID,
     SESSION_ID,

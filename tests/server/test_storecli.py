@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memfs.cli import store_commands as storecli
+from memfs.cli import store_copy
 from memfs.paths import MAX_CONTENT_BYTES, sha256_hex
 from memfs.store.client import StoreClient
 from memfs.store.connection import ClientConfig, make_http_client
@@ -427,7 +427,7 @@ async def test_export_refuses_hostile_paths(
     dst = tmp_path / "dst"
     async with make_http_client(ClientConfig("http://h.test"), transport=transport) as http:
         args = argparse.Namespace(store_id="memstore_h", directory=str(dst), json=True)
-        code = await storecli._export(StoreClient(http), args)
+        code = await store_copy.export_tree(StoreClient(http), args)
     out, err = capsys.readouterr()
     assert code == 1
     result = json.loads(out)
@@ -449,7 +449,7 @@ class FakeTerminal(io.StringIO):
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_only_on_a_terminal(tty: bool) -> None:
     stream = FakeTerminal(tty)
-    bar = storecli.Progress("importing", 3, stream)
+    bar = store_copy.Progress("importing", 3, stream)
     for _ in range(3):
         bar.advance()
     bar.close()

@@ -1,5 +1,6 @@
 """A store's engine under test: real `Tree`/`StoreState`/`CacheDir` in a temp folder,
-`StoreSync` against the in-memory fake store (`FakeStore` over `httpx.MockTransport`).
+`StoreSync` against the real server app in-process (`ApiStore`: `Storage` on SQLite
+behind `httpx.ASGITransport`, with recording and scripted faults in front).
 
 Local edits go through the same `StoreState` calls the FUSE handlers make. Shared by
 the engine's unit tests (tests/unit/test_sync_*.py).
@@ -12,7 +13,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import trio
 
 from memfs.paths import sha256_hex
@@ -25,7 +25,7 @@ from memfs.store.connection import ClientConfig, make_http_client
 from memfs.sync.engine import StoreSync
 from memfs.sync.notify import NullNotifier
 from memfs.sync.plan import PassResult
-from tests.support.fakestore import STORE, FakeStore
+from tests.support.apistore import ApiStore
 
 
 def sha(text: str) -> str:
@@ -39,31 +39,32 @@ def read_copy(path: str) -> str:
 
 
 class Harness:
-    """One store's local state, its engine and the fake store behind it."""
+    """One store's local state, its engine and the store behind it (`fake`: the real
+    server app, named for the faults a test scripts in front of it)."""
 
     def __init__(
         self,
         tmp_path: Path,
-        fake: FakeStore | None = None,
         *,
         read_only: bool = False,
         retry: RetryPolicy | None = None,
         **sync_kw: Any,
     ) -> None:
         self.tmp_path = tmp_path
-        self.fake = fake or FakeStore()
+        self.fake = ApiStore(tmp_path / "server")
         self.retry = retry or RetryPolicy.none()
         self.sync_kw = sync_kw
         self.read_only = read_only
         self.http = make_http_client(
-            ClientConfig("http://store.test"), transport=httpx.MockTransport(self.fake.handle)
+            ClientConfig("http://store.test"), transport=self.fake.transport()
         )
         self._open()
 
     def _open(self) -> None:
-        self.cache = CacheDir(self.tmp_path / "cache", STORE)
+        store_id = self.fake.store_id
+        self.cache = CacheDir(self.tmp_path / "cache", store_id)
         self.tree = Tree(uid=0, gid=0)
-        self.state = StoreState(self.tree, STORE, "", self.cache, read_only=self.read_only)
+        self.state = StoreState(self.tree, store_id, "", self.cache, read_only=self.read_only)
         self.notifier = NullNotifier()
         self.client = StoreClient(self.http, retry=self.retry)
         self.sync = StoreSync(self.state, self.client, self.notifier, **self.sync_kw)
@@ -78,6 +79,7 @@ class Harness:
     async def aclose(self) -> None:
         self.cache.close()
         await self.http.aclose()
+        self.fake.close()
 
     async def start(self) -> None:
         await self.sync.start()
@@ -156,13 +158,13 @@ class Harness:
 
 async def synced(h: Harness, files: dict[str, str]) -> dict[str, str]:
     """Seed the store, start, fetch every content; returns path -> memory id."""
-    for path, text in files.items():
-        h.fake.add(path, text)
+    h.fake.add_many(files.items())
     await h.start()
     await h.sync.fetcher.fetch_all_missing()  # what `run()` does first: contents stream in
     for path in files:
         assert h.read(path) == files[path]
-    return {path: h.fake.id_of(path) for path in files}
+    ids = {m["path"]: mid for mid, m in h.fake.memories.items()}
+    return {path: ids[path] for path in files}
 
 
 @asynccontextmanager

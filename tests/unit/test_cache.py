@@ -72,7 +72,10 @@ def test_journal_rows_updates_and_transactions(tmp_path: Path) -> None:
     assert {r.path: r.data for r in j.rows()}["/d/a.md"] == b"inner"
     with pytest.raises(sqlite3.IntegrityError):
         j.insert(path="/d", kind="dir", mode=0o755, mtime_ns=1)
-    j.update_many([(a, {"path": "/tmp"}), (d, {"path": "/d2"}), (a, {"path": "/d2/a.md"})])
+    with j.transaction():  # a directory rename: its rows move together
+        j.update(a, path="/tmp")
+        j.update(d, path="/d2")
+        j.update(a, path="/d2/a.md")
     assert sorted(r.path or "" for r in j.rows()) == ["/d2", "/d2/a.md"]
     j.update(a, path=None)  # a tombstone
     assert next(r.path for r in j.rows()) is None

@@ -1,4 +1,4 @@
-"""`StoreSync` rule by rule, against an in-memory fake store over `httpx.MockTransport`.
+"""`StoreSync` rule by rule, against the real server app in-process (tests/support/apistore.py).
 
 A real `Tree`/`StoreState`/`CacheDir` live in tmp_path; local edits go through the same
 `StoreState` calls the FUSE handlers make. Time-driven rules run `StoreSync.run` under
