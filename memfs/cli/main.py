@@ -167,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM, how long requests in flight may finish (default 10)",
     )
+    serve.add_argument(
+        "--no-console",
+        dest="console",
+        action="store_false",
+        help="do not serve the web console at /console (docs/console.md)",
+    )
     _add_metrics_option(serve)
     from memfs.server.admin import add_arguments as add_serve_actions
 
@@ -417,6 +423,7 @@ def _main(argv: Sequence[str] | None) -> int:
             pool_size=args.pool_size,
             shutdown_timeout=args.shutdown_timeout,
             metrics_addr=args.metrics_addr,
+            console=args.console,
         )
     if args.command == "store":
         from memfs.cli import store_commands
