@@ -279,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memfs.cli import history_commands  # log, show, diff, restore, conflicts, audit
 
     history_commands.add_commands(command)
+    from memfs.cli import redact_command
+
+    redact_command.add_command(command)
     for child in _subparsers(parser):
         _add_global_options(child, top=False)
     return parser
@@ -433,6 +436,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if args.command in history_commands.COMMANDS:
         return history_commands.run(args)
+    if args.command == "redact":
+        from memfs.cli import redact_command
+
+        return redact_command.run(args)
     handler = {
         "mount": commands.mount,
         "session": commands.session,
