@@ -140,9 +140,7 @@ def test_without_a_key_the_console_is_open_on_loopback(tmp_path: Path) -> None:
             page = client.get("/")
             assert page.status_code == 200 and "Memory stores" in page.text
             assert "memfs_console=" in page.headers["set-cookie"]
-            assert client.get("/static/console.css").headers["content-type"].startswith(
-                "text/css"
-            )
+            assert client.get("/static/console.css").headers["content-type"].startswith("text/css")
             assert client.get("/static/../app.py").status_code == 404
     finally:
         assert server.stop() == 0
@@ -167,3 +165,41 @@ def test_a_console_off_loopback_needs_a_key(tmp_path: Path) -> None:
     )  # fmt: skip
     assert refused.returncode == 2
     assert "give --api-key, or --no-console" in refused.stderr
+
+
+def test_rename_and_delete_carry_the_sha(site: Site, admin: httpx.Client) -> None:
+    with api(site.server) as client:
+        made = client.post(
+            f"/v1/memory_stores/{site.store}/memories", json={"path": "/old.md", "content": "a\n"}
+        ).json()
+    page = admin.get(f"/s/{site.store}/m/{made['id']}")
+    csrf, sha = _csrf(page), made["content_sha256"]
+    moved = admin.post(
+        f"/s/{site.store}/m/{made['id']}/rename",
+        data={"path": "/new/place.md", "sha": sha, "csrf": csrf},
+    )
+    assert moved.status_code == 303
+    with api(site.server) as client:
+        assert (
+            client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").json()["path"]
+            == "/new/place.md"
+        )
+        client.post(
+            f"/v1/memory_stores/{site.store}/memories/{made['id']}", json={"content": "b\n"}
+        ).raise_for_status()
+    confirm = admin.get(f"/s/{site.store}/m/{made['id']}/delete")
+    assert "Delete /new/place.md?" in confirm.text
+    stale = admin.post(
+        f"/s/{site.store}/m/{made['id']}/delete", data={"sha": sha, "csrf": csrf}
+    )  # the content changed since the page showed it: refused, nothing deleted
+    assert stale.status_code == 409
+    fresh = re.search(r'name="sha" value="([0-9a-f]{64})"', confirm.text)
+    assert fresh is not None
+    gone = admin.post(
+        f"/s/{site.store}/m/{made['id']}/delete", data={"sha": fresh.group(1), "csrf": csrf}
+    )
+    assert gone.status_code == 303
+    with api(site.server) as client:
+        assert (
+            client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").status_code == 404
+        )
