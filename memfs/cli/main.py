@@ -167,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM, how long requests in flight may finish (default 10)",
     )
+    serve.add_argument(
+        "--no-console",
+        dest="console",
+        action="store_false",
+        help="do not serve the web console at /console (docs/console.md)",
+    )
     _add_metrics_option(serve)
     from memfs.server.admin import add_arguments as add_serve_actions
 
@@ -273,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memfs.cli import history_commands  # log, show, diff, restore, conflicts, audit
 
     history_commands.add_commands(command)
+    from memfs.cli import redact_command
+
+    redact_command.add_command(command)
     for child in _subparsers(parser):
         _add_global_options(child, top=False)
     return parser
@@ -417,6 +426,7 @@ def _main(argv: Sequence[str] | None) -> int:
             pool_size=args.pool_size,
             shutdown_timeout=args.shutdown_timeout,
             metrics_addr=args.metrics_addr,
+            console=args.console,
         )
     if args.command == "store":
         from memfs.cli import store_commands
@@ -426,6 +436,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if args.command in history_commands.COMMANDS:
         return history_commands.run(args)
+    if args.command == "redact":
+        from memfs.cli import redact_command
+
+        return redact_command.run(args)
     handler = {
         "mount": commands.mount,
         "session": commands.session,

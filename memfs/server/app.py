@@ -493,8 +493,10 @@ def create_app(
     api_key: str | None = None,
     hooks: Sequence[RequestHook] = (),
     threads: int = 8,
+    console: bool = True,
 ) -> ASGIApp:
-    """The whole server as one ASGI app (routes of spec §3–§5 behind the gate)."""
+    """The whole server as one ASGI app (routes of spec §3–§5 behind the gate), with the
+    web console at /console unless `console` is False (docs/console.md)."""
     h = Handlers(db, threads)
     s = "/v1/memory_stores/{store_id}"
     routes = [
@@ -522,5 +524,9 @@ def create_app(
         },
     )
     inner.router.redirect_slashes = False
-    gate = Gate(inner, api_key=api_key, hooks=hooks, db=db, limiter=h.limiter)
+    gate: ASGIApp = Gate(inner, api_key=api_key, hooks=hooks, db=db, limiter=h.limiter)
+    if console:
+        from memfs.server.console.app import with_console
+
+        gate = with_console(gate, db, api_key=api_key, limiter=h.limiter)
     return Health(gate, db, h.limiter)

@@ -197,6 +197,12 @@ class Storage:
         with self._read() as conn:
             return self._store_row(conn, store_id).wire()
 
+    def memory_count(self, store_id: str) -> int:
+        """How many memories a store holds now (the console's store list)."""
+        with self._read() as conn:
+            self._store_row(conn, store_id)
+            return self._count(conn, store_id)
+
     def list_stores(
         self,
         *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import socket
@@ -34,6 +35,16 @@ log = logging.getLogger("memfs.server")
 def _refuse(message: str) -> int:
     print(f"memfs serve: {message}", file=sys.stderr, flush=True)
     return ExitCode.USAGE
+
+
+def _is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and `localhost`: only this host can connect."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -106,6 +117,7 @@ def run_server(
     pool_size: int = 8,
     shutdown_timeout: float = 10.0,
     metrics_addr: str | None = None,
+    console: bool = True,
 ) -> int:
     """Serve the Memory Stores API; 0 on a signal, 2 when it cannot start.
 
@@ -123,6 +135,11 @@ def run_server(
     wrong = _wrong_option(max_memories, port, pool_size, shutdown_timeout, metrics_addr)
     if wrong is not None:
         return _refuse(wrong)
+    if console and api_key is None and not _is_loopback(host):
+        return _refuse(
+            f"the console on {host} would open every store to anyone who reaches it: "
+            "give --api-key, or --no-console"
+        )
     where = describe_spec(db)
     try:
         database = open_storage(db, max_memories=max_memories, pool_size=pool_size)
@@ -152,7 +169,7 @@ def run_server(
         config.errorlog = logging.getLogger("hypercorn.error")
         config.graceful_timeout = shutdown_timeout
         config.keep_alive_timeout = 75.0
-        app = create_app(database, api_key=api_key, hooks=hooks, threads=pool_size)
+        app = create_app(database, api_key=api_key, hooks=hooks, threads=pool_size, console=console)
         if fault_spec is not None:
             log.warning("fault injection is on faults=%s", faults)
             app = FaultInjector(app, fault_spec)

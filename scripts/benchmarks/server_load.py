@@ -38,6 +38,8 @@ from tests.support.server import ServerProcess  # noqa: E402
 
 CLIENTS = 20
 CONFIGS = (("sqlite", 1), ("postgresql", 1), ("postgresql", 2), ("postgresql", 4))
+NO_CONSOLE = "sqlitex1-no-console"
+"""The SQLite single node again with `--no-console`: what the console costs the API."""
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -153,11 +155,15 @@ def run(quick: bool = False) -> dict[str, Any]:
         "configs": {},
     }
     try:
-        for backend, n in CONFIGS:
-            key = f"{backend}x{n}"
+        for backend, n, extra in [(b, n, ()) for b, n in CONFIGS] + [
+            ("sqlite", 1, ("--no-console",))
+        ]:
+            key = NO_CONSOLE if extra else f"{backend}x{n}"
             db = str(work / f"{key}.db") if backend == "sqlite" else cluster.database("bench")
             procs = [
-                ServerProcess(db, log_path=work / f"{key}-{i}.log", extra_args=["--pool-size", "8"])
+                ServerProcess(
+                    db, log_path=work / f"{key}-{i}.log", extra_args=["--pool-size", "8", *extra]
+                )
                 for i in range(n)
             ]
             try:

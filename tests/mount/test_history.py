@@ -319,3 +319,42 @@ def test_a_session_shows_each_store_history_audit_and_refuses_the_read_only_one(
     finally:
         proc.cleanup()
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_redact_erases_an_old_version_in_a_mount_and_by_store_path(
+    keyed: MountProcess, remote: Api, store: dict[str, Any]
+) -> None:
+    sid = str(store["id"])
+    f = keyed.mountpoint / "secret.md"
+    f.write_bytes(b"token=hunter2\n")
+    keyed.sync()
+    f.write_bytes(b"token=<removed>\n")
+    keyed.sync()
+    f.write_bytes(b"nothing secret\n")
+    keyed.sync()
+
+    # without a terminal, nothing is erased unless --yes says so
+    asked = cli_bytes(keyed, "redact", f"{f}@~2")
+    assert asked.returncode == 2 and b"--yes" in asked.stderr
+    unnamed = cli_bytes(keyed, "redact", str(f), "--yes")
+    assert unnamed.returncode == 2 and b"name the version" in unnamed.stderr
+
+    versions = log(keyed, str(f))["versions"]
+    oldest = versions[2]["id"]
+    done = cli_bytes(keyed, "redact", f"{f}@~2", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert f"redacted /secret.md@{oldest}".encode() in done.stdout
+    gone = remote.request(
+        "GET", f"/v1/memory_stores/{sid}/memory_versions/{oldest}", params={"view": "full"}
+    ).json()
+    assert gone["content"] is None and gone["redacted_at"]
+    shown = cli_bytes(keyed, "show", f"{f}@~2")
+    assert shown.returncode == 1 and b"hunter2" not in shown.stdout + shown.stderr
+
+    # the store form; the head version is refused with the API's own words
+    middle = versions[1]["id"]
+    by_store = cli_bytes(keyed, "redact", f"{sid}:/secret.md@{middle}", "--yes")
+    assert by_store.returncode == 0, by_store.stderr
+    head = cli_bytes(keyed, "redact", f"{sid}:/secret.md@~0", "--yes")
+    assert head.returncode == 1 and b"is the current version" in head.stderr
+    assert f.read_bytes() == b"nothing secret\n"

@@ -1,0 +1,205 @@
+"""The console's HTTP contract without a browser: sessions, CSRF, escaping, redirects,
+archived stores, --no-console, and the refusal to open it on a non-loopback address."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.console.conftest import ADMIN_KEY, Site, api, issue_token
+from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.deadline(120)
+
+
+def _login(site: Site, credential: str) -> httpx.Client:
+    client = httpx.Client(base_url=site.url, timeout=10)
+    form = client.get("/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    done = client.post("/login", data={"nonce": nonce.group(1), "credential": credential})
+    assert done.status_code == 303, done.text
+    return client
+
+
+def _csrf(page: httpx.Response) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found is not None, page.text
+    return found.group(1)
+
+
+@pytest.fixture
+def admin(site: Site) -> Iterator[httpx.Client]:
+    client = _login(site, ADMIN_KEY)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def test_the_session_cookie_is_httponly_strict_and_scoped(site: Site) -> None:
+    client = httpx.Client(base_url=site.url, timeout=10)
+    assert client.get("/").headers["location"] == "/console/login?next=%2Fconsole%2F"
+    form = client.get("/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    done = client.post("/login", data={"nonce": nonce.group(1), "credential": ADMIN_KEY})
+    cookie = next(h for h in done.headers.get_list("set-cookie") if h.startswith("memfs_console="))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    page = client.get("/")
+    assert page.status_code == 200 and "Team Notes" in page.text
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    client.close()
+
+
+def test_a_form_without_its_csrf_token_is_refused(site: Site, admin: httpx.Client) -> None:
+    url = f"/s/{site.store}/new"
+    for data in ({"path": "/csrf.md", "content": "x"}, {"path": "/csrf.md", "csrf": "forged"}):
+        refused = admin.post(url, data=data)
+        assert refused.status_code == 403 and "stale" in refused.text
+    with api(site.server) as client:
+        listed = client.get(f"/v1/memory_stores/{site.store}/memories", params={"depth": 1})
+    assert "/csrf.md" not in listed.text
+    csrf = _csrf(admin.get(url))
+    made = admin.post(url, data={"path": "/csrf.md", "content": "ok\r\n", "csrf": csrf})
+    assert made.status_code == 303
+    memory_id = made.headers["location"].rsplit("/", 1)[1]
+    with api(site.server) as client:
+        stored = client.get(f"/v1/memory_stores/{site.store}/memories/{memory_id}").json()
+    assert stored["content"] == "ok\n"  # a textarea's CRLF is not what the agent wrote
+
+
+def test_contents_and_paths_are_escaped(site: Site, admin: httpx.Client) -> None:
+    with api(site.server) as client:
+        made = client.post(
+            f"/v1/memory_stores/{site.store}/memories",
+            json={"path": "/<b>x</b>.md", "content": "<script>alert(1)</script>"},
+        ).json()
+    page = admin.get(f"/s/{site.store}/m/{made['id']}")
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert "&lt;b&gt;x&lt;/b&gt;.md" in page.text
+
+
+def test_login_never_redirects_off_the_console(site: Site) -> None:
+    client = httpx.Client(base_url=site.url, timeout=10)
+    form = client.get("/login", params={"next": "https://example.invalid/"})
+    assert 'value="/console/"' in form.text
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    done = client.post(
+        "/login",
+        data={"nonce": nonce.group(1), "credential": ADMIN_KEY, "next": "//example.invalid/"},
+    )
+    assert done.headers["location"] == "/console/"
+    client.close()
+
+
+def test_an_archived_store_is_read_only(site: Site, admin: httpx.Client) -> None:
+    page = admin.get(f"/s/{site.archived}")
+    assert "archived: it is read-only" in page.text and "New memory" not in page.text
+    csrf = _csrf(admin.get("/"))
+    refused = admin.post(
+        f"/s/{site.archived}/new", data={"path": "/y.md", "content": "y", "csrf": csrf}
+    )
+    assert refused.status_code == 409 and "archived" in refused.text
+
+
+def test_a_revoked_token_is_logged_out(site: Site) -> None:
+    token = issue_token(site.server, site.store)
+    client = _login(site, token)
+    try:
+        assert client.get("/").status_code == 200
+        token_id = "tok_" + token[len("memfs_tok_") :][:24]
+        subprocess.run(
+            [sys.executable, "-m", "memfs.cli", "serve", "--db", site.server.db, "token",
+             "revoke", token_id],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        deadline = time.monotonic() + 15  # the token cache trusts a lookup for 5 s
+        while client.get("/").status_code == 200:
+            assert time.monotonic() < deadline, "a revoked token still opens the console"
+            time.sleep(0.5)
+        assert client.get("/").headers["location"].startswith("/console/login")
+    finally:
+        client.close()
+
+
+def test_without_a_key_the_console_is_open_on_loopback(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "open.db").start()
+    try:
+        with httpx.Client(base_url=server.url + "/console", timeout=10) as client:
+            page = client.get("/")
+            assert page.status_code == 200 and "Memory stores" in page.text
+            assert "memfs_console=" in page.headers["set-cookie"]
+            assert client.get("/static/console.css").headers["content-type"].startswith("text/css")
+            assert client.get("/static/../app.py").status_code == 404
+    finally:
+        assert server.stop() == 0
+
+
+def test_no_console_serves_only_the_api(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "api.db", extra_args=["--no-console"]).start()
+    try:
+        with api(server) as client:
+            gone = client.get("/console/")
+            assert gone.status_code == 404
+            assert gone.json()["error"]["type"] == "not_found_error"
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_console_off_loopback_needs_a_key(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "memfs.cli", "serve", "--db", str(tmp_path / "x.db"),
+         "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "give --api-key, or --no-console" in refused.stderr
+
+
+def test_rename_and_delete_carry_the_sha(site: Site, admin: httpx.Client) -> None:
+    with api(site.server) as client:
+        made = client.post(
+            f"/v1/memory_stores/{site.store}/memories", json={"path": "/old.md", "content": "a\n"}
+        ).json()
+    page = admin.get(f"/s/{site.store}/m/{made['id']}")
+    csrf, sha = _csrf(page), made["content_sha256"]
+    moved = admin.post(
+        f"/s/{site.store}/m/{made['id']}/rename",
+        data={"path": "/new/place.md", "sha": sha, "csrf": csrf},
+    )
+    assert moved.status_code == 303
+    with api(site.server) as client:
+        assert (
+            client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").json()["path"]
+            == "/new/place.md"
+        )
+        client.post(
+            f"/v1/memory_stores/{site.store}/memories/{made['id']}", json={"content": "b\n"}
+        ).raise_for_status()
+    confirm = admin.get(f"/s/{site.store}/m/{made['id']}/delete")
+    assert "Delete /new/place.md?" in confirm.text
+    stale = admin.post(
+        f"/s/{site.store}/m/{made['id']}/delete", data={"sha": sha, "csrf": csrf}
+    )  # the content changed since the page showed it: refused, nothing deleted
+    assert stale.status_code == 409
+    fresh = re.search(r'name="sha" value="([0-9a-f]{64})"', confirm.text)
+    assert fresh is not None
+    gone = admin.post(
+        f"/s/{site.store}/m/{made['id']}/delete", data={"sha": fresh.group(1), "csrf": csrf}
+    )
+    assert gone.status_code == 303
+    with api(site.server) as client:
+        assert (
+            client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").status_code == 404
+        )
