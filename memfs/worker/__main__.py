@@ -4,4 +4,5 @@ import sys
 
 from memfs.worker.engine import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -234,6 +234,8 @@ def test_every_option_has_help_with_its_default() -> None:
                 problems.append(f"{name}: no help")
                 continue
             default = action.default
+            if isinstance(action, argparse._StoreFalseAction):
+                continue  # `--no-x` turns a default-on feature off: its help says what
             if not action.option_strings or default in (None, False, "", argparse.SUPPRESS):
                 continue
             shown = f"{default:g}" if isinstance(default, float) else str(default)
