@@ -38,8 +38,10 @@ from tests.support.server import ServerProcess  # noqa: E402
 
 CLIENTS = 20
 CONFIGS = (("sqlite", 1), ("postgresql", 1), ("postgresql", 2), ("postgresql", 4))
-NO_CONSOLE = "sqlitex1-no-console"
-"""The SQLite single node again with `--no-console`: what the console costs the API."""
+CONSOLE_ROUNDS = 3
+"""The console's cost is measured as SQLite single nodes with and without `--no-console`,
+alternated this many times: a load that drifts during the run then hits both sides alike,
+and the median of each side is compared (one pair of runs was pure noise on a busy host)."""
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -154,28 +156,36 @@ def run(quick: bool = False) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "configs": {},
     }
-    try:
-        for backend, n, extra in [(b, n, ()) for b, n in CONFIGS] + [
-            ("sqlite", 1, ("--no-console",))
-        ]:
-            key = NO_CONSOLE if extra else f"{backend}x{n}"
-            db = str(work / f"{key}.db") if backend == "sqlite" else cluster.database("bench")
-            procs = [
-                ServerProcess(
-                    db, log_path=work / f"{key}-{i}.log", extra_args=["--pool-size", "8", *extra]
-                )
-                for i in range(n)
-            ]
-            try:
-                for p in procs:
-                    p.start()
-                results["configs"][key] = trio.run(
-                    _load, [p.url for p in procs], per_client, listings
-                )
-            finally:
-                for p in procs:
-                    p.stop()
+
+    def serve(key: str, backend: str, n: int, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+        db = str(work / f"{key}.db") if backend == "sqlite" else cluster.database("bench")
+        procs = [
+            ServerProcess(
+                db, log_path=work / f"{key}-{i}.log", extra_args=["--pool-size", "8", *extra]
+            )
+            for i in range(n)
+        ]
+        try:
+            for p in procs:
+                p.start()
+            return trio.run(_load, [p.url for p in procs], per_client, listings)
+        finally:
+            for p in procs:
+                p.stop()
             print(f"server_load: {key} done", file=sys.stderr, flush=True)
+
+    try:
+        for backend, n in CONFIGS:
+            results["configs"][f"{backend}x{n}"] = serve(f"{backend}x{n}", backend, n)
+        results["console_cost"] = _console_cost(
+            [
+                (
+                    serve(f"console-on-{r}", "sqlite", 1),
+                    serve(f"console-off-{r}", "sqlite", 1, ("--no-console",)),
+                )
+                for r in range(CONSOLE_ROUNDS)
+            ]
+        )
     finally:
         cluster.destroy()
     base = results["configs"]["postgresqlx1"]
@@ -200,7 +210,38 @@ def table(results: dict[str, Any]) -> str:
                 f"| {key} | {op} | {s['per_s']} | {s['p50_ms']} | {s['p99_ms']} | "
                 f"{s['vs_pg1']} | {s['vs_sqlite']} |"
             )
+    cost = results.get("console_cost")
+    if cost:
+        lines += [
+            "",
+            f"The console's cost: SQLite×1 with and without --no-console, {CONSOLE_ROUNDS} "
+            "alternated rounds, median per s",
+            "| op | console on | console off | on / off | spread of the rounds |",
+            "|---|---|---|---|---|",
+        ]
+        for op, c in cost.items():
+            lines.append(
+                f"| {op} | {c['on_per_s']} | {c['off_per_s']} | {c['on_vs_off']} | {c['spread']} |"
+            )
     return "\n".join(lines)
+
+
+def _console_cost(rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """Median throughput per op with the console on and off, and how far the rounds of one
+    side spread (max/min - 1): a difference inside that spread is noise, not cost."""
+    cost: dict[str, Any] = {}
+    for op in rounds[0][0]:
+        on = [r[0][op]["per_s"] for r in rounds]
+        off = [r[1][op]["per_s"] for r in rounds]
+        on_med, off_med = statistics.median(on), statistics.median(off)
+        spread = max(max(v) / min(v) - 1 for v in (on, off) if min(v) > 0)
+        cost[op] = {
+            "on_per_s": on_med,
+            "off_per_s": off_med,
+            "on_vs_off": round(on_med / off_med, 2) if off_med else 0.0,
+            "spread": f"{spread:.0%}",
+        }
+    return cost
 
 
 def main() -> int:
