@@ -20,7 +20,7 @@ from typing import Any
 # A row the next start still has to push: changed, new, renamed, or an upload whose
 # answer may have been lost. Tombstones (path NULL) are pending deletes.
 _UNPUSHED = """
-SELECT path, base_path FROM entries
+SELECT path, base_path, memory_id FROM entries
 WHERE kind = 'file' AND (
     (path IS NOT NULL AND (dirty = 1 OR memory_id IS NULL OR sent_sha IS NOT NULL
                            OR sent_path IS NOT NULL OR base_path IS NOT path))
@@ -89,12 +89,15 @@ def unpushed(cache_dir: str, excludes: list[str]) -> list[str] | None:
         return None
     finally:
         db.close()
+    def excluded(p: str | None) -> bool:
+        return p is not None and any(fnmatch.fnmatchcase(p.rsplit("/", 1)[-1], x) for x in excludes)
+
     paths: list[str] = []
-    for path, base_path in rows:
+    for path, base_path, memory_id in rows:
         if path is None:
             paths.append(f"-{base_path}")
-        elif not any(fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], p) for p in excludes):
-            paths.append(path)
+        elif not excluded(path) or (memory_id is not None and excluded(base_path)):
+            paths.append(path)  # an excluded name the store has is a memory (engine rule)
     return sorted(paths)
 
 

@@ -89,7 +89,8 @@ class StoreState(SyncRecords):
         # Bumped by every local change a pass may have to push (the idle-pass shortcut).
         self.generation = 0
         # Names the sync never pushes (editor swap files...; StoreSync sets its rules):
-        # such files are not memories, so the content rules do not apply to them.
+        # a new file with such a name is not a memory, so the content rules do not
+        # apply to it (`is_local_only`).
         self.local_only: Callable[[str], bool] = _nothing_local
 
     # -- loading ------------------------------------------------------------------
@@ -189,6 +190,19 @@ class StoreState(SyncRecords):
         """Names the sync never pushes (its excludes): not memories, no content rules."""
         self.local_only = rule
 
+    def is_local_only(self, node: Node) -> bool:
+        """A file the sync leaves alone: an excluded name the store does not have.
+
+        Excludes decide only about local files. A memory the store has under such a
+        name (`x~` created elsewhere) is synced like any other; a memory renamed
+        locally to one (vim's backup `mv x x~` before it writes the new `x`) is held
+        where the store has it, so the editor's save can continue it.
+        """
+        if not self.local_only(node.name):
+            return False
+        base = node.base_path if node.memory_id is not None else None
+        return base is None or not self.local_only(base.rsplit("/", 1)[-1])
+
     def new_file(self, parent: Node, name: str) -> Node:
         """A file node arriving from the store (its journal row is the caller's)."""
         return self.tree.new_node(Kind.FILE, name, parent, self, self.file_mode(), time.time_ns())
@@ -265,7 +279,7 @@ class StoreState(SyncRecords):
 
     def size_limit(self, node: Node) -> int:
         """Memories hold 100 KiB; a local-only file (a swap file) may be larger."""
-        return LOCAL_ONLY_MAX_BYTES if self.local_only(node.name) else MAX_CONTENT_BYTES
+        return LOCAL_ONLY_MAX_BYTES if self.is_local_only(node) else MAX_CONTENT_BYTES
 
     def write(self, node: Node, offset: int, buf: bytes) -> int:
         self.writable()
@@ -292,7 +306,7 @@ class StoreState(SyncRecords):
         write or truncate succeeds: the store never receives content that exists only
         because a write was refused (`cp big.txt DIR/` leaves an empty file).
         """
-        if node.kind is not Kind.FILE or self.local_only(node.name) or not node.dirty:
+        if node.kind is not Kind.FILE or self.is_local_only(node) or not node.dirty:
             return  # a clean file is what the store already has: nothing to hold back
         sha = node.current_sha()
         if node.refused_sha == sha and node.refused_why == why:
@@ -595,7 +609,7 @@ class StoreState(SyncRecords):
         A local-only file is never pushed, so it may hold anything: the check runs
         again (at push time) if it is renamed to a name that is synced.
         """
-        if node.kind is not Kind.FILE or node.data is None or self.local_only(node.name):
+        if node.kind is not Kind.FILE or node.data is None or self.is_local_only(node):
             return
         try:
             bytes(node.data).decode("utf-8")

@@ -492,7 +492,7 @@ class StoreSync:
         return False
 
     def _excluded(self, node: Node) -> bool:
-        return self._excluded_name(node.name)
+        return self.state.is_local_only(node)
 
     def _excluded_name(self, name: str) -> bool:
         return self._exclude_re.fullmatch(name) is not None
