@@ -89,6 +89,7 @@ def unpushed(cache_dir: str, excludes: list[str]) -> list[str] | None:
         return None
     finally:
         db.close()
+
     def excluded(p: str | None) -> bool:
         return p is not None and any(fnmatch.fnmatchcase(p.rsplit("/", 1)[-1], x) for x in excludes)
 
