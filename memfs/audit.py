@@ -70,7 +70,10 @@ class AuditLog:
         self._open()
 
     def _open(self) -> None:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # Never through a link planted in the cache directory (a root daemon appending
+        # to a file of someone else's choice).
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        self._fd = os.open(self.path, flags, 0o600)
         self._size = os.fstat(self._fd).st_size
 
     def append(self, record: dict[str, Any]) -> None:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from typing import Literal
+
+from memfs.errors import ConfigError
 
 
 class ExitCode(IntEnum):
@@ -80,3 +83,46 @@ class MountConfig:
 def default_cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "memfs"
+
+
+def private_dir(path: Path, what: str) -> Path:
+    """`path` as a directory only this user can change, created 0700 when missing.
+
+    A root daemon writes logs, the audit trail and memory contents here: a directory
+    another user owns or can write, or a symlink, would let them choose where those
+    writes land (or get the chmod). Refused with one line naming the directory; the
+    final component is never followed (mkdir, O_NOFOLLOW), its mode set through the fd.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the {what} {path}: {e.strerror}") from None
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise ConfigError(f"cannot create the {what} {path}: {e.strerror}") from None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        reason = "a symlink" if os.path.islink(path) else f"not usable ({e.strerror})"
+        raise ConfigError(f"the {what} {path} is {reason}; remove it or choose another") from None
+    try:
+        st = os.fstat(fd)
+        problem = _unsafe(st)
+        if problem:
+            raise ConfigError(f"the {what} {path} is {problem}; remove it or choose another")
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)  # unpushed bytes and pulled contents: the user's alone
+    finally:
+        os.close(fd)
+    return path
+
+
+def _unsafe(st: os.stat_result) -> str | None:
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None

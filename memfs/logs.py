@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import os
 import re
 import sys
 import time
@@ -120,8 +122,33 @@ def rfc3339(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
+# A log file rotates at this size and keeps this many old files: a server that makes
+# the daemon warn without end fills at most (1 + LOG_KEEP) * LOG_MAX_BYTES of disk.
+LOG_MAX_BYTES = 10 * 1024 * 1024
+LOG_KEEP = 3
+
+
+class LogFile(logging.handlers.RotatingFileHandler):
+    """A rotating log file; `private` (the daemon's `memfs.log` in the cache directory)
+    is opened 0600 and never through a symlink someone planted there."""
+
+    def __init__(self, path: str, *, private: bool = False, max_bytes: int = LOG_MAX_BYTES):
+        self.private = private
+        super().__init__(path, maxBytes=max_bytes, backupCount=LOG_KEEP, encoding="utf-8")
+
+    def _open(self) -> Any:
+        if not self.private:
+            return super()._open()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        return open(os.open(self.baseFilename, flags, 0o600), "a", encoding="utf-8")
+
+
 def configure(
-    level: str = "info", log_file: str | None = None, log_format: str | None = None
+    level: str = "info",
+    log_file: str | None = None,
+    log_format: str | None = None,
+    *,
+    private: bool = False,
 ) -> None:
     """(Re)point the root logger; `log_format` None keeps the one set before (the
     `--daemon` child re-opens its log file, and keeps `--log-format`)."""
@@ -132,7 +159,7 @@ def configure(
         _format = log_format
     handler: logging.Handler
     if log_file:
-        handler = logging.FileHandler(log_file)
+        handler = LogFile(log_file, private=private)
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if _format == "json" else TextFormatter())

@@ -28,7 +28,7 @@ import trio
 
 from memfs import metrics
 from memfs.audit import Trail
-from memfs.config import ExitCode, MountConfig, default_cache_root
+from memfs.config import ExitCode, MountConfig, default_cache_root, private_dir
 from memfs.control.channel import ControlServer, runtime_dir
 from memfs.errors import (
     ConfigError,
@@ -48,7 +48,7 @@ from memfs.mount.preflight import (
     lookup_store,
     prepare_mountpoint,
 )
-from memfs.state.cache import CacheDir
+from memfs.state.cache import JOURNAL_NAME, CacheDir
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree
@@ -59,9 +59,6 @@ from memfs.sync.notify import Notifier
 from memfs.sync.plan import PassResult
 
 log = logging.getLogger("memfs.daemon")
-
-
-JOURNAL_NAME = "journal.sqlite"
 
 
 def _now_iso() -> str:
@@ -255,7 +252,12 @@ class Daemon:
         mountpoint = self.mountpoint = prepare_mountpoint(
             cfg.mountpoint, allow_nonempty=not cfg.single
         )
-        check_outside(mountpoint, "cache directory", cfg.cache_dir or default_cache_root())
+        cache_root = cfg.cache_dir or default_cache_root()
+        check_outside(mountpoint, "cache directory", cache_root)
+        try:
+            private_dir(cache_root, "cache directory")
+        except ConfigError as e:
+            raise StartError(str(e), 2) from None
         check_outside(mountpoint, "runtime directory", runtime_dir())
         if cfg.metrics_addr is not None:
             self._serve_metrics(cfg.metrics_addr)

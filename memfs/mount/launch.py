@@ -7,6 +7,7 @@ readiness stops the child (`_abort_start`): nothing is left running.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import select
@@ -18,7 +19,7 @@ from typing import NoReturn
 import trio
 
 from memfs import logs
-from memfs.config import ExitCode, MountConfig, default_cache_root
+from memfs.config import ExitCode, MountConfig, default_cache_root, private_dir
 from memfs.errors import ConfigError, StartError
 from memfs.mount import display, systemd
 from memfs.mount.daemon import Daemon
@@ -125,6 +126,22 @@ def _wait_for_child(pid: int, read_fd: int, config: MountConfig) -> int:
     return int(exit_word) if exit_word.isdigit() else 1
 
 
+def _open_daemon_log(config: MountConfig) -> str | None:
+    """stderr is gone: log to `memfs.log` in the cache root, where a user finds it; the
+    reason it cannot be used, or None."""
+    path = (config.cache_dir or default_cache_root()) / "memfs.log"
+    level = logging.getLevelName(logging.getLogger().level).lower()
+    try:
+        private_dir(path.parent, "cache directory")
+        logs.configure(level, str(path), private=True)
+    except ConfigError as e:
+        return str(e)
+    except OSError as e:
+        why = "a symlink" if e.errno == errno.ELOOP else f"not usable ({e.strerror})"
+        return f"the log file {path} is {why}; remove it or pass --log-file"
+    return None
+
+
 def _run_child(read_fd: int, write_fd: int, config: MountConfig) -> NoReturn:
     """The daemon child: its own session, no terminal, reports readiness through the pipe."""
     os.close(read_fd)
@@ -132,10 +149,9 @@ def _run_child(read_fd: int, write_fd: int, config: MountConfig) -> NoReturn:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    if config.log_file is None:  # stderr is gone: keep the logs where a user finds them
-        log_path = (config.cache_dir or default_cache_root()) / "memfs.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        logs.configure(logging.getLevelName(logging.getLogger().level).lower(), str(log_path))
+    if config.log_file is None and (refusal := _open_daemon_log(config)):
+        os.write(write_fd, f"2 {refusal}".encode())
+        os._exit(2)
 
     def signal_ready(mountpoint: str) -> None:
         os.write(write_fd, f"ok {mountpoint}".encode())

@@ -31,6 +31,8 @@ from typing import TypedDict, Unpack
 
 from cachetools import LRUCache
 
+from memfs.audit import TRAIL_NAME
+from memfs.config import private_dir
 from memfs.errors import ConfigError
 from memfs.paths import is_sha256_hex, sha256_hex
 
@@ -89,12 +91,25 @@ _COLUMNS = (
 )
 
 
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+# A file memfs creates is new: never one someone planted (O_EXCL), never through a link.
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
+
+
+def _read_nofollow(path: Path) -> bytes:
+    with open(os.open(path, os.O_RDONLY | _NOFOLLOW), "rb") as f:
+        return f.read()
+
+
+def _why(e: OSError) -> str:
+    return "a symlink" if e.errno == errno.ELOOP else f"not usable ({e.strerror})"
+
+
 class ObjectStore:
     """Immutable contents addressed by sha256, with an in-memory LRU in front."""
 
     def __init__(self, root: Path, *, memory_budget: int = 64 * 1024 * 1024) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        self.root = private_dir(root, "object directory")
         self._lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_budget, getsizeof=len)
         # sha -> size of clean contents evicted on purpose (CacheDir loads the table).
         self.evicted: dict[str, int] = {}
@@ -114,7 +129,7 @@ class ObjectStore:
         if data is not None:
             return data
         try:
-            data = self._path(sha).read_bytes()
+            data = _read_nofollow(self._path(sha))
         except FileNotFoundError:
             return None
         if sha256_hex(data) != sha:  # a torn or tampered object is not content
@@ -169,14 +184,14 @@ class ObjectStore:
         it touches only the file system, never the in-memory cache."""
         for sha, data in items:
             path = self._path(sha)
-            if path.exists():
-                continue
             try:
-                f = open(path, "wb")
+                fd = os.open(path, _NEW_FILE, 0o600)
+            except FileExistsError:
+                continue
             except FileNotFoundError:
-                path.parent.mkdir(exist_ok=True)
-                f = open(path, "wb")
-            with f:
+                path.parent.mkdir(mode=0o700, exist_ok=True)
+                fd = os.open(path, _NEW_FILE, 0o600)
+            with open(fd, "wb") as f:
                 f.write(data)
 
     def put(self, data: bytes, sha: str | None = None) -> str:
@@ -380,6 +395,7 @@ class _Transaction:
             raise
 
 
+JOURNAL_NAME = "journal.sqlite"
 LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
 
 
@@ -388,14 +404,18 @@ class CacheDir:
 
     def __init__(self, root: Path, store_id: str) -> None:
         self.root = root
+        # Unpushed bytes and pulled contents live here: private to the mounting user,
+        # whatever the mount itself shows to others; nothing in it is a symlink.
+        private_dir(root, "cache directory")
         try:
-            # Unpushed bytes and pulled contents live here: private to the mounting user,
-            # whatever the mount itself shows to others.
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(root, 0o700)
-            self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+            self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+            for name in (JOURNAL_NAME, JOURNAL_NAME + "-wal", JOURNAL_NAME + "-shm", TRAIL_NAME):
+                if os.path.islink(root / name):  # SQLite would follow it; a trail is skipped
+                    raise OSError(errno.ELOOP, "a symlink", str(root / name))
         except OSError as e:
-            raise ConfigError(f"cannot use cache directory {root}: {e.strerror}") from e
+            raise ConfigError(
+                f"cannot use cache directory {root}: {e.filename or root} is {_why(e)}"
+            ) from e
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -404,9 +424,13 @@ class CacheDir:
                 f"cache directory {root} is in use by another memfs daemon; "
                 "give each mount its own --cache-dir"
             ) from None
-        self.objects = ObjectStore(root / "objects")
-        self.conflicts = root / "conflicts"
-        self.journal = Journal(root / "journal.sqlite")
+        try:
+            self.objects = ObjectStore(root / "objects")
+            self.conflicts = private_dir(root / "conflicts", "conflict directory")
+        except ConfigError:
+            os.close(self._lock_fd)
+            raise
+        self.journal = Journal(root / JOURNAL_NAME)
         self.objects.evicted = self.journal.evicted()
         known = self.journal.get_meta("memory_store_id")
         if known is None:
@@ -425,7 +449,6 @@ class CacheDir:
 
     def save_conflict(self, path: str, data: bytes) -> Path:
         """Keep the losing bytes of a conflict; returns where they are."""
-        self.conflicts.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         flat = path.strip("/").replace("/", "__")
         if len(flat.encode()) > 180:  # a memory path may be 1,024 bytes; a file name 255
@@ -437,7 +460,8 @@ class CacheDir:
             n += 1
             target = self.conflicts / f"{stamp}-{n}-{flat}"
         tmp = target.with_name("." + target.name + ".tmp")
-        with open(tmp, "wb") as f:
+        tmp.unlink(missing_ok=True)
+        with open(os.open(tmp, _NEW_FILE, 0o600), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -94,7 +94,9 @@ def record(
 def _write(kept: Kept) -> None:
     target = _meta(Path(kept.copy))
     tmp = target.with_suffix(".tmp")
-    with open(tmp, "w") as f:
+    tmp.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(tmp, flags, 0o600), "w") as f:
         json.dump(asdict(kept), f)
         f.flush()
         os.fsync(f.fileno())

@@ -105,7 +105,7 @@ def test_cache_directory_belongs_to_one_store(tmp_path: Path) -> None:
 
 def test_unusable_cache_directory_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ConfigError, match="cannot use cache directory"):
+    with pytest.raises(ConfigError, match="cannot create the cache directory"):
         CacheDir(tmp_path / "file" / "c", "memstore_1")
 
 
