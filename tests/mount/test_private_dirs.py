@@ -37,9 +37,9 @@ def mount_daemon(
     mp.mkdir(exist_ok=True)
     env = {**os.environ, "ANTHROPIC_BASE_URL": url}
     env.pop("ANTHROPIC_API_KEY", None)
+    cmd = [sys.executable, "-m", "memfs.cli", "mount", store_id, str(mp)]
     return subprocess.run(
-        [sys.executable, "-m", "memfs.cli", "mount", store_id, str(mp)]
-        + ["--cache-dir", str(cache), "--daemon"],
+        [*cmd, "--cache-dir", str(cache), "--daemon"],
         env=env,
         capture_output=True,
         text=True,
