@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memfs.config import ExitCode
-from memfs.control import channel
+from memfs.control import protocol, registry
+from memfs.control.client import request
 
 if TYPE_CHECKING:
     from memfs.config import MountConfig, StoreSpec
@@ -132,7 +133,7 @@ def session(args: Any) -> int:
 
 
 def _mount_for(path: str) -> dict[str, Any] | None:
-    info = channel.find_mount(path)
+    info = registry.find_mount(path)
     if info is None:
         print(f"memfs: no live memfs mount at {path}", file=sys.stderr)
     return info
@@ -147,7 +148,7 @@ _GOES_ON = {
 
 
 def _ask(
-    path: str, op: str, timeout: float, **fields: Any
+    path: str, req: protocol.Request, timeout: float
 ) -> tuple[dict[str, Any], dict[str, Any]] | int:
     """The mount at `path` and its daemon's answer to `op`, or the exit code of failing.
 
@@ -157,10 +158,10 @@ def _ask(
     info = _mount_for(path)
     if info is None:
         return ExitCode.FAILED
-    after = f"{_GOES_ON.get(op, 'the mount is not affected')} (see `memfs status {path}`)"
+    after = f"{_GOES_ON.get(req.op, 'the mount is not affected')} (see `memfs status {path}`)"
     try:
-        with _progress(info, op):
-            return info, channel.request(info, op, timeout=timeout, **fields)
+        with _progress(info, req.op):
+            return info, request(info, req, timeout=timeout)
     except KeyboardInterrupt:
         return _fail(f"interrupted; {after}", ExitCode.INTERRUPTED)
     except TimeoutError:
@@ -179,7 +180,7 @@ def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
 
     def ask() -> dict[str, Any] | None:
         try:
-            answer = channel.request(info, "progress", timeout=5)
+            answer = request(info, protocol.Progress(), timeout=5)
         except OSError:
             return None
         return answer if answer.get("ok") else None
@@ -188,7 +189,7 @@ def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
 
 
 def sync(args: Any) -> int:
-    asked = _ask(args.path, "sync", args.timeout)
+    asked = _ask(args.path, protocol.Sync(), args.timeout)
     if isinstance(asked, int):
         return asked
     _, answer = asked
@@ -249,7 +250,7 @@ def _dead_at(path: str) -> dict[str, Any] | None:
     """The `status` answer for a dead mount containing `path`, if there is one."""
     from memfs.control.recovery import dead_mount_at, describe_dead
 
-    info = channel.find_dead_mount(path)
+    info = registry.find_dead_mount(path)
     if info is not None:
         return describe_dead(info, str(info["mountpoint"]))
     mountpoint = dead_mount_at(path)
@@ -262,7 +263,7 @@ def status(args: Any) -> int:
     code: int = ExitCode.OK
     answers = []
     if args.path:
-        info = channel.find_mount(args.path)
+        info = registry.find_mount(args.path)
         if info is None:
             dead = _dead_at(args.path)
             if dead is None:
@@ -272,12 +273,12 @@ def status(args: Any) -> int:
             code = ExitCode.FAILED
         mounts = [info] if info is not None else []
     else:
-        registered = channel.registered_mounts()
+        registered = registry.registered_mounts()
         mounts = [i for i in registered if i["alive"]]
         answers += [describe_dead(i, str(i["mountpoint"])) for i in registered if not i["alive"]]
     for info in mounts:
         try:
-            answers.append(channel.request(info, "status", timeout=10))
+            answers.append(request(info, protocol.Status(), timeout=10))
         except OSError as e:
             answers.append(
                 {
@@ -362,7 +363,7 @@ def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> i
     mountpoint = str(info["mountpoint"])
     nested = holders.nested_mounts(mountpoint)
     if nested:
-        live = {str(i["mountpoint"]): i for i in channel.live_mounts()}
+        live = {str(i["mountpoint"]): i for i in registry.live_mounts()}
         names = ", ".join(
             f"{mp} ({'memfs, pid ' + str(live[mp]['pid']) if mp in live else kind})"
             for mp, kind in nested
@@ -423,13 +424,13 @@ def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> i
 
 
 def _unmount(mountpoint: str, timeout: float) -> int:
-    asked = _ask(mountpoint, "unmount", timeout)
+    asked = _ask(mountpoint, protocol.Unmount(), timeout)
     if isinstance(asked, int):
         return asked
     info, answer = asked
     pid = int(info.get("pid", 0))
     deadline = time.monotonic() + 15
-    while pid and channel.pid_alive(pid) and time.monotonic() < deadline:
+    while pid and registry.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     if answer.get("error"):
         print(f"memfs: {answer['error']}", file=sys.stderr)

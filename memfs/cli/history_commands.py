@@ -21,10 +21,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memfs.config import ExitCode
-from memfs.control import channel
+from memfs.control import protocol, registry
+from memfs.control.client import request
 from memfs.errors import CommandFailed
 from memfs.mount.display import printable
 
@@ -163,7 +164,7 @@ def target(arg: str, api_url: str | None = None) -> Target:
     form = STORE_FORM.fullmatch(path)
     if form is not None and not os.path.exists(path):
         return Target(path, spec, store_id=form[1], path=form[2], api_url=api_url)
-    info = channel.find_mount(path)
+    info = registry.find_mount(path)
     if info is None:
         raise CommandFailed(
             f"no live memfs mount at {path} (for a store, name the memory as STORE_ID:/path)"
@@ -174,12 +175,14 @@ def target(arg: str, api_url: str | None = None) -> Target:
     return Target(path, spec, info=info, rel=rel, local=os.path.abspath(path))
 
 
-def ask(t: Target, what: str, version: str | None = None) -> dict[str, Any]:
+def ask(t: Target, what: Literal["log", "show"], version: str | None = None) -> dict[str, Any]:
     """The history answer for `t` (see memfs/store/history.py), or CommandFailed."""
     if t.info is not None:
         try:
-            answer = channel.request(
-                t.info, "history", timeout=ASK_TIMEOUT, what=what, path=t.rel, version=version
+            answer = request(
+                t.info,
+                protocol.History(what=what, path=t.rel, version=version),
+                timeout=ASK_TIMEOUT,
             )
         except TimeoutError:
             raise CommandFailed(f"the daemon did not answer within {ASK_TIMEOUT:g}s") from None
@@ -469,9 +472,9 @@ def write_through_mount(path: str, data: bytes) -> None:
 # --------------------------------------------------------------------------- conflicts
 
 
-def _request(info: dict[str, Any], op: str, **fields: Any) -> dict[str, Any]:
+def _request(info: dict[str, Any], req: protocol.Request) -> dict[str, Any]:
     try:
-        return channel.request(info, op, timeout=ASK_TIMEOUT, **fields)
+        return request(info, req, timeout=ASK_TIMEOUT)
     except TimeoutError:
         raise CommandFailed(
             f"the daemon of {info['mountpoint']} did not answer within {ASK_TIMEOUT:g}s"
@@ -482,8 +485,8 @@ def _request(info: dict[str, Any], op: str, **fields: Any) -> dict[str, Any]:
 
 def _mounts(path: str | None) -> list[dict[str, Any]]:
     if path is None:
-        return channel.live_mounts()
-    info = channel.find_mount(path)
+        return registry.live_mounts()
+    info = registry.find_mount(path)
     if info is None:
         raise CommandFailed(f"no live memfs mount at {path}")
     return [info]
@@ -501,7 +504,7 @@ def _conflicts(args: argparse.Namespace) -> int:
     answers = []
     for info in _mounts(mount):
         try:
-            answer = _request(info, "conflicts", what="list")
+            answer = _request(info, protocol.Conflicts(what="list"))
         except CommandFailed:
             if mount is not None:
                 raise
@@ -531,12 +534,12 @@ def _conflicts(args: argparse.Namespace) -> int:
 
 
 def _find_conflict(
-    conflict_id: str, mount: str | None, what: str
+    conflict_id: str, mount: str | None, what: Literal["get", "drop"]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     infos = _mounts(mount)
     for info in infos:
         try:
-            answer = _request(info, "conflicts", what=what, id=conflict_id)
+            answer = _request(info, protocol.Conflicts(what=what, id=conflict_id))
         except CommandFailed:
             if mount is not None:
                 raise
@@ -583,7 +586,7 @@ def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) ->
             "first (memfs sync), or pass --force to overwrite them"
         )
     write_through_mount(local_path, data)
-    _request(info, "conflicts", what="restored", id=kept["id"])
+    _request(info, protocol.Conflicts(what="restored", id=str(kept["id"])))
     print(
         f"{local_path}: the bytes of conflict copy {kept['id']} are back as a local "
         "change; the next sync pass pushes them with a precondition (if the memory "
@@ -606,7 +609,7 @@ def _trail_dirs(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
         return sorted(p.parent for p in root.glob(f"*/{TRAIL_NAME}")), []
     if args.mount is None:
         raise CommandFailed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
-    info = channel.find_mount(args.mount) or channel.find_dead_mount(args.mount)
+    info = registry.find_mount(args.mount) or registry.find_dead_mount(args.mount)
     if info is None:
         raise CommandFailed(
             f"no memfs mount at {args.mount} (after an unmount, read the trail with --cache-dir)"

@@ -1,17 +1,23 @@
-"""The daemon's answers to the history and conflicts control requests.
+"""The daemon's answers to control requests: one op table (`table`), one handler per op.
 
-They read a mount's state (which store a path names, the local file, the kept conflict
-copies) and the store's versions; the daemon (`Daemon._control`) routes requests here.
+memfs/control/protocol.py defines each request; memfs/control/server.py parses and
+dispatches. The handlers read the daemon's stores (statistics, the kept conflict copies,
+which store a path names) and the store's versions, and start passes.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import trio
+
+from memfs.control import protocol
+from memfs.control.server import Handler
 from memfs.errors import StoreError
 from memfs.paths import NAME_MAX, local_name, may_be_alias
 from memfs.state import conflicts
@@ -20,6 +26,10 @@ from memfs.state.store_state import StoreState
 from memfs.store import history
 from memfs.store.client import StoreClient
 from memfs.sync.engine import StoreSync
+from memfs.sync.plan import PassResult
+
+if TYPE_CHECKING:
+    from memfs.mount.daemon import Daemon
 
 
 @dataclass
@@ -92,11 +102,11 @@ def local_json(here: Located) -> dict[str, Any]:
 
 
 async def history_answer(
-    request: dict[str, Any], states: list[StoreState], single: bool, client: StoreClient
+    request: protocol.History, states: list[StoreState], single: bool, client: StoreClient
 ) -> dict[str, Any]:
-    """The daemon's side of `{"op": "history", "what": "log" | "show", "path": REL}`."""
+    """A file's versions, and with `what="show"` one version's content."""
     try:
-        here = locate(states, single, str(request.get("path", "")))
+        here = locate(states, single, request.path)
         local = local_json(here)
         store_id = here.state.store_id
         memory_id = local.get("memory_id")
@@ -116,8 +126,8 @@ async def history_answer(
             "local": local,
             "versions": [history.version_json(v) for v in versions],
         }
-        if request.get("what") == "show":
-            chosen = history.pick(versions, request.get("version"))
+        if request.what == "show":
+            chosen = history.pick(versions, request.version)
             base["version"] = history.version_json(chosen)
             base["content"] = await history.content_of(client, store_id, chosen)
         return base
@@ -150,18 +160,18 @@ def _listing(
 
 
 def conflicts_answer(
-    request: dict[str, Any], syncs: list[StoreSync], mountpoint: str, single: bool
+    request: protocol.Conflicts, syncs: list[StoreSync], mountpoint: str, single: bool
 ) -> dict[str, Any]:
-    """`{"op": "conflicts", "what": "list" | "get" | "restored" | "drop", "id": …}`."""
+    """The kept copies (`list`); one by id prefix (`get`), marked restored, or dropped."""
     listing = _listing(syncs, mountpoint, single)
-    what = request.get("what", "list")
+    what = request.what
     if what == "list":
         return {
             "ok": True,
             "mountpoint": mountpoint,
             "conflicts": [{**asdict(k), "local_path": lp} for _, k, lp in listing],
         }
-    wanted = str(request.get("id", ""))
+    wanted = request.id
     matches = [item for item in listing if wanted and item[1].id.startswith(wanted)]
     if not matches:
         return {"ok": False, "missing": True, "error": f"no conflict copy {wanted!r} here"}
@@ -196,12 +206,123 @@ def conflicts_answer(
         kept.restored_at = conflicts._now()
         conflicts._write(kept)
         return {"ok": True, "conflict": asdict(kept)}
-    if what == "drop":
-        Path(kept.copy).unlink(missing_ok=True)
-        conflicts._meta(Path(kept.copy)).unlink(missing_ok=True)
-        node = state.node_at(kept.path)
-        if node is not None and node.conflict == kept.copy:
-            state.clear_conflict(node)  # status and user.memfs.* stop naming it
-        sync.conflict_copies[:] = [c for c in sync.conflict_copies if c.copy != kept.copy]
-        return {"ok": True, "dropped": asdict(kept)}
-    return {"ok": False, "error": f"unknown conflicts request {what!r}"}
+    # what == "drop" (the protocol admits no other word)
+    Path(kept.copy).unlink(missing_ok=True)
+    conflicts._meta(Path(kept.copy)).unlink(missing_ok=True)
+    node = state.node_at(kept.path)
+    if node is not None and node.conflict == kept.copy:
+        state.clear_conflict(node)  # status and user.memfs.* stop naming it
+    sync.conflict_copies[:] = [c for c in sync.conflict_copies if c.copy != kept.copy]
+    return {"ok": True, "dropped": asdict(kept)}
+
+
+# -- the op table -----------------------------------------------------------------------
+
+
+def status(daemon: Daemon) -> protocol.StatusAnswer:
+    """The mount and each store's statistics; `sync` answers with the same schema."""
+    stores = []
+    for sync in daemon.syncs:
+        info = daemon.infos.get(sync.store_id)
+        stores.append(
+            {
+                "memory_store_id": sync.store_id,
+                "name": info.name if info else "",
+                "mount_path": daemon.places()[sync.store_id],
+                "access": "read_only" if sync.state.read_only else "read_write",
+                "interval_s": sync.interval,
+                "deletions": sync.deletions,
+                **sync.statistics().as_json(),
+            }
+        )
+    answer: protocol.StatusAnswer = {
+        "ok": True,
+        "mountpoint": daemon.mountpoint,
+        "pid": os.getpid(),
+        "stores": stores,
+    }
+    if daemon.ops is not None:
+        answer.update(daemon.ops.statistics().as_json())  # type: ignore[typeddict-item]
+    return answer
+
+
+class Answers:
+    """One daemon's handlers, one per op; `table` is what its control server serves."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def table(self) -> Mapping[str, Handler]:
+        return {
+            "status": self.status,
+            "sync": self.sync,
+            "flush": self.flush,
+            "restore": self.restore,
+            "history": self.history,
+            "conflicts": self.conflicts,
+            "progress": self.progress,
+            "unmount": self.unmount,
+        }
+
+    async def status(self, _: protocol.Status) -> protocol.StatusAnswer:
+        return status(self.daemon)
+
+    async def sync(self, _: protocol.Sync) -> protocol.StatusAnswer:
+        results: dict[str, PassResult] = {}
+
+        async def one(sync: StoreSync) -> None:
+            results[sync.store_id] = await sync.sync_now()
+
+        async with trio.open_nursery() as nursery:
+            for sync in self.daemon.syncs:
+                nursery.start_soon(one, sync)
+        answer = status(self.daemon)
+        for store in answer["stores"]:
+            store["last_pass"] = results[store["memory_store_id"]].to_json()
+        answer["ok"] = all(r.outcome == "ok" for r in results.values())
+        return answer
+
+    async def flush(self, _: protocol.Flush) -> protocol.FlushAnswer:
+        flushed: dict[str, dict[str, Any]] = {}
+
+        async def one(sync: StoreSync) -> None:
+            r = await sync.flush_writes()
+            flushed[sync.store_id] = {"outcome": r.outcome, "error": r.error, "pushed": r.pushed}
+
+        async with trio.open_nursery() as nursery:
+            for sync in self.daemon.syncs:
+                if not sync.state.read_only:
+                    nursery.start_soon(one, sync)
+        return {"ok": all(r["outcome"] == "ok" for r in flushed.values()), "stores": flushed}
+
+    async def restore(self, request: protocol.Restore) -> protocol.RestoreAnswer:
+        restored: dict[str, int] = {}
+        for sync in self.daemon.syncs:
+            if not sync.state.read_only:
+                restored[sync.store_id] = await sync.restore_missing()
+        if request.sync and any(restored.values()):
+            async with trio.open_nursery() as nursery:
+                for sync in self.daemon.syncs:
+                    if restored.get(sync.store_id):
+                        nursery.start_soon(sync.sync_now)
+        return {"ok": True, "restored": restored}
+
+    async def history(self, request: protocol.History) -> dict[str, Any]:
+        d = self.daemon
+        states = [s.state for s in d.syncs]
+        return await history_answer(request, states, d.config.single, d.start_client())
+
+    async def conflicts(self, request: protocol.Conflicts) -> dict[str, Any]:
+        d = self.daemon
+        return conflicts_answer(request, d.syncs, d.mountpoint, d.config.single)
+
+    async def progress(self, _: protocol.Progress) -> protocol.ProgressAnswer:
+        d = self.daemon
+        stores = [
+            {"memory_store_id": s.store_id, "label": d.label(s), **s.progress.snapshot()}
+            for s in d.syncs
+        ]
+        return {"ok": True, "closing": d.stopping, "stores": stores}
+
+    async def unmount(self, _: protocol.Unmount) -> protocol.UnmountAnswer:
+        return await self.daemon.stop_and_flush()

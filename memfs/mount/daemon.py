@@ -29,7 +29,9 @@ import trio
 from memfs import metrics
 from memfs.audit import Trail
 from memfs.config import ExitCode, MountConfig, default_cache_root, private_dir
-from memfs.control.channel import ControlServer, runtime_dir
+from memfs.control.protocol import UnmountAnswer
+from memfs.control.registry import runtime_dir
+from memfs.control.server import ControlServer
 from memfs.errors import (
     ConfigError,
     MemfsError,
@@ -79,7 +81,13 @@ class Daemon:
         self.ops: MemFs | None = None
         self._stop = trio.Event()
         self._flushed = trio.Event()
-        self._flush_report: dict[str, Any] = {}
+        self._flush_report: UnmountAnswer = {
+            "ok": True,
+            "seconds": 0.0,
+            "unpushed": {},
+            "stopped": False,
+            "outcomes": {},
+        }
         self._flush_scope = trio.CancelScope()  # the third Ctrl-C cancels the final flush
         self._flushing = False
         self._flush_signals = 0  # signals heard during the final flush
@@ -98,7 +106,7 @@ class Daemon:
     async def _lookup(self, store_id: str, cache_dir: Path) -> tuple[StoreInfo | None, str]:
         """The store's info, or (None, why) when unreachable but a local copy can serve."""
         try:
-            return await lookup_store(self._start_client(), store_id), ""
+            return await lookup_store(self.start_client(), store_id), ""
         except StartError as e:
             if e.exit_code != ExitCode.UNREACHABLE:
                 raise
@@ -170,7 +178,7 @@ class Daemon:
             )
             self.syncs.append(sync)
             if self._display is not None:
-                self._display.watch(self._label(sync), sync.progress)
+                self._display.watch(self.label(sync), sync.progress)
         if not cfg.single:
             self.tree.root.mode = 0o555
 
@@ -202,7 +210,7 @@ class Daemon:
                 raise first from None
             raise
 
-    def _label(self, sync: StoreSync) -> str:
+    def label(self, sync: StoreSync) -> str:
         """How a progress line names a store: by its directory, in a session."""
         return "" if self.config.single else sync.state.root.name
 
@@ -214,7 +222,7 @@ class Daemon:
         metrics.start(sock)
         metrics.watch_stores(lambda: [(s.store_id, s.statistics()) for s in self.syncs])
 
-    def _start_client(self) -> StoreClient:
+    def start_client(self) -> StoreClient:
         assert self.http is not None
         return StoreClient(self.http, retry=START_RETRY, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
 
@@ -292,7 +300,7 @@ class Daemon:
             except RuntimeError as e:
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
-            self.trail.mount("mounted", self._places())
+            self.trail.mount("mounted", self.places())
             total = sum(s.state.statistics().memories for s in self.syncs)
             log.info(
                 "mounted memory stores=%s mountpoint=%s memories=%d",
@@ -317,7 +325,7 @@ class Daemon:
                 # A crash leaves the mount dead (ENOTCONN), never a bare directory.
                 pyfuse3.close(unmount=not crashed)
             if mounted:
-                self.trail.mount("crashed" if crashed else "unmounted", self._places())
+                self.trail.mount("crashed" if crashed else "unmounted", self.places())
             self.trail.close()
             for cache in self.caches:
                 cache.close()
@@ -355,7 +363,7 @@ class Daemon:
         self, mountpoint: str, ready: Callable[[str], None] | None, signals: Any
     ) -> int:
         assert self.ops is not None
-        control = ControlServer(mountpoint, self._describe(), self._control)
+        control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
         fuse_gone = trio.Event()
 
         async def fuse_main() -> None:
@@ -473,7 +481,7 @@ class Daemon:
             with self._flush_scope:
                 if display is not None:
                     for sync in self.syncs:
-                        display.watch(self._label(sync), sync.progress)
+                        display.watch(self.label(sync), sync.progress)
                 async with trio.open_nursery() as nursery:
                     for sync in self.syncs:
                         nursery.start_soon(one, sync)
@@ -506,7 +514,7 @@ class Daemon:
             return ExitCode.INTERRUPTED
         return 0 if not left else 1
 
-    def _places(self) -> dict[str, str]:
+    def places(self) -> dict[str, str]:
         """Where each store shows in the mount."""
         return {
             s.store_id: self.mountpoint
@@ -530,109 +538,15 @@ class Daemon:
             "restart": self.config.restart,
         }
 
-    def status(self) -> dict[str, Any]:
-        stores = []
-        for sync in self.syncs:
-            info = self.infos.get(sync.store_id)
-            root = (
-                self.mountpoint
-                if self.config.single
-                else os.path.join(self.mountpoint, sync.state.root.name)
-            )
-            stores.append(
-                {
-                    "memory_store_id": sync.store_id,
-                    "name": info.name if info else "",
-                    "mount_path": root,
-                    "access": "read_only" if sync.state.read_only else "read_write",
-                    "interval_s": sync.interval,
-                    "deletions": sync.deletions,
-                    **sync.statistics().as_json(),
-                }
-            )
-        return {
-            "ok": True,
-            "mountpoint": self.mountpoint,
-            "pid": os.getpid(),
-            "stores": stores,
-            **(self.ops.statistics().as_json() if self.ops is not None else {}),
-        }
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
-    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:  # noqa: C901
-        # split by the control-protocol work
-        op = request.get("op")
-        if op == "status":
-            return self.status()
-        if op == "sync":
-            # The answer is `status`'s, each store's `last_pass` being the pass run here:
-            # one schema for `status --json` and `sync --json`.
-            results: dict[str, PassResult] = {}
-
-            async def one(sync: StoreSync) -> None:
-                results[sync.store_id] = await sync.sync_now()
-
-            async with trio.open_nursery() as nursery:
-                for sync in self.syncs:
-                    nursery.start_soon(one, sync)
-            answer = self.status()
-            for store in answer["stores"]:
-                store["last_pass"] = results[store["memory_store_id"]].to_json()
-            answer["ok"] = all(r.outcome == "ok" for r in results.values())
-            return answer
-        if op == "flush":
-            flushed: dict[str, Any] = {}
-
-            async def flush_one(sync: StoreSync) -> None:
-                if sync.state.read_only:
-                    return
-                r = await sync.flush_writes()
-                flushed[sync.store_id] = {
-                    "outcome": r.outcome,
-                    "error": r.error,
-                    "pushed": r.pushed,
-                }
-
-            async with trio.open_nursery() as nursery:
-                for sync in self.syncs:
-                    nursery.start_soon(flush_one, sync)
-            return {"ok": all(r["outcome"] == "ok" for r in flushed.values()), "stores": flushed}
-        if op == "restore":
-            restored: dict[str, int] = {}
-            for sync in self.syncs:
-                if not sync.state.read_only:
-                    restored[sync.store_id] = await sync.restore_missing()
-            if request.get("sync", True) and any(restored.values()):
-                async with trio.open_nursery() as nursery:
-                    for sync in self.syncs:
-                        if restored.get(sync.store_id):
-                            nursery.start_soon(sync.sync_now)
-            return {"ok": True, "restored": restored}
-        if op == "history":  # memfs log/show/diff/restore (memfs/store/history.py)
-            return await answers.history_answer(
-                request, [s.state for s in self.syncs], self.config.single, self._start_client()
-            )
-        if op == "conflicts":  # memfs conflicts (memfs/mount/answers.py)
-            return answers.conflicts_answer(
-                request, self.syncs, self.mountpoint, self.config.single
-            )
-        if op == "progress":
-            return {
-                "ok": True,
-                "closing": self._stop.is_set(),
-                "stores": [
-                    {
-                        "memory_store_id": s.store_id,
-                        "label": self._label(s),
-                        **s.progress.snapshot(),
-                    }
-                    for s in self.syncs
-                ],
-            }
-        if op == "unmount":
-            self._stop.set()
-            await self._flushed.wait()
-            return self._flush_report
-        return {"ok": False, "error": f"unknown op {op!r}"}
+    async def stop_and_flush(self) -> UnmountAnswer:
+        """Start the teardown (as a signal does); the final sync's report once done."""
+        self._stop.set()
+        await self._flushed.wait()
+        return self._flush_report
 
 
 def _say(message: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import IO, Any, ClassVar
 
@@ -205,7 +205,7 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]) -
             display.close()
 
 
-def unpushed_lines(unpushed: dict[str, Sequence[str]], prog: str = "memfs") -> list[str]:
+def unpushed_lines(unpushed: Mapping[str, Sequence[str]], prog: str = "memfs") -> list[str]:
     """The exit message after a final sync that left files: up to 10 paths, "and N more"."""
     lines = []
     for store_id, paths in unpushed.items():

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from memfs.control import channel
+from memfs.control import protocol, registry
+from memfs.control.client import arequest
 from memfs.paths import MAX_STORES_PER_SESSION
 
 try:
@@ -206,7 +207,7 @@ class MemfsSessionStores:
         """One pass of every store when the interval has passed. Never raises."""
         if time.monotonic() - self._last_sync < self._sync_interval:
             return
-        await self._each("sync")
+        await self._each(protocol.Sync())
         self._last_sync = time.monotonic()
 
     async def finish(self) -> None:
@@ -216,16 +217,16 @@ class MemfsSessionStores:
                 "finish() was already called: it is the session's last sync and runs once"
             )
         self._finished = True
-        await self._each("sync", MEMORY_FLUSH_TIMEOUT)
+        await self._each(protocol.Sync(), MEMORY_FLUSH_TIMEOUT)
         self._last_sync = time.monotonic()
 
     async def flush_writes(self) -> None:
         """Push new and changed files; send no deletes. Never raises."""
-        await self._each("flush", MEMORY_FLUSH_TIMEOUT)
+        await self._each(protocol.Flush(), MEMORY_FLUSH_TIMEOUT)
 
     async def restore_missing(self) -> None:
         """Have the files that are missing now come back instead of being deleted."""
-        await self._each("restore")
+        await self._each(protocol.Restore())
 
     async def dispose(self) -> None:
         """Unmount every store and remove what `download` created. Never raises."""
@@ -334,7 +335,7 @@ class MemfsSessionStores:
             raise SessionMemoryError(message)
         # Looked up by a store's path: the daemon that serves it, whether it mounted the
         # root or the store's own directory.
-        info = channel.find_mount(str(mount.stores[0].path))
+        info = registry.find_mount(str(mount.stores[0].path))
         if info is None:
             raise SessionMemoryError(f"the memfs daemon for {root} is not registered")
         mount.info, mount.pid = info, int(info.get("pid", 0))
@@ -355,8 +356,8 @@ class MemfsSessionStores:
         if not self._finished:
             # A session that did not end cleanly sends no deletes: what it removed may be
             # a stopped call's half-done move. Its edits are still pushed at unmount.
-            await self._ask(mount, "restore", bound=REQUEST_TIMEOUT, sync=False)
-        answer = await self._ask(mount, "unmount", bound=MEMORY_FLUSH_TIMEOUT + 15)
+            await self._ask(mount, protocol.Restore(sync=False), bound=REQUEST_TIMEOUT)
+        answer = await self._ask(mount, protocol.Unmount(), bound=MEMORY_FLUSH_TIMEOUT + 15)
         if answer.get("unpushed"):
             log.warning(
                 "memory flush left changed files un-pushed; they stay in the "
@@ -365,7 +366,7 @@ class MemfsSessionStores:
                 ",".join(answer["unpushed"]),
             )
         for _ in range(300):  # the daemon exits right after its answer; bounded at 15 s
-            if not (mount.pid and channel.pid_alive(mount.pid)):
+            if not (mount.pid and registry.pid_alive(mount.pid)):
                 break
             await anyio.sleep(0.05)
         await anyio.to_thread.run_sync(_force_gone, mount)
@@ -384,19 +385,19 @@ class MemfsSessionStores:
                 path.rmdir()
 
     # -- control requests -------------------------------------------------------------
-    async def _each(self, op: str, bound: float = REQUEST_TIMEOUT) -> None:
+    async def _each(self, req: protocol.Request, bound: float = REQUEST_TIMEOUT) -> None:
         """Ask every daemon; log failures, never raise (mid-session syncs never do)."""
 
         async def one(mount: _Mount) -> None:
             try:
-                answer = await self._ask(mount, op, bound=bound)
+                answer = await self._ask(mount, req, bound=bound)
             except Exception as e:
-                log.warning("memory request failed op=%s root=%s error=%s", op, mount.root, e)
+                log.warning("memory request failed op=%s root=%s error=%s", req.op, mount.root, e)
                 return
             if not answer.get("ok"):
                 log.warning(
                     "memory request failed op=%s root=%s error=%s",
-                    op,
+                    req.op,
                     mount.root,
                     answer.get("error") or _failed_stores(answer),
                 )
@@ -406,31 +407,22 @@ class MemfsSessionStores:
                 if mount.info:
                     tg.start_soon(one, mount)
 
-    async def _ask(self, mount: _Mount, op: str, *, bound: float, **fields: Any) -> dict[str, Any]:
-        """One request on the daemon's control socket, cancellable (unlike channel.request)."""
+    async def _ask(self, mount: _Mount, req: protocol.Request, *, bound: float) -> dict[str, Any]:
+        """One request on the daemon's control socket, given up after `bound` seconds."""
         with anyio.fail_after(bound):
-            async with await anyio.connect_unix(str(mount.info["socket"])) as stream:
-                await stream.send(json.dumps({"op": op, **fields}).encode() + b"\n")
-                buf = b""
-                while not buf.endswith(b"\n"):
-                    try:
-                        buf += await stream.receive(65536)
-                    except anyio.EndOfStream:
-                        break
-        answer = json.loads(buf) if buf else {"ok": False, "error": "no answer"}
-        return answer if isinstance(answer, dict) else {"ok": False, "error": "bad answer"}
+            return await arequest(mount.info, req)
 
 
 def _own_daemon(mount: _Mount) -> dict[str, Any] | None:
     """The live daemon mounted at this mount's root or first store, if any."""
-    found = channel.find_mount(str(mount.stores[0].path))
+    found = registry.find_mount(str(mount.stores[0].path))
     ours = (os.path.realpath(mount.root), os.path.realpath(mount.stores[0].path))
     return found if found is not None and found["mountpoint"] in ours else None
 
 
 def _force_gone(mount: _Mount) -> None:
     """A daemon that did not exit in time is stopped, and its mount detached."""
-    if mount.pid and channel.pid_alive(mount.pid):
+    if mount.pid and registry.pid_alive(mount.pid):
         log.warning(
             "the memfs daemon did not exit; stopping it pid=%d root=%s", mount.pid, mount.root
         )

@@ -89,10 +89,11 @@ class MemfsMount(MountProcess):
     def fuse_requests(self) -> dict[str, int]:
         """The daemon's FUSE requests by handler, over its control socket (no CLI
         process, and nothing that touches the mount)."""
-        from memfs.control import channel as control
+        from memfs.control import protocol, registry
+        from memfs.control.client import request
 
-        sock = control.runtime_dir() / f"{control.mount_key(self._real)}.sock"
-        answer = control.request({"socket": str(sock)}, "status", timeout=30)
+        sock = registry.socket_path(self._real)
+        answer = request(str(sock), protocol.Status(), timeout=30)
         return dict(answer.get("fuse_requests", {}))
 
     def status(self) -> dict[str, Any]:

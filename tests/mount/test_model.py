@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from memfs.control import channel as control
+from memfs.control import protocol, registry
+from memfs.control.client import request
 from tests.support.api import Api
 from tests.support.mount import MountProcess
 
@@ -171,9 +172,9 @@ class FileOps(RuleBasedStateMachine):
         }
 
     def sync(self) -> None:
-        info = control.find_mount(str(self.mount.mountpoint))
+        info = registry.find_mount(str(self.mount.mountpoint))
         assert info is not None
-        answer = control.request(info, "sync")
+        answer = request(info, protocol.Sync())
         assert answer["ok"], answer
 
     @rule()
