@@ -54,6 +54,8 @@ class SyncRecords:
 
         def new_file(self, parent: Node, name: str) -> Node: ...
 
+        def _changed(self, node: Node, data: bytearray) -> None: ...
+
     @contextmanager
     def batch(self) -> Iterator[None]:
         """One journal transaction for many records (a cold start lands thousands)."""
@@ -253,6 +255,21 @@ class SyncRecords:
             self.journal.update(
                 node.entry_id, base_sha=r.content_sha256, sha=r.content_sha256, data=None, dirty=0
             )
+
+    def take_merge(self, node: Node, r: RemoteMemory, merged: bytes, inodes: list[int]) -> None:
+        """Both sides' changes merged: `r` becomes the base and the merge a local change,
+        pushed next with `r`'s sha as its precondition (memfs/sync/merge.py)."""
+        node.base_sha = r.content_sha256
+        node.sent_sha = node.sent_path = None
+        if node.entry_id is not None:
+            self.journal.update(
+                node.entry_id, base_sha=r.content_sha256, sent_sha=None, sent_path=None
+            )
+        if merged == self.objects.get(r.content_sha256):
+            self.take_content(node, r, inodes)  # nothing of ours is missing from `r`
+            return
+        self._changed(node, bytearray(merged))
+        inodes.append(node.ino)
 
     def land(
         self, r: RemoteMemory, node: Node | None, parent: Node, name: str, inodes: list[int]

@@ -37,6 +37,11 @@ from memfs.sync.progress import Tracker
 log = logging.getLogger("memfs.sync")
 
 
+# A merged upload that loses the race again is merged again, this often in one pass;
+# then the store wins (a conflict copy) and the next pass starts over.
+MERGE_RETRIES = 3
+
+
 def delete_cap(baseline: int) -> int:
     """The reference worker's per-pass delete cap."""
     return max(8, min(50, baseline // 4))
@@ -220,14 +225,29 @@ class Pusher:
             )
             self.trail.outcome(self.store_id, "deleted", tomb.base_path, memory_id=memory_id)
 
-    async def _pull_one(self, memory_id: str, result: PassResult) -> None:
-        """Bring one memory's current remote state in now (after a lost race)."""
+    async def _pull_one(self, memory_id: str, result: PassResult, *, merge: bool = False) -> bool:
+        """Bring one memory's current remote state in now (after a lost race); True when
+        it merged (`merge`) with the local change, which is then to be pushed again."""
         try:
             full = await self.client.retrieve_memory(self.store_id, memory_id)
         except NotFound:
-            return
+            return False
         self.fetcher.store(full)
-        self.lander.land_retrieved(full.memory, result)
+        return self.lander.land_retrieved(full.memory, result, merge=merge)
+
+    async def _lost_race(
+        self, memory_id: str, path: str, result: PassResult, *, merge: bool
+    ) -> bool:
+        """An update refused on its precondition: True when it merged with the winner."""
+        if await self._pull_one(memory_id, result, merge=merge):
+            return True
+        log.warning(
+            "memory changed both locally and remotely; the upload was "
+            "refused and the local edit loses memory_store_id=%s path=%s",
+            self.store_id,
+            path,
+        )
+        return False
 
     def _snapshot(self, node: Node) -> tuple[bytes, str, int] | None:
         data = self.state.content(node)
@@ -246,7 +266,8 @@ class Pusher:
             return None
         return data, sha256_hex(data), node.version
 
-    async def _push_update(self, node: Node, result: PassResult) -> None:
+    async def _push_update(self, node: Node, result: PassResult, *, merges: int = 0) -> None:
+        """`merges`: how often this pass already merged it after losing a race."""
         assert node.memory_id is not None
         memory_id = node.memory_id
         snap = self._snapshot(node)
@@ -260,6 +281,7 @@ class Pusher:
             self.state.record_pushed(node, sha, path, version)
             return
         self.state.record_sent(node, sha if send_content else None, path if send_path else None)
+        merged = False
         async with self.limit:
             try:
                 memory = await self.client.update_memory(
@@ -270,14 +292,12 @@ class Pusher:
                     precondition_sha256=node.base_sha,
                 )
             except PreconditionFailed:
-                log.warning(
-                    "memory changed both locally and remotely; the upload was "
-                    "refused and the local edit loses memory_store_id=%s path=%s",
-                    self.store_id,
-                    path,
+                # Another session pushed first: merge with its version, or lose to it.
+                merged = await self._lost_race(
+                    memory_id, path, result, merge=merges < MERGE_RETRIES
                 )
-                await self._pull_one(memory_id, result)
-                return
+                if not merged:
+                    return
             except NotFound:
                 log.info(
                     "memory deleted remotely but edited locally; re-creating it from "
@@ -304,6 +324,9 @@ class Pusher:
                     e.conflicting_path,
                 )
                 return
+        if merged:  # the merge is the file now: push it on top of the version that won
+            await self._push_update(node, result, merges=merges + 1)
+            return
         self._pushed(memory, result)
         self.state.record_pushed(
             node, sha, memory.path, version, base_sha=memory.content_sha256, base_path=memory.path

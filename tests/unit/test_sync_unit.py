@@ -265,6 +265,43 @@ async def test_409_on_update_local_loses_copy_kept(
     )
 
 
+async def test_appends_on_both_sides_merge_and_land_on_both(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two sessions each append a line: the pass merges them three ways (no copy)."""
+    ids = await synced(h, {"/log.md": "# log\n"})
+    h.write("/log.md", "# log\nmine\n")
+    h.fake.edit(ids["/log.md"], content="# log\ntheirs\n")
+    with caplog.at_level(logging.INFO, "memfs.sync"):
+        result = await h.sync_once()
+    assert result.conflicts == 0
+    assert h.fake.by_path() == {"/log.md": "# log\ntheirs\nmine\n"}
+    assert h.read("/log.md") == "# log\ntheirs\nmine\n"
+    assert h.node("/log.md").state_name() == "clean"
+    assert any("merged the two" in r.getMessage() for r in caplog.records)
+    conflicts = h.cache.conflicts
+    assert not conflicts.exists() or not any(conflicts.iterdir())
+
+
+async def test_409_on_update_merges_and_pushes_on_top_of_the_winner(h: Harness) -> None:
+    """A lost race (412 on our update) merges with the version that won and pushes again."""
+    ids = await synced(h, {"/log.md": "a\n"})
+    h.write("/log.md", "a\nmine\n")
+    raced = []
+
+    def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update" and not raced:  # someone else appends between listing and update
+            raced.append(1)
+            h.fake.edit(ids["/log.md"], content="a\ntheirs\n")
+
+    h.fake.before_write = race
+    result = await h.sync_once()
+    assert raced and result.outcome == "ok" and result.conflicts == 0
+    assert h.fake.by_path() == {"/log.md": "a\ntheirs\nmine\n"}
+    assert h.read("/log.md") == "a\ntheirs\nmine\n"
+    assert h.node("/log.md").state_name() == "clean"
+
+
 async def test_404_on_update_recreates(h: Harness) -> None:
     ids = await synced(h, {"/r.md": "base"})
     h.write("/r.md", "edited")
