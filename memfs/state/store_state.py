@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 from memfs.errors import FsError
 from memfs.paths import (
@@ -33,6 +34,10 @@ from memfs.state.cache import CacheDir, EntryFields, EntryRow
 from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, check_depth
 from memfs.state.records import SyncRecords
 from memfs.state.tree import Tree
+
+# What a local change was, for when it is pushed (memfs/sync/schedule.py): a write, a
+# new file (its writer's close follows), a writer's close, or a change of the tree.
+ChangeKind = Literal["write", "create", "close", "tree"]
 
 # The logger keeps the name it had when this code lived in memfs/state/tree.py: log lines
 # name it, and they do not change.
@@ -92,6 +97,9 @@ class StoreState(SyncRecords):
         # a new file with such a name is not a memory, so the content rules do not
         # apply to it (`is_local_only`).
         self.local_only: Callable[[str], bool] = _nothing_local
+        # Told of every local change, for a push soon after it settles (StoreSync sets
+        # it to memfs/sync/schedule.py's PushSoon.changed while its pass loop runs).
+        self.on_change: Callable[[Node | None, ChangeKind], None] = _no_change
 
     # -- loading ------------------------------------------------------------------
     def load_journal(self) -> int:
@@ -232,12 +240,18 @@ class StoreState(SyncRecords):
                     stack.append(child)
 
     # -- local mutations (called by FUSE handlers; policy already applied) ----------
+    def _local_change(self, node: Node | None, kind: ChangeKind) -> None:
+        """Every local change a pass may have to push: the idle-pass shortcut sees the
+        generation move, and `on_change` schedules a pass soon."""
+        self.generation += 1
+        self.on_change(node, kind)
+
     def writable(self) -> None:
         if self.read_only:
             raise FsError(errno.EROFS, "read-only memory store")
 
     def create_file(self, parent: Node, name: str, mode: int) -> Node:
-        self.generation += 1
+        self._local_change(None, "create")
         self.writable()
         path = join(parent.store_path(), name)
         check_depth(path, is_dir=False)
@@ -256,7 +270,7 @@ class StoreState(SyncRecords):
         return node
 
     def mkdir(self, parent: Node, name: str, mode: int) -> Node:
-        self.generation += 1
+        self._local_change(None, "tree")
         self.writable()
         path = join(parent.store_path(), name)
         check_depth(path, is_dir=True)
@@ -350,7 +364,7 @@ class StoreState(SyncRecords):
             fields["refused_sha"] = fields["refused_why"] = None
         if node.entry_id is not None:
             self.journal.update(node.entry_id, **fields)
-        self.generation += 1
+        self._local_change(node, "write")
         node.data = data
         node.refused_sha = node.refused_why = None
         node.size = len(data)
@@ -403,7 +417,7 @@ class StoreState(SyncRecords):
             del self.by_memory[node.memory_id]
             synced = True
         if local:
-            self.generation += 1
+            self._local_change(node, "tree")
         if synced and local:
             self.bury(node)
         elif node.entry_id is not None:
@@ -431,7 +445,7 @@ class StoreState(SyncRecords):
             )
 
     def rmdir(self, parent: Node, name: str) -> Node:
-        self.generation += 1
+        self._local_change(None, "tree")
         self.writable()
         assert parent.children is not None
         node = parent.children.get(name)
@@ -459,7 +473,7 @@ class StoreState(SyncRecords):
         Replacing a synced file with a new one (an editor's atomic save) hands the
         replaced file's memory id to the new one, so the memory keeps its history.
         """
-        self.generation += 1
+        self._local_change(None, "tree")
         self.writable()
         assert old_parent.children is not None and new_parent.children is not None
         node = old_parent.children.get(old_name)
@@ -594,6 +608,8 @@ class StoreState(SyncRecords):
         node.open_handles -= 1
         if writing:
             node.open_writers -= 1
+            if node.dirty:
+                self.on_change(node, "close")
         if (
             node.open_handles == 0
             and not node.dirty
@@ -651,6 +667,10 @@ class StoreState(SyncRecords):
 
 def _nothing_local(name: str) -> bool:
     return False
+
+
+def _no_change(node: Node | None, kind: ChangeKind) -> None:
+    pass
 
 
 def _is_ancestor(node: Node, other: Node) -> bool:

@@ -44,6 +44,7 @@ from memfs.sync.notify import Notifier
 from memfs.sync.plan import ConflictCopy, PassResult, Planner
 from memfs.sync.progress import Tracker
 from memfs.sync.pusher import Pusher
+from memfs.sync.schedule import PushSoon
 
 log = logging.getLogger("memfs.sync")
 
@@ -154,6 +155,10 @@ class StoreSync:
             deletions=deletions,
         )
         self.store_id = state.store_id
+        # A local change starts a pass about a second after it settles (schedule.py).
+        self.push_soon = PushSoon(
+            self.request_sync, writers_tracked=lambda: state.tree.writers_tracked
+        )
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
         self.offline = False  # the last pass could not reach the store (or none yet)
@@ -311,16 +316,22 @@ class StoreSync:
             raise StoreError(result.error or "the first sync failed")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.fetcher.run)
-            nursery.start_soon(self._collector)
-            task_status.started()
-            while True:
-                self.next_pass_at = time.time() + self.interval
-                with trio.move_on_after(self.interval):
-                    await self._wake.wait()
-                self._wake = trio.Event()
-                await self._pass(initial=False)
+        quiet = self.state.on_change
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.fetcher.run)
+                await nursery.start(self.push_soon.run)
+                self.state.on_change = self.push_soon.changed
+                nursery.start_soon(self._collector)
+                task_status.started()
+                while True:
+                    self.next_pass_at = time.time() + self.interval
+                    with trio.move_on_after(self.interval):
+                        await self._wake.wait()
+                    self._wake = trio.Event()
+                    await self._pass(initial=False)
+        finally:
+            self.state.on_change = quiet  # no pass loop to wake any more
 
     async def collect_garbage(self) -> cachegc.Collected:
         """Clean the object cache between passes (see memfs/state/cachegc.py)."""

@@ -25,6 +25,7 @@ import memfs.sync.engine
 import memfs.sync.landing
 import memfs.sync.plan
 import memfs.sync.pusher
+import memfs.sync.schedule
 from memfs.config import DEFAULT_EXCLUDES
 from memfs.store.client import RetryPolicy
 from memfs.sync.engine import RefusedFile
@@ -1082,3 +1083,49 @@ async def test_local_swap_converges_in_one_pass(h: Harness) -> None:
     assert h.node("/a.md").state_name() == h.node("/b.md").state_name() == "clean"
     await h.sync_once()
     assert h.fake.by_path() == {"/a.md": "B", "/b.md": "A", "/c.md": "C"}
+
+
+# --------------------------------------------------------------------------- push soon
+
+
+async def test_a_settled_change_is_pushed_within_a_second_without_sync(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    """Push soon (memfs/sync/schedule.py): no `memfs sync`, no interval to wait for."""
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        async with running(h):
+            await trio.sleep(20)  # past the first timed pass
+            h.write("/a.md", "settled")
+            await trio.sleep(1.0)
+            assert h.fake.by_path() == {"/a.md": "settled"}
+            # A file still open for write waits for its close, then goes as soon.
+            node = h.write("/open.md", "writing", keep_open=True)
+            await trio.sleep(5)
+            assert "/open.md" not in h.fake.by_path()
+            h.state.closed(node, writing=True)
+            await trio.sleep(1.0)
+            assert h.fake.by_path()["/open.md"] == "writing"
+    finally:
+        await h.aclose()
+
+
+async def test_push_soon_coalesces_a_stream_of_writes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    """A write every 0.1 s for 10 s is at most one pass per MIN_GAP, and its last bytes
+    reach the store about a second after the stream stops."""
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        async with running(h):
+            await trio.sleep(1)
+            before = h.sync.push_soon.statistics().passes
+            for i in range(100):
+                h.write("/s.md", f"line {i}\n")
+                await trio.sleep(0.1)
+            await trio.sleep(1.5)
+            assert h.fake.by_path() == {"/s.md": "line 99\n"}
+            passes = h.sync.push_soon.statistics().passes - before
+            assert 1 <= passes <= 10 / memfs.sync.schedule.MIN_GAP + 1
+    finally:
+        await h.aclose()
