@@ -503,7 +503,7 @@ class MemFs(pyfuse3.Operations):
         if self._find(parent, name) is not None:
             raise FsError(errno.EEXIST)
         node = store.create_file(parent, name, mode)
-        self.tree.negatives.created_here(parent.ino, name)
+        self.tree.created_here(parent, name)
         return node
 
     @_guard
@@ -518,7 +518,7 @@ class MemFs(pyfuse3.Operations):
             raise FsError(errno.EEXIST)
         node = store.mkdir(parent, text, mode)
         self.trail.change(store.store_id, "mkdir", node.store_path(), ctx.pid, ctx.uid)
-        self.tree.negatives.created_here(parent.ino, text)
+        self.tree.created_here(parent, text)
         return self._lookup_ref(node)
 
     @_guard
@@ -609,7 +609,7 @@ class MemFs(pyfuse3.Operations):
         self.trail.change(
             store.store_id, "rename", old_path, ctx.pid, ctx.uid, to=node.store_path()
         )
-        self.tree.negatives.created_here(new_parent.ino, new_name)
+        self.tree.created_here(new_parent, new_name)
 
     # -- files ----------------------------------------------------------------------
     @_guard

@@ -148,6 +148,13 @@ class Tree:
         if directory.lookups > 0:  # else the kernel holds no inode, so no listing
             self._changed_listings.add(directory.ino)
 
+    def created_here(self, parent: Node, name: str) -> None:
+        """A create, mkdir or rename through the kernel: its dentry is positive, and the
+        kernel dropped its own cached listing of `parent`, so neither needs invalidating
+        (a push soon after would otherwise drop the listing, and the ACLs, it re-read)."""
+        self.negatives.created_here(parent.ino, name)
+        self._changed_listings.discard(parent.ino)
+
     def take_changed_listings(self) -> list[int]:
         changed, self._changed_listings = self._changed_listings, set()
         return sorted(changed)
