@@ -194,6 +194,10 @@ class StoreState(SyncRecords):
             node = child
         return node
 
+    def tell_changes(self, hook: Callable[[Node | None, ChangeKind], None] | None) -> None:
+        """Who hears of each local change (the sync's push-soon scheduler); None: nobody."""
+        self.on_change = hook or _no_change
+
     def set_local_only(self, rule: Callable[[str], bool]) -> None:
         """Names the sync never pushes (its excludes): not memories, no content rules."""
         self.local_only = rule

@@ -316,12 +316,11 @@ class StoreSync:
             raise StoreError(result.error or "the first sync failed")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        quiet = self.state.on_change
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.fetcher.run)
                 await nursery.start(self.push_soon.run)
-                self.state.on_change = self.push_soon.changed
+                self.state.tell_changes(self.push_soon.changed)
                 nursery.start_soon(self._collector)
                 task_status.started()
                 while True:
@@ -331,7 +330,7 @@ class StoreSync:
                     self._wake = trio.Event()
                     await self._pass(initial=False)
         finally:
-            self.state.on_change = quiet  # no pass loop to wake any more
+            self.state.tell_changes(None)  # no pass loop to wake any more
 
     async def collect_garbage(self) -> cachegc.Collected:
         """Clean the object cache between passes (see memfs/state/cachegc.py)."""
