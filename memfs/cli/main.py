@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memfs.config import ExitCode
+from memfs.errors import ConfigError
 
 STORE_IMPORT_CONCURRENCY = 16
 STORE_ID_HELP = "the store's id (memstore_…)"
@@ -388,6 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C anywhere: one line, never a traceback
         print("memfs: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    except ConfigError as e:  # e.g. no private runtime directory: one line, never a traceback
+        print(f"memfs: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     except BrokenPipeError:  # stdout's reader left early (`| head`, `| grep -q`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.FAILED

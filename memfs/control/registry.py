@@ -83,8 +83,18 @@ def mount_key(real_mountpoint: str) -> str:
     return hashlib.sha256(real_mountpoint.encode()).hexdigest()[:20]
 
 
+# sun_path holds 108 bytes with its terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
 def socket_path(real_mountpoint: str) -> Path:
-    return runtime_dir() / f"{mount_key(real_mountpoint)}.sock"
+    path = runtime_dir() / f"{mount_key(real_mountpoint)}.sock"
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"the control socket path {path} is longer than the {MAX_SOCKET_PATH} bytes "
+            "a Unix socket allows; set XDG_RUNTIME_DIR to a shorter directory"
+        )
+    return path
 
 
 def publish(info: dict[str, Any]) -> Path:

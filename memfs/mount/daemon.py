@@ -30,7 +30,7 @@ from memfs import metrics
 from memfs.audit import Trail
 from memfs.config import ExitCode, MountConfig, default_cache_root, private_dir
 from memfs.control.protocol import UnmountAnswer
-from memfs.control.registry import runtime_dir
+from memfs.control.registry import socket_path
 from memfs.control.server import ControlServer
 from memfs.errors import (
     ConfigError,
@@ -266,7 +266,7 @@ class Daemon:
             private_dir(cache_root, "cache directory")
         except ConfigError as e:
             raise StartError(str(e), 2) from None
-        check_outside(mountpoint, "runtime directory", runtime_dir())
+        check_outside(mountpoint, "runtime directory", socket_path(mountpoint).parent)
         if cfg.metrics_addr is not None:
             self._serve_metrics(cfg.metrics_addr)
         client_config = ClientConfig.from_env(cfg.api_url, cfg.environ)
