@@ -257,6 +257,31 @@ def _dead_at(path: str) -> dict[str, Any] | None:
     return describe_dead(None, mountpoint) if mountpoint is not None else None
 
 
+# A live daemon answers `status` from memory in milliseconds; waiting longer only delays
+# the news that it is stopped or wedged.
+STATUS_TIMEOUT = 5.0
+
+
+def _status_of(info: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's status answer, or an error answer saying why there is none."""
+    pid = int(info.get("pid", 0))
+    failed: dict[str, Any] = {"ok": False, "mountpoint": info.get("mountpoint"), "pid": pid}
+    if registry.pid_stopped(pid):
+        return {
+            **failed,
+            "error": f"the daemon (pid {pid}) is stopped (SIGSTOP?); resume it: kill -CONT {pid}",
+        }
+    try:
+        return request(info, protocol.Status(), timeout=STATUS_TIMEOUT)
+    except TimeoutError:
+        return {
+            **failed,
+            "error": f"the daemon (pid {pid}) did not answer within {STATUS_TIMEOUT:g}s",
+        }
+    except OSError as e:
+        return {**failed, "error": f"the daemon (pid {pid}) is not answering: {e.strerror or e}"}
+
+
 def status(args: Any) -> int:
     from memfs.control.recovery import dead_summary, describe_dead
 
@@ -277,16 +302,11 @@ def status(args: Any) -> int:
         mounts = [i for i in registered if i["alive"]]
         answers += [describe_dead(i, str(i["mountpoint"])) for i in registered if not i["alive"]]
     for info in mounts:
-        try:
-            answers.append(request(info, protocol.Status(), timeout=10))
-        except OSError as e:
-            answers.append(
-                {
-                    "ok": False,
-                    "mountpoint": info.get("mountpoint"),
-                    "error": f"daemon not answering: {e}",
-                }
-            )
+        answer = _status_of(info)
+        if not answer.get("ok"):
+            print(f"memfs: {answer['mountpoint']}: {answer['error']}", file=sys.stderr)
+            code = ExitCode.FAILED
+        answers.append(answer)
     if args.json or not sys.stdout.isatty():
         print(json.dumps({"mounts": answers}, indent=2))
         return code

@@ -135,7 +135,12 @@ def live_mounts() -> list[dict[str, Any]]:
 
 
 def _containing(path: str, infos: list[dict[str, Any]]) -> dict[str, Any] | None:
-    real = os.path.realpath(path)
+    # The path as written first: resolving it stats the mount itself, which hangs while
+    # its daemon is stopped (SIGSTOP) or wedged. Links are resolved only if that fails.
+    return _deepest(os.path.abspath(path), infos) or _deepest(os.path.realpath(path), infos)
+
+
+def _deepest(real: str, infos: list[dict[str, Any]]) -> dict[str, Any] | None:
     best: dict[str, Any] | None = None
     for info in infos:
         mp = str(info["mountpoint"])

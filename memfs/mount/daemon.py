@@ -30,6 +30,7 @@ from memfs import metrics
 from memfs.audit import Trail
 from memfs.config import ExitCode, MountConfig, default_cache_root, private_dir
 from memfs.control.protocol import UnmountAnswer
+from memfs.control.recovery import fuse_mounts
 from memfs.control.registry import socket_path
 from memfs.control.server import ControlServer
 from memfs.errors import (
@@ -370,11 +371,7 @@ class Daemon:
             try:
                 await pyfuse3.main()
                 if not self._stop.is_set():
-                    log.info(
-                        "the mount was unmounted from outside (fusermount3 -u); "
-                        "running the final sync mountpoint=%s",
-                        mountpoint,
-                    )
+                    _log_outside_end(mountpoint)
             finally:
                 fuse_gone.set()
                 self._stop.set()
@@ -547,6 +544,24 @@ class Daemon:
         self._stop.set()
         await self._flushed.wait()
         return self._flush_report
+
+
+def _log_outside_end(mountpoint: str) -> None:
+    """Say how the FUSE session ended without us: an unmount (umount or fusermount3 -u)
+    takes the mount away; an aborted connection (/sys/fs/fuse/connections/N/abort)
+    leaves it in the mount table, dead. /proc/self/mounts never touches the mount."""
+    if mountpoint in fuse_mounts():
+        log.warning(
+            "the FUSE connection was aborted from outside; running the final sync; the "
+            "mount point stays dead until unmounted mountpoint=%s",
+            mountpoint,
+        )
+    else:
+        log.info(
+            "the mount was unmounted from outside (umount or fusermount3 -u); "
+            "running the final sync mountpoint=%s",
+            mountpoint,
+        )
 
 
 def _say(message: str) -> None:
