@@ -24,7 +24,7 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
@@ -35,6 +35,7 @@ from memfs.audit import TRAIL_NAME
 from memfs.config import private_dir
 from memfs.errors import ConfigError
 from memfs.paths import is_sha256_hex, sha256_hex
+from memfs.state import extents
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,6 +61,16 @@ CREATE INDEX IF NOT EXISTS entries_memory ON entries(memory_id);
 -- Clean contents the collector evicted under --cache-max-size: fetched again on demand,
 -- never in the background; the size keeps st_size right while the bytes are away.
 CREATE TABLE IF NOT EXISTS evicted (sha TEXT PRIMARY KEY, size INTEGER NOT NULL);
+-- A dirty file's changes since the base in its row's `data` (memfs/state/extents.py):
+-- a write (offset, bytes) or a truncate (size, NULL), replayed in seq order at load.
+CREATE TABLE IF NOT EXISTS extents (
+    entry_id    INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    offset      INTEGER NOT NULL,
+    data        BLOB,
+    mtime_ns    INTEGER NOT NULL,
+    PRIMARY KEY (entry_id, seq)
+) WITHOUT ROWID;
 """
 
 
@@ -289,6 +300,22 @@ class Journal:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        self._load_logs()
+
+    def _load_logs(self) -> None:
+        """Which rows hold a base an extent may follow, and the cost of their logs.
+
+        A row is missing from `_logs` when it holds no base, or when a rolled-back
+        transaction left its state unknown: its next change then rewrites the whole
+        content (`update` with `data`), which is always safe.
+        """
+        costs: dict[int, int] = {}
+        for entry_id, payload in self._db.execute("SELECT entry_id, length(data) FROM extents"):
+            costs[entry_id] = costs.get(entry_id, 0) + extents.ROW_OVERHEAD + (payload or 0)
+        based = self._db.execute("SELECT entry_id FROM entries WHERE data IS NOT NULL")
+        self._logs: dict[int, int] = {eid: costs.get(eid, 0) for (eid,) in based}
+        row = self._db.execute("SELECT max(seq) FROM extents").fetchone()
+        self._seq = int(row[0] or 0)
 
     def close(self) -> None:
         self._db.close()
@@ -303,10 +330,24 @@ class Journal:
 
     # entries ----------------------------------------------------------------------
     def rows(self) -> Iterator[EntryRow]:
+        """Every row, a dirty file's content with its extents replayed (kill -9 recovery)."""
+        logs: dict[int, list[tuple[int, bytes | None, int]]] = {}
+        for entry_id, offset, payload, mtime_ns in self._db.execute(
+            "SELECT entry_id, offset, data, mtime_ns FROM extents ORDER BY entry_id, seq"
+        ):
+            logs.setdefault(entry_id, []).append((offset, payload, mtime_ns))
         for r in self._db.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY path"):
             values = list(r)
             values[8] = bool(values[8])
-            yield EntryRow(*values)
+            row = EntryRow(*values)
+            log = logs.get(row.entry_id)
+            if log and row.data is not None:
+                content = bytearray(row.data)
+                for offset, payload, _ in log:
+                    extents.apply(content, offset, payload)
+                row.data = bytes(content)
+                row.mtime_ns = log[-1][2]
+            yield row
 
     def is_empty(self) -> bool:
         return self._db.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
@@ -322,18 +363,61 @@ class Journal:
             f"INSERT INTO entries({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
             (kind, *fields.values()),
         )
-        assert cur.lastrowid is not None
+        assert cur.lastrowid is not None  # a fresh id has no extents: `delete` drops them
+        self._rebased(cur.lastrowid, fields.get("data"))
         return cur.lastrowid
 
     def update(self, entry_id: int, **fields: Unpack[EntryFields]) -> None:
+        """Set columns; setting `data` (a new base, or None) drops the row's extents."""
         self._check(fields)
         sets = ", ".join(f"{k}=?" for k in fields)
+        sql = f"UPDATE entries SET {sets} WHERE entry_id=?"
+        if "data" not in fields:
+            if "mtime_ns" not in fields or self._logs.get(entry_id) == 0:
+                self._db.execute(sql, (*fields.values(), entry_id))
+                return
+            with self.transaction():  # replay takes the last extent's time: keep it true
+                self._db.execute(sql, (*fields.values(), entry_id))
+                self._db.execute(
+                    "UPDATE extents SET mtime_ns=? WHERE entry_id=? AND seq=("
+                    "SELECT max(seq) FROM extents WHERE entry_id=?)",
+                    (fields["mtime_ns"], entry_id, entry_id),
+                )
+            return
+        with self.transaction():
+            self._db.execute(sql, (*fields.values(), entry_id))
+            self._db.execute("DELETE FROM extents WHERE entry_id=?", (entry_id,))
+        self._rebased(entry_id, fields["data"])
+
+    def _rebased(self, entry_id: int, data: bytes | None) -> None:
+        if data is None:
+            self._logs.pop(entry_id, None)
+        else:
+            self._logs[entry_id] = 0
+
+    def logged(self, entry_id: int) -> int | None:
+        """The cost of the row's extent log (memfs/state/extents.py), or None if the row
+        holds no base to append to: the next change must set `data`."""
+        return self._logs.get(entry_id)
+
+    def append(self, entry_id: int, offset: int, payload: bytes | None, mtime_ns: int) -> None:
+        """Log one change after the row's base: a write of `payload` at `offset`, or with
+        `payload` None a truncate to `offset` bytes. One small row, whatever the size."""
+        logged = self._logs.get(entry_id)
+        if logged is None:
+            raise ValueError(f"journal row {entry_id} holds no base to log a change after")
         self._db.execute(
-            f"UPDATE entries SET {sets} WHERE entry_id=?", (*fields.values(), entry_id)
+            "INSERT INTO extents(entry_id, seq, offset, data, mtime_ns) VALUES (?, ?, ?, ?, ?)",
+            (entry_id, self._seq + 1, offset, payload, mtime_ns),
         )
+        self._seq += 1
+        self._logs[entry_id] = logged + extents.cost(payload)
 
     def delete(self, entry_id: int) -> None:
-        self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
+        with self.transaction():
+            self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
+            self._db.execute("DELETE FROM extents WHERE entry_id=?", (entry_id,))
+        self._logs.pop(entry_id, None)
 
     def referenced_shas(self) -> set[str]:
         """Every sha a row names: content (clean) and the baseline (last synced)."""
@@ -355,7 +439,7 @@ class Journal:
             self._db.executemany("DELETE FROM evicted WHERE sha=?", [(s,) for s in dropped])
 
     def transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self._db, self._logs.clear)
 
     def checkpoint(self) -> None:
         """Make everything so far durable against power loss too (the agent's fsync)."""
@@ -372,8 +456,9 @@ class _Transaction:
     """BEGIN … COMMIT (ROLLBACK on an exception). Nested use joins the outer one, so a
     caller may batch many journal writes (a big pull) around code that has its own."""
 
-    def __init__(self, db: _Db) -> None:
+    def __init__(self, db: _Db, rolled_back: Callable[[], None]) -> None:
         self._db = db
+        self._rolled_back = rolled_back  # what the caller knows of the rows is stale
         self._outer = False
 
     def __enter__(self) -> None:
@@ -385,11 +470,13 @@ class _Transaction:
         if not self._outer:
             return
         if exc_type is not None:
+            self._rolled_back()
             self._db.execute("ROLLBACK")
             return
         try:
             self._db.execute("COMMIT")
         except BaseException:
+            self._rolled_back()
             if self._db.in_transaction:  # a COMMIT that failed (disk full) stays open
                 self._db.execute("ROLLBACK")
             raise

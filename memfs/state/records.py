@@ -121,6 +121,7 @@ class SyncRecords:
                 memory_id=node.memory_id,
                 sent_sha=None,
                 sent_path=None,
+                mtime_ns=node.mtime_ns,  # the last write's, which only its extent held
             )
 
     def forget_identity(self, node: Node) -> None:
@@ -253,7 +254,12 @@ class SyncRecords:
         inodes.append(node.ino)
         if node.entry_id is not None:
             self.journal.update(
-                node.entry_id, base_sha=r.content_sha256, sha=r.content_sha256, data=None, dirty=0
+                node.entry_id,
+                base_sha=r.content_sha256,
+                sha=r.content_sha256,
+                data=None,
+                dirty=0,
+                mtime_ns=node.mtime_ns,
             )
 
     def take_merge(self, node: Node, r: RemoteMemory, merged: bytes, inodes: list[int]) -> None:

@@ -30,6 +30,7 @@ from memfs.paths import (
     marker_content,
     sha256_hex,
 )
+from memfs.state import extents
 from memfs.state.cache import CacheDir, EntryFields, EntryRow
 from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, check_depth
 from memfs.state.records import SyncRecords
@@ -306,12 +307,11 @@ class StoreState(SyncRecords):
         if end > limit:
             self.refuse_write(node, f"a write past {limit} bytes was refused (File too large)")
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
-        data = bytearray(self.load_for_write(node))
-        if offset > len(data):
-            data.extend(b"\0" * (offset - len(data)))  # a sparse write reads back as zeros
-        data[offset:end] = buf
         try:
-            self._changed(node, data)
+            if not self._log_change(node, offset, buf):
+                data = bytearray(self.load_for_write(node))
+                extents.apply(data, offset, buf)
+                self._changed(node, data)
         except OSError as e:  # the cache disk (ENOSPC): the write did not happen
             self.refuse_write(node, f"a write was refused ({os.strerror(e.errno or 0)})")
             raise
@@ -348,36 +348,59 @@ class StoreState(SyncRecords):
         limit = self.size_limit(node)
         if size > limit:
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
+        if self._log_change(node, size, None):
+            return
         data = (
             bytearray() if node.data is None and size == 0 else bytearray(self.load_for_write(node))
         )
-        if size < len(data):
-            del data[size:]
-        else:
-            data.extend(b"\0" * (size - len(data)))
+        extents.apply(data, size, None)
         self._changed(node, data)
+
+    def _log_change(self, node: Node, offset: int, payload: bytes | None) -> bool:
+        """Apply a change to a dirty file in place, logged as one extent after the base in
+        its journal row (memfs/state/extents.py): a write costs what it writes, not the
+        file's size. Journal first, as in `_changed`. False when the change must rewrite
+        the whole content instead: the file is clean or refused (its row holds no base,
+        or a refusal to end), or its log is due for compaction."""
+        data = node.data
+        if data is None or node.sha is not None or node.refused_sha is not None or not node.dirty:
+            return False
+        now = time.time_ns()
+        if node.entry_id is not None:  # an unlinked file still open has no row
+            logged = self.journal.logged(node.entry_id)
+            if logged is None or not extents.fits(logged, extents.cost(payload), len(data)):
+                return False
+            self.journal.append(node.entry_id, offset, payload, now)
+        extents.apply(data, offset, payload)
+        self._touched(node, now)
+        return True
 
     def _changed(self, node: Node, data: bytearray) -> None:
         """Install `data` as the node's content, journal first: a change the journal
         cannot hold (a full cache disk) changes nothing. A successful change ends a
         refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
-        close."""
+        close. The journal row's base becomes `data` and its extent log is dropped."""
         now = time.time_ns()
         fields: EntryFields = {"data": bytes(data), "dirty": 1, "sha": None, "mtime_ns": now}
         if node.refused_sha is not None:
             fields["refused_sha"] = fields["refused_why"] = None
         if node.entry_id is not None:
             self.journal.update(node.entry_id, **fields)
-        self._local_change(node, "write")
         node.data = data
         node.refused_sha = node.refused_why = None
-        node.size = len(data)
-        node.mtime_ns = node.ctime_ns = now
-        node.version += 1
         node.sha = None
         if not node.dirty:
             node.dirty = True
             node.dirty_since = time.monotonic()
+        self._touched(node, now)
+
+    def _touched(self, node: Node, now: int) -> None:
+        """What every content change moves: sizes, times, the version a push compares."""
+        assert node.data is not None
+        node.size = len(node.data)
+        node.mtime_ns = node.ctime_ns = now
+        node.version += 1
+        self._local_change(node, "write")
 
     def set_mode(self, node: Node, mode: int) -> None:
         self.writable()
