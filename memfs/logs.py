@@ -10,11 +10,15 @@ another shape (a library's) keeps its message as it is.
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import io
 import json
 import logging
 import logging.handlers
 import os
 import re
+import signal
 import sys
 import time
 from typing import Any
@@ -162,6 +166,10 @@ def configure(
         handler = LogFile(log_file, private=private)
     else:
         handler = logging.StreamHandler(sys.stderr)
+    # `kill -USR1 PID`: every thread's stack, where the logs go (a hung daemon's story);
+    # a stream without a file descriptor (a caller's StringIO) gets none.
+    with contextlib.suppress(ValueError, io.UnsupportedOperation):
+        faulthandler.register(signal.SIGUSR1, file=handler.stream or sys.stderr, all_threads=True)
     handler.setFormatter(JsonFormatter() if _format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

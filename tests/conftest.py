@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import daemonwatch
 from tests.support.api import Api
+from tests.support.daemonwatch import DaemonWatch
 from tests.support.deadline import deadline
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
-pytest_plugins = ["tests.support.postgres"]  # the session's PostgreSQL cluster fixture
+# The session's PostgreSQL cluster fixture; pytester for tests of the fixtures themselves.
+pytest_plugins = ["tests.support.postgres", "pytester"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,16 +29,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.fixture(autouse=True)
-def bounded(request: pytest.FixtureRequest) -> Iterator[None]:
+def daemons(request: pytest.FixtureRequest) -> Iterator[DaemonWatch]:
+    """The daemons this test starts, checked at teardown (tests/support/daemonwatch.py):
+    each stopped by SIGTERM if still running, with the exit code the test expected and
+    no ERROR line or traceback in its log that `expect_log` or
+    `@pytest.mark.daemon_log(regex, ...)` did not declare."""
+    watch = daemonwatch.begin()
+    for marker in request.node.iter_markers("daemon_log"):
+        watch.expect_log(*marker.args)
+    try:
+        yield watch
+    finally:
+        daemonwatch.end()
+        problems = watch.problems()
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+def dump_all_stacks() -> None:
+    """At a deadline: this process's threads to stderr, each daemon's to its log."""
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
+    watch = daemonwatch.current()
+    for daemon in watch.daemons if watch else ():
+        daemon.dump_stacks()
+
+
+@pytest.fixture(autouse=True)
+def bounded(request: pytest.FixtureRequest, daemons: DaemonWatch) -> Iterator[None]:
     """`@pytest.mark.deadline(S)`: the test fails after S seconds (10× with --long)
-    instead of hanging CI on a system call stuck in a mount."""
+    instead of hanging CI on a system call stuck in a mount; every stack is dumped
+    first. A hang SIGALRM cannot break (an uninterruptible wait) ends the run two
+    minutes later, stacks dumped, rather than CI's whole budget."""
     marker = request.node.get_closest_marker("deadline")
     if marker is None:
         yield
         return
     seconds = int(marker.args[0]) * (10 if request.config.getoption("--long") else 1)
-    with deadline(seconds):
-        yield
+    faulthandler.dump_traceback_later(seconds + 120, exit=True)
+    try:
+        with deadline(seconds, on_expiry=dump_all_stacks):
+            yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Every test in this tier runs against a real FUSE mount: it carries the `fuse` marker
-and fails (under CI=true) or skips (elsewhere) when this machine cannot mount."""
+and fails (under CI=true) or skips (elsewhere) when this machine cannot mount, and a hang
+bound (`deadline`, DEFAULT_DEADLINE seconds unless it names its own)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ import pytest
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess
 
+DEFAULT_DEADLINE = 300  # seconds; the slowest single test here takes about a minute
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/tests/mount/" in str(item.path):
             item.add_marker(pytest.mark.fuse)
+            if item.get_closest_marker("deadline") is None:
+                item.add_marker(pytest.mark.deadline(DEFAULT_DEADLINE))
 
 
 @pytest.fixture(autouse=True)

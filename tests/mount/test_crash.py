@@ -30,7 +30,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.files import MARKER, local_files, store_files
-from tests.support.mount import MountProcess, mount_store, require_fuse
+from tests.support.mount import mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
@@ -109,12 +109,6 @@ class Writer(threading.Thread):
         self.in_flight = set()
 
 
-def kill9(proc: MountProcess) -> None:
-    assert proc.proc is not None
-    os.kill(proc.proc.pid, signal.SIGKILL)
-    proc.proc.wait(10)
-
-
 def settle(model: dict[str, str], seen: dict[str, str], in_flight: set[str]) -> None:
     """Adopt what the mount shows for the in-flight paths; everything else must match."""
     for path in in_flight:
@@ -146,7 +140,7 @@ def test_kill_9_daemon_at_random_points_loses_nothing_acknowledged(
             if kind == "writes":
                 writer.start()
                 time.sleep(rng.uniform(0, 0.25))
-                kill9(proc)
+                proc.kill()
                 writer.join(20)
             else:
                 writer.run()  # all acknowledged before the kill
@@ -158,13 +152,13 @@ def test_kill_9_daemon_at_random_points_loses_nothing_acknowledged(
                         stderr=subprocess.DEVNULL,
                     )
                     time.sleep(rng.uniform(0, 0.3))
-                    kill9(proc)
+                    proc.kill()
                     syncing.wait(30)
                 else:
                     assert proc.proc is not None
                     proc.proc.send_signal(signal.SIGTERM)
                     time.sleep(rng.uniform(0, 0.3))
-                    kill9(proc)
+                    proc.kill()
             assert not writer.is_alive(), f"trial {trial}: a system call hung after kill"
             assert writer.error is None, f"trial {trial}: {writer.error!r}"
             proc.cleanup()

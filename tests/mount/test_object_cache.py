@@ -136,6 +136,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.deadline(180)
+@pytest.mark.daemon_log(r"ERROR memfs\.fs: content did not arrive in time .* path=/seed\.md ")
 def test_full_cache_disk_is_enospc_and_loses_nothing_acknowledged(
     tmp_path: Path,
     shared_server: ServerProcess,

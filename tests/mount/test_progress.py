@@ -119,6 +119,7 @@ def test_second_ctrl_c_asks_third_stops_and_the_journal_keeps_the_files(
                     "once more to stop it and keep them in the journal"
                 ) in seen
                 proc.proc.send_signal(signal.SIGINT)
+                proc.expect_exit(130)
                 code = proc.wait(60)
                 seen += (proc.proc.stderr.read() or b"").decode()
             finally:

@@ -470,6 +470,7 @@ def test_final_flush_that_cannot_push_exits_non_zero_and_a_restart_pushes(
         (root / "notes/a.md").write_text("a, edited\n")
         server.stop()
         t0 = time.monotonic()
+        proc.expect_exit(1)  # unpushed files
         code = proc.stop(timeout=30)
         assert code == 1
         assert time.monotonic() - t0 < 10  # the flush is bounded by --flush-timeout

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -239,9 +238,7 @@ def test_kill_9_mid_sync_then_restart_loses_nothing(
         deadline = time.monotonic() + 10  # kill once some (not all) uploads have landed
         while time.monotonic() < deadline and len(shared_api.list_memories(sid)) < 30:
             time.sleep(0.005)
-        assert mount.proc is not None
-        os.kill(mount.proc.pid, signal.SIGKILL)
-        mount.proc.wait(10)
+        mount.kill()
         syncing.wait(30)
         landed = len(shared_api.list_memories(sid))
         mount.cleanup()

@@ -35,6 +35,7 @@ from tests.support.controlplane import (
     Script,
     work_secret,
 )
+from tests.support.daemonwatch import DaemonWatch
 from tests.support.files import store_files
 from tests.support.mount import is_mounted
 from tests.support.server import ServerProcess, start_server
@@ -55,8 +56,11 @@ def api(server: ServerProcess) -> Iterator[Api]:
 
 
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A worker host: a private runtime dir (short: socket paths), a cache, a root."""
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemons: DaemonWatch) -> Iterator[Path]:
+    """A worker host: a private runtime dir (short: socket paths), a cache, a root; the
+    log of the `memfs session --daemon` children it starts is watched."""
+    for cache in ("cache", "c"):
+        daemons.watch_log(tmp_path / cache / "memfs.log")
     runtime = Path(tempfile.mkdtemp(prefix="mfs-wk-", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -9,7 +9,7 @@ processes have their own timeouts.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -19,8 +19,12 @@ class DeadlineExceeded(AssertionError):
 
 
 @contextmanager
-def deadline(seconds: int, what: str = "test") -> Iterator[None]:
+def deadline(
+    seconds: int, what: str = "test", on_expiry: Callable[[], None] | None = None
+) -> Iterator[None]:
     def expired(signum: int, frame: FrameType | None) -> None:
+        if on_expiry is not None:
+            on_expiry()
         raise DeadlineExceeded(f"{what} still running after {seconds}s: a system call hung")
 
     previous = signal.signal(signal.SIGALRM, expired)

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.support import daemonwatch
+
 READY_MARK = "memfs: mounted at "
 
 
@@ -85,6 +87,13 @@ class MountProcess:
         self.env.pop("ANTHROPIC_API_KEY", None)
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s = 0.0  # seconds from launch until the mount was live (last start)
+        self.expected_exit = 0  # what the watch (tests/support/daemonwatch.py) accepts
+        self._stderr = b""
+        self.problems: list[str] = []  # how its runs ended, when not as expected
+        self._finished = True  # no run in flight that `cleanup` has not seen to
+        watch = daemonwatch.current()
+        if watch is not None:
+            watch.daemons.append(self)
 
     @property
     def pid(self) -> int:
@@ -106,6 +115,9 @@ class MountProcess:
             raise
 
     def _launch(self, timeout: float) -> MountProcess:
+        self.cleanup()  # a restart: the last run is judged before it is forgotten
+        self._finished = False
+        self.expected_exit = 0
         cmd = [
             sys.executable,
             "-m",
@@ -136,6 +148,7 @@ class MountProcess:
                 return self
             if self.proc.poll() is not None:
                 seen += self.proc.stderr.read() or b""
+                self.expected_exit = self.proc.returncode  # reported right here
                 raise RuntimeError(
                     f"memfs exited {self.proc.returncode}: {seen.decode()}\n{self.log()}"
                 )
@@ -148,6 +161,14 @@ class MountProcess:
             return self.log_path.read_text()
         except FileNotFoundError:
             return ""
+
+    def outputs(self) -> list[str]:
+        """Its log, and what it wrote to stderr (a crash before logging is set up)."""
+        return [self.log(), self._stderr.decode(errors="replace")]
+
+    def expect_exit(self, code: int) -> None:
+        """Declare the exit code this test makes the daemon end with (default 0)."""
+        self.expected_exit = code
 
     def memfs(
         self, *args: str, timeout: float = 60.0, check: bool = True
@@ -196,15 +217,47 @@ class MountProcess:
     def kill(self) -> None:
         """SIGKILL: no teardown; the dead mount stays until cleared."""
         if self.proc is not None and self.proc.poll() is None:
+            self.expected_exit = -signal.SIGKILL
             self.proc.kill()
             self.proc.wait(10)
 
-    def cleanup(self) -> None:
-        self.kill()
+    def dump_stacks(self) -> None:
+        """SIGUSR1: the daemon writes every thread's stack to its log (faulthandler)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+
+    def cleanup(self, stop_timeout: float = 90.0) -> None:
+        """Stop it as a user would (SIGTERM: final flush, unmount), bounded: one that
+        does not exit in time dumps its stacks to its log and is killed."""
+        if self._finished or self.proc is None:
+            return
+        self._finished = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.dump_stacks()
+                time.sleep(1)
+                self.kill()
+                self.problems.append(
+                    f"the daemon did not exit within {stop_timeout:g}s of SIGTERM "
+                    "(its stacks are in its log)"
+                )
         lazy_unmount(self.mountpoint)
-        for stream in (self.proc.stdout, self.proc.stderr) if self.proc else ():
+        if self.proc.stderr is not None:
+            self._stderr += self.proc.stderr.read() or b""
+        for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
+        code = self.proc.returncode
+        if code != self.expected_exit:
+            self.problems.append(f"the daemon exited {code}, not {self.expected_exit}")
+
+    def finish(self) -> list[str]:
+        """`cleanup`, then what was wrong with how it ended."""
+        self.cleanup()
+        return [f"{self.args[0]} at {self.mountpoint}: {p}" for p in self.problems]
 
 
 def mount_store(
