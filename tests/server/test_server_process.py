@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 
 from memfs.server.sqlite import Database
 from tests.support.api import Api
+from tests.support.nobody import run_cli_as_nobody
 from tests.support.postgres import BACKENDS, start_on
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
@@ -157,18 +160,27 @@ def test_unwritable_database_is_refused(tmp_path: Path) -> None:
         assert result.stdout == ""
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write read-only files")
-def test_read_only_database_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "ro" / "store.db"
-    Database.open(db).close()
-    db.chmod(0o444)
-    db.parent.chmod(0o555)
+@pytest.mark.deadline(60)  # a database wrongly accepted would serve forever
+def test_read_only_database_is_refused() -> None:
+    """Run as `nobody` when the test runs as root (as CI does): root writes anyway."""
+    base = Path(tempfile.mkdtemp(prefix="mfs-ro-db-", dir="/tmp"))
     try:
-        result = run_refused("--port", "0", "--db", str(db))
+        base.chmod(0o755)  # `nobody` may look in, not write
+        db = base / "ro" / "store.db"
+        Database.open(db).close()
+        db.chmod(0o444)
+        db.parent.chmod(0o555)
+        argv = ["serve", "--port", "0", "--db", str(db)]
+        if os.geteuid() == 0:
+            result = run_cli_as_nobody(argv, {"PATH": os.environ.get("PATH", "")})
+        else:
+            result = run_refused(*argv[1:])
     finally:
-        db.parent.chmod(0o755)
-    assert result.returncode == 2
-    assert "cannot use the database" in result.stderr
+        (base / "ro").chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memfs serve: cannot use the database"), lines
 
 
 def test_default_database_location(tmp_path: Path) -> None:

@@ -276,6 +276,19 @@ def mount_store(
     return MountProcess(args, mountpoint, url=url, log_path=tmp_path / f"{name}.log").start()
 
 
+def pyfuse3_build(mount: MountProcess) -> dict[str, Any]:
+    """The mount's pyfuse3 levers; under MEMFS_TEST_PYFUSE3=patched|stock (.ci/run) the
+    build must be that one, so a quiet fallback cannot send a test down the other
+    branch unseen (docs/pyfuse3-patch.md)."""
+    levers: dict[str, Any] = mount.mount_status()["pyfuse3"]
+    wanted = os.environ.get("MEMFS_TEST_PYFUSE3")
+    if wanted is not None:
+        patched = "+memfs." in str(levers["version"])
+        assert patched == (wanted == "patched"), (wanted, levers)
+        assert levers["noflush"] == patched, levers
+    return levers
+
+
 def one_line(
     result: subprocess.CompletedProcess[str], code: int, pattern: str, context: str = ""
 ) -> None:
