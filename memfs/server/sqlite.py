@@ -6,11 +6,17 @@ and transactions. Durability and atomicity come from SQLite itself:
 - writes run in `BEGIN IMMEDIATE`, so a precondition check and the write it guards are
   one atomic step even against another server process on the same file;
 - an in-process lock queues this process's writers, so they do not busy-poll each other.
+
+The file holds every memory in the clear, so it is private: created 0600 (SQLite gives
+`-wal` and `-shm` the database file's mode) in directories memfs creates 0700.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +26,8 @@ from typing import cast
 from memfs.paths import MAX_MEMORIES_PER_STORE
 from memfs.server import migrations
 from memfs.server.db import Conn, DatabaseUnavailable, Storage
+
+log = logging.getLogger("memfs.server")
 
 
 class Database(Storage):
@@ -42,7 +50,7 @@ class Database(Storage):
         """Open (creating if needed), migrate, prove writable, or raise DatabaseUnavailable."""
         db = cls(path, max_memories=max_memories)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
             conn = db._connect()
         except (sqlite3.Error, OSError) as exc:
             raise DatabaseUnavailable(str(exc) or type(exc).__name__) from exc
@@ -66,6 +74,7 @@ class Database(Storage):
             conn.close()
             raise
         db._release(conn)
+        _warn_if_open_to_others(path)
         return db
 
     def describe(self) -> str:
@@ -121,6 +130,41 @@ class Database(Storage):
                 conn.execute("COMMIT")
             finally:
                 self._release(conn)
+
+
+def _create_private(path: Path) -> None:
+    """Create missing directories 0700 and a new database file 0600 (never through a
+    symlink); SQLite gives `-wal` and `-shm` the database file's mode."""
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
+        pass
+
+
+def _warn_if_open_to_others(path: Path) -> None:
+    """One warning for a database, `-wal` or `-shm` that group or others can open.
+
+    Warned about, not refused: refusing would stop a server that ran for months on the
+    old 0644 default at an upgrade, and the warning names the one fix.
+    """
+    open_to_others = []
+    for name in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            st = name.stat()
+        except OSError:
+            continue  # missing, or not reachable: opening it will say what is wrong
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISREG(st.st_mode) and mode & 0o077:
+            open_to_others.append(f"{name.name}:{mode:o}")
+    if open_to_others:
+        log.warning(
+            "other users can read the database; chmod 600 its files db=%s files=%s",
+            path,
+            ",".join(open_to_others),
+        )
 
 
 def _sqlite_schema_version(conn: sqlite3.Connection) -> int:
