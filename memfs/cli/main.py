@@ -169,6 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long requests in flight may finish (default 10)",
     )
     serve.add_argument(
+        "--max-watchers",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="watches (memfs's change feed) open at once; more get 503 and probe "
+        "(default 1000; 0 turns the watch off)",
+    )
+    serve.add_argument(
         "--no-console",
         dest="console",
         action="store_false",
@@ -431,6 +439,7 @@ def _main(argv: Sequence[str] | None) -> int:
             shutdown_timeout=args.shutdown_timeout,
             metrics_addr=args.metrics_addr,
             console=args.console,
+            max_watchers=args.max_watchers,
         )
     if args.command == "store":
         from memfs.cli import store_commands

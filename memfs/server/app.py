@@ -45,6 +45,7 @@ from memfs.server.gate import (
     RequestHook,
     error_response,
 )
+from memfs.server.watch import DEFAULT_TIMEOUT, MAX_TIMEOUT, WatchHub
 from memfs.server.wire import Actor, new_id, parse_timestamp
 
 log = logging.getLogger("memfs.server")
@@ -263,8 +264,9 @@ def _page_response(items: list[dict[str, Any]], next_page: str | None) -> Respon
 class Handlers:
     """One method per route; each validates, then makes one Database call off-thread."""
 
-    def __init__(self, db: Storage, threads: int = 8) -> None:
+    def __init__(self, db: Storage, threads: int = 8, watch: WatchHub | None = None) -> None:
         self.db = db
+        self.watch = watch if watch is not None else WatchHub(db)
         # threads=0: every call inline, for tests whose mock clock must not jump while
         # a worker thread writes (`memfs serve` refuses a pool size below 1).
         self.limiter = trio.CapacityLimiter(threads) if threads else None
@@ -431,6 +433,30 @@ class Handlers:
             )
         )
 
+    # the watch (memfs only: memfs/server/watch.py)
+
+    async def watch_store(self, request: Request) -> Response:
+        """The head once it is not `after` (at once without `after`), else `after`."""
+        store_id = request.path_params["store_id"]
+        raw = request.query_params.get("timeout") or ""
+        try:
+            timeout = float(raw) if raw else DEFAULT_TIMEOUT
+        except ValueError:
+            raise errors.invalid("timeout must be a number of seconds") from None
+        if not 0 <= timeout <= MAX_TIMEOUT:
+            raise errors.invalid(f"timeout must be between 0 and {MAX_TIMEOUT:g} seconds")
+        after = request.query_params.get("after")
+        if after is None:
+            head = await self._head(store_id)
+        else:
+            head = after or None
+            with trio.move_on_after(timeout):
+                head = await self.watch.wait(store_id, head, self._head)
+        return _ok({"type": "memfs_watch", "head": head})
+
+    async def _head(self, store_id: str) -> str | None:
+        return await self._read(self.db.head, store_id)
+
     # versions
 
     async def list_versions(self, request: Request) -> Response:
@@ -494,10 +520,11 @@ def create_app(
     hooks: Sequence[RequestHook] = (),
     threads: int = 8,
     console: bool = True,
+    watch: WatchHub | None = None,
 ) -> ASGIApp:
     """The whole server as one ASGI app (routes of spec §3–§5 behind the gate), with the
     web console at /console unless `console` is False (docs/console.md)."""
-    h = Handlers(db, threads)
+    h = Handlers(db, threads, watch)
     s = "/v1/memory_stores/{store_id}"
     routes = [
         Route("/v1/memory_stores", h.create_store, methods=["POST"]),
@@ -515,6 +542,8 @@ def create_app(
         Route(s + "/memory_versions/{version_id}", h.get_version, methods=["GET"]),
         Route(s + "/memory_versions/{version_id}/redact", h.redact_version, methods=["POST"]),
     ]
+    if h.watch.max_watchers:  # --max-watchers 0: no watch, as on the hosted API (404)
+        routes.append(Route(s + "/memfs/watch", h.watch_store, methods=["GET"]))
     inner = Starlette(
         routes=routes,
         exception_handlers={

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -154,6 +154,22 @@ class Storage:
     def describe(self) -> str:
         """Where the data lives, for logs (never a password)."""
         raise NotImplementedError
+
+    def follow_changes(self, changed: Callable[[str | None], None]) -> None:
+        """Call `changed(store_id)` after each store-locked write commits, from any
+        thread; `changed(None)` when commits may have gone unheard (the watch)."""
+        raise NotImplementedError
+
+    def head(self, store_id: str) -> str | None:
+        """The store's newest version id (None: it has none): what a watch waits on."""
+        with self._read() as conn:
+            self._store_row(conn, store_id)
+            row = conn.execute(
+                "SELECT id FROM versions WHERE store_id = ? ORDER BY created_at DESC, seq DESC "
+                "LIMIT 1",
+                (store_id,),
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     def _stamp(self, conn: Conn, store_id: str) -> str:
         """The next version time of a (locked) store: now, or just after its last one.

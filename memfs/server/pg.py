@@ -8,6 +8,9 @@ The rules live in `Storage`; this supplies what makes them hold across processes
   lock, so version order is commit order (sequences alone are allocated before commit
   and could let a later commit sort below a "newest" a reader already saw);
 - listings read in one REPEATABLE READ snapshot;
+- that same lock statement sends `NOTIFY memfs_store, '<store id>'`, delivered to every
+  instance's one LISTEN connection when (and only if) the write commits: the watch's
+  wake-up across instances (memfs/server/watch.py);
 - connection trouble is a 503 the client retries, never a crash.
 
 psycopg's async API is asyncio-only and the server runs on trio, so this is the sync pool,
@@ -16,8 +19,10 @@ called from trio worker threads like the SQLite backend.
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -32,6 +37,10 @@ from memfs.server.db import Conn, Cursor, DatabaseUnavailable, Storage
 
 _MIGRATION_LOCK = 0x6D656D6673  # "memfs": one instance migrates, the others wait
 _PLACEHOLDER = re.compile(r"\?")
+CHANNEL = "memfs_store"  # NOTIFY's channel; the payload is the store's id
+_LISTEN_BACKOFF_MAX = 30.0
+
+log = logging.getLogger("memfs.server")
 
 
 class _TextFromBytea(Loader):
@@ -96,6 +105,8 @@ class PostgresDatabase(Storage):
             open=False,
             name="memfs",
         )
+        self._closing = threading.Event()
+        self._listener: threading.Thread | None = None
 
     @classmethod
     def open(
@@ -143,7 +154,43 @@ class PostgresDatabase(Storage):
         return content.encode("utf-8")
 
     def close(self) -> None:
+        self._closing.set()
         self.pool.close()
+        if self._listener is not None:
+            self._listener.join(timeout=5.0)
+
+    def follow_changes(self, changed: Callable[[str | None], None]) -> None:
+        """One LISTEN connection for this instance, on a thread of its own; it waits in
+        the socket (no query while idle) and hands each NOTIFY's store id to `changed`."""
+        if self._listener is None:
+            self._listener = threading.Thread(
+                target=self._listen, args=(changed,), name="memfs-listen", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self, changed: Callable[[str | None], None]) -> None:
+        failures = 0
+        while not self._closing.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    if failures:
+                        log.info("watch wake-ups reconnected failures=%d", failures)
+                        changed(None)  # commits while away went unheard
+                    failures = 0
+                    while not self._closing.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            changed(note.payload)
+            except psycopg.Error as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning(
+                        "watch wake-ups lost the database; watches wait for their timeout "
+                        "until it is back error=%s",
+                        _unavailable(exc).message,
+                    )
+                changed(None)
+                self._closing.wait(min(_LISTEN_BACKOFF_MAX, 0.5 * 2**failures))
 
     def ping(self) -> None:
         """A pooled connection within 3 s that answers `SELECT 1`, for /readyz."""
@@ -171,7 +218,10 @@ class PostgresDatabase(Storage):
     def _write(self, store_id: str | None = None) -> Iterator[Conn]:
         with self._connection() as conn, conn.transaction():
             if store_id is not None:
-                conn.execute("SELECT 1 FROM stores WHERE id = %s FOR UPDATE", (store_id,))
+                conn.execute(
+                    "SELECT pg_notify(%s, id) FROM stores WHERE id = %s FOR UPDATE",
+                    (CHANNEL, store_id),
+                )
             yield _PgConn(conn)
 
 

@@ -26,6 +26,7 @@ from memfs.server.backends import (
 from memfs.server.db import DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
 from memfs.server.gate import RequestHook
+from memfs.server.watch import DEFAULT_MAX_WATCHERS, WatchHub
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -69,7 +70,7 @@ def _url(sock: socket.socket) -> str:
 
 
 async def _serve(
-    config: Config, app: Any, url: str, metrics_sock: socket.socket | None = None
+    config: Config, app: Any, url: str, watch: WatchHub, metrics_sock: socket.socket | None
 ) -> None:
     if metrics_sock is not None:
         metrics.start(metrics_sock)
@@ -78,6 +79,7 @@ async def _serve(
         async def shutdown_trigger() -> None:
             async for signum in signals:
                 log.info("stopping on signal=%s", signal.Signals(signum).name)
+                watch.close()  # a waiting watch must not hold the shutdown for its timeout
                 return
 
         async with trio.open_nursery() as nursery:
@@ -86,11 +88,18 @@ async def _serve(
 
 
 def _wrong_option(
-    max_memories: int, port: int, pool_size: int, shutdown_timeout: float, metrics_addr: str | None
+    max_memories: int,
+    port: int,
+    pool_size: int,
+    shutdown_timeout: float,
+    metrics_addr: str | None,
+    max_watchers: int,
 ) -> str | None:
     """Why the numbers given cannot serve, checked before the database is opened."""
     if max_memories < 1:
         return "--max-memories must be at least 1"
+    if max_watchers < 0:
+        return "--max-watchers must not be negative"
     if not 0 <= port <= 65535:
         return f"--port {port} is not a TCP port"
     if not 1 <= pool_size <= 1000:
@@ -118,6 +127,7 @@ def run_server(
     shutdown_timeout: float = 10.0,
     metrics_addr: str | None = None,
     console: bool = True,
+    max_watchers: int = DEFAULT_MAX_WATCHERS,
 ) -> int:
     """Serve the Memory Stores API; 0 on a signal, 2 when it cannot start.
 
@@ -132,7 +142,9 @@ def run_server(
             fault_spec = FaultSpec.parse(faults)
         except ValueError as exc:
             return _refuse(f"--faults: {exc}")
-    wrong = _wrong_option(max_memories, port, pool_size, shutdown_timeout, metrics_addr)
+    wrong = _wrong_option(
+        max_memories, port, pool_size, shutdown_timeout, metrics_addr, max_watchers
+    )
     if wrong is not None:
         return _refuse(wrong)
     if console and api_key is None and not _is_loopback(host):
@@ -169,7 +181,15 @@ def run_server(
         config.errorlog = logging.getLogger("hypercorn.error")
         config.graceful_timeout = shutdown_timeout
         config.keep_alive_timeout = 75.0
-        app = create_app(database, api_key=api_key, hooks=hooks, threads=pool_size, console=console)
+        watch = WatchHub(database, max_watchers=max_watchers)
+        app = create_app(
+            database,
+            api_key=api_key,
+            hooks=hooks,
+            threads=pool_size,
+            console=console,
+            watch=watch,
+        )
         if fault_spec is not None:
             log.warning("fault injection is on faults=%s", faults)
             app = FaultInjector(app, fault_spec)
@@ -182,7 +202,7 @@ def run_server(
         # pending when it closes, and a second Ctrl-C must not turn into a traceback.
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
         try:
-            trio.run(_serve, config, app, url, metrics_sock)
+            trio.run(_serve, config, app, url, watch, metrics_sock)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

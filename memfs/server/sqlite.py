@@ -18,7 +18,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
@@ -42,6 +42,7 @@ class Database(Storage):
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._changed: Callable[[str | None], None] | None = None
 
     @classmethod
     def open(
@@ -130,6 +131,12 @@ class Database(Storage):
                 conn.execute("COMMIT")
             finally:
                 self._release(conn)
+        if store_id is not None and self._changed is not None:
+            self._changed(store_id)
+
+    def follow_changes(self, changed: Callable[[str | None], None]) -> None:
+        """One process holds the database's writers: its own commits are all there is."""
+        self._changed = changed
 
 
 def _create_private(path: Path) -> None:

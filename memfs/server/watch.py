@@ -1,0 +1,119 @@
+"""The watch: a memfs-only extension that tells a client as soon as a store changes.
+
+`GET /v1/memory_stores/{id}/memfs/watch?after=HEAD&timeout=S` answers with the store's
+newest version id (its "head") as soon as that differs from `after`, or with `after`
+unchanged once S seconds pass (docs/server.md, "The watch"). A mount keeps one open per
+store and starts a pass when it fires, instead of waiting for its interval.
+
+Wake-ups come from the storage (`Storage.follow_changes`): on SQLite right after a
+store's write commits; on PostgreSQL through LISTEN/NOTIFY, the NOTIFY sent in the
+write's own transaction, so every instance on the database hears every commit and a
+rolled-back write wakes nobody. A waiting watch sleeps on an event: it reads the head
+once when it starts and once per wake-up, never on a timer. Watchers are bounded per
+instance; one over the bound gets 503 and its client probes instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import trio
+
+from memfs.server import errors
+from memfs.server.db import Storage
+
+log = logging.getLogger("memfs.server")
+
+DEFAULT_TIMEOUT = 25.0  # seconds a watch waits when the client names no timeout
+MAX_TIMEOUT = 60.0  # below every proxy's and client's idle bound
+DEFAULT_MAX_WATCHERS = 1000
+
+HeadOf: TypeAlias = Callable[[str], Awaitable[str | None]]
+"""Reads a store's newest version id (None: it has none) without blocking the loop."""
+
+
+@dataclass(frozen=True)
+class WatchStatistics:
+    watchers: int  # watches waiting now
+    refused: int  # watches refused over the bound since start
+    wakeups: int  # store changes heard of since start
+
+
+class WatchHub:
+    """The watches waiting in this instance, one event per watched store."""
+
+    def __init__(self, storage: Storage, *, max_watchers: int = DEFAULT_MAX_WATCHERS) -> None:
+        self.storage = storage
+        self.max_watchers = max_watchers
+        self._events: dict[str, trio.Event] = {}
+        self._everything = trio.Event()  # set on close: every watch answers at once
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._watchers = 0
+        self._refused = 0
+        self._wakeups = 0
+
+    def statistics(self) -> WatchStatistics:
+        return WatchStatistics(self._watchers, self._refused, self._wakeups)
+
+    def changed(self, store_id: str | None) -> None:
+        """A store's write committed (None: any store may have changed). Any thread."""
+        token = self._token
+        if token is None:
+            return  # no watch has waited yet: nobody to wake
+        try:
+            token.run_sync_soon(self._fire, store_id)
+        except trio.RunFinishedError:
+            pass  # the server is gone; so are its watchers
+
+    def _fire(self, store_id: str | None) -> None:
+        self._wakeups += 1
+        if store_id is None:
+            woken, self._events = list(self._events.values()), {}
+        else:
+            event = self._events.pop(store_id, None)
+            woken = [] if event is None else [event]
+        for event in woken:
+            event.set()
+
+    def close(self) -> None:
+        """Answer every waiting watch now (the server is stopping) and every later one."""
+        self._everything.set()
+        self._fire(None)
+
+    def _start(self) -> None:
+        if self._token is None:
+            self._token = trio.lowlevel.current_trio_token()
+            self.storage.follow_changes(self.changed)
+
+    async def wait(self, store_id: str, after: str | None, head_of: HeadOf) -> str | None:
+        """The store's head once it is not `after` (the caller bounds the wait); `after`
+        at once when the server is stopping."""
+        if self._watchers >= self.max_watchers:
+            self._refused += 1
+            if self._refused == 1 or self._refused % 100 == 0:
+                log.warning(
+                    "watch refused: too many watchers max_watchers=%d refused=%d",
+                    self.max_watchers,
+                    self._refused,
+                )
+            raise errors.ApiError(
+                503,
+                "overloaded_error",
+                f"this server has {self.max_watchers} watches open; probe instead",
+            )
+        self._start()
+        self._watchers += 1
+        try:
+            while not self._everything.is_set():
+                event = self._events.setdefault(store_id, trio.Event())
+                head = await head_of(store_id)
+                if head != after:
+                    return head
+                log.debug("watch waiting memory_store_id=%s watchers=%d", store_id, self._watchers)
+                await event.wait()
+            return after
+        finally:
+            self._watchers -= 1
