@@ -119,6 +119,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """`1 file`, `2 files`: never `file(s)` (every command's human lines use it)."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
 def rfc3339(epoch: float) -> str:
     """UTC, millisecond precision: `2026-01-01T14:02:11.042Z`."""
     seconds = int(epoch)
@@ -145,6 +150,17 @@ class LogFile(logging.handlers.RotatingFileHandler):
             return super()._open()
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         return open(os.open(self.baseFilename, flags, 0o600), "a", encoding="utf-8")
+
+
+# The loggers of httpx and of the anthropic SDK's own copy of it (`httpx2`).
+HTTP_REQUEST_LOGGERS = ("httpx", "httpx2")
+
+
+def _demote_to_debug(record: logging.LogRecord) -> bool:
+    """A library's INFO line as DEBUG (the `httpx` logger's requests)."""
+    if record.levelno == logging.INFO:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    return True
 
 
 def configure(
@@ -174,7 +190,15 @@ def configure(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "hpack", "hypercorn.access"):
+    for noisy in ("httpcore", "hpack", "hypercorn.access", *HTTP_REQUEST_LOGGERS):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # httpx logs every request at INFO; it is a debugging detail (one line a second from
+    # an idle worker), so it shows only at debug, as DEBUG.
+    for name in HTTP_REQUEST_LOGGERS:
+        requests = logging.getLogger(name)
+        if root.level <= logging.DEBUG:
+            requests.setLevel(logging.DEBUG)
+        if _demote_to_debug not in requests.filters:
+            requests.addFilter(_demote_to_debug)
     # hypercorn's "Running on …" would duplicate memfs serve's own `serving …` line.
     logging.getLogger("hypercorn.error").setLevel(max(logging.WARNING, root.level))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from memfs.config import ExitCode
 from memfs.control import protocol, registry
 from memfs.control.client import request
+from memfs.logs import plural
 
 if TYPE_CHECKING:
     from memfs.config import MountConfig, StoreSpec
@@ -221,7 +222,8 @@ def _listing(kind: str, items: list[str], indent: str = "  ") -> None:
     for item in items[:SHOWN_PATHS]:
         print(f"{indent}{kind}: {item}")
     if len(items) > SHOWN_PATHS:
-        print(f"{indent}… and {len(items) - SHOWN_PATHS} more {kind} files (see --json)")
+        more = plural(len(items) - SHOWN_PATHS, f"more {kind} file")
+        print(f"{indent}… and {more} (see --json)")
 
 
 def _epoch(at: Any) -> float | None:

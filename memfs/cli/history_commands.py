@@ -23,14 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from memfs.cli.manpage import LeadingWords
 from memfs.config import ExitCode
 from memfs.control import protocol, registry
 from memfs.control.client import request
 from memfs.errors import CommandFailed
+from memfs.logs import plural
 from memfs.mount.display import printable
 
 COMMANDS = ("log", "show", "diff", "restore", "conflicts", "audit")
-CONFLICT_ACTIONS = ("show", "restore", "drop")
+CONFLICT_ACTIONS = {
+    "show": "print a conflict copy",
+    "restore": "put the losing bytes back as a new change",
+    "drop": "delete a conflict copy",
+}
 STORE_FORM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]*):(/.*)")
 # The temporary name of an atomic restore: excluded from sync (DEFAULT_EXCLUDES has
 # `.#*`), so no pass can push it before it is renamed over the file.
@@ -80,7 +86,14 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         usage="memfs conflicts [MOUNT] [--json]\n"
         "       memfs conflicts show|restore|drop ID [--mount MOUNT] [--force]",
     )
-    p.add_argument("words", nargs="*", metavar="ARG", help="[MOUNT], or ACTION ID")
+    p.add_argument(
+        "words",
+        nargs="*",
+        metavar="ARG",
+        action=LeadingWords,
+        words=list(CONFLICT_ACTIONS.items()),
+        help="[MOUNT], or ACTION ID",
+    )
     p.add_argument(
         "--mount",
         metavar="MOUNT",
@@ -520,7 +533,9 @@ def _conflicts(args: argparse.Namespace) -> int:
         print("no live memfs mounts")
     for answer in answers:
         found = answer.get("conflicts", [])
-        print(f"{answer.get('mountpoint')}: {len(found)} conflict copies")
+        print(
+            f"{answer.get('mountpoint')}: {plural(len(found), 'conflict copy', 'conflict copies')}"
+        )
         for c in found:
             won = c["remote_version"] or "an unrecorded version"
             state = f"  restored {c['restored_at']}" if c["restored_at"] else ""

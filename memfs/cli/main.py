@@ -82,8 +82,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "--log-file",
         metavar="FILE",
         default=default(None),
-        help="append log lines to FILE (default: stderr; a --daemon mount "
-        "logs to memfs.log in its cache directory)",
+        help="append log lines to FILE (default: stderr; with --daemon, memfs.log "
+        "in --cache-dir, default ~/.cache/memfs/memfs.log)",
     )
     group.add_argument(
         "--log-format",

@@ -78,6 +78,16 @@ def commands(
         yield from commands(child, (*words, name), text)
 
 
+class LeadingWords(argparse._StoreAction):
+    """A positional whose first word may be an action (`memfs conflicts show ID`), not
+    a subparser because the same place takes a path: completion offers the actions as
+    it offers subcommands. `words` are `(action, help)` pairs."""
+
+    def __init__(self, *args: Any, words: Sequence[tuple[str, str]] = (), **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.words = tuple(words)
+
+
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in parser._actions if a.option_strings and a.help is not argparse.SUPPRESS]
 
@@ -201,9 +211,13 @@ def memfs_page(parser: argparse.ArgumentParser) -> str:
         _bold("~/.cache/memfs/STORE_ID"),
         _text(
             "a store's cache: content objects, the journal of unpushed "
-            "changes (journal.sqlite), conflict copies, memfs.log of --daemon "
-            "mounts"
+            "changes (journal.sqlite), conflict copies, the audit trail; "
+            "memfs mount --cache-dir DIR uses DIR itself, memfs session "
+            "--cache-dir DIR uses DIR/STORE_ID"
         ),
+        ".TP",
+        _bold("~/.cache/memfs/memfs.log"),
+        _text("the log of --daemon mounts without --log-file; with --cache-dir DIR, DIR/memfs.log"),
         ".SH SEE ALSO",
         "\\fBmount.fuse.memfs\\fR(8), \\fBfusermount3\\fR(1), "
         "docs/operations.md in the memfs sources",
@@ -297,7 +311,12 @@ def _levels(parser: argparse.ArgumentParser) -> list[_Level]:
                     valued.append(name)
                     if action.choices is not None:
                         choices[name] = [str(c) for c in action.choices]
-        levels.append(_Level(" ".join(command.words), command.subcommands, opts, valued, choices))
+        key = " ".join(command.words)
+        words = [
+            w for a in positionals(command.parser) if isinstance(a, LeadingWords) for w in a.words
+        ]
+        levels.append(_Level(key, command.subcommands + words, opts, valued, choices))
+        levels += [_Level(f"{key} {word}", [], opts, valued, choices) for word, _ in words]
     return levels
 
 

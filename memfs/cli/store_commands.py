@@ -74,11 +74,6 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-def plural(count: int, one: str, many: str | None = None) -> str:
-    """`1 file`, `2 files`: never `file(s)`."""
-    return f"{count} {one if count == 1 else (many or one + 's')}"
-
-
 def _error(message: str) -> None:
     print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
 

@@ -19,9 +19,10 @@ from typing import TextIO
 
 import trio
 
-from memfs.cli.store_commands import PROG, emit_json, get_store, plural, show_path, warn
+from memfs.cli.store_commands import PROG, emit_json, get_store, show_path, warn
 from memfs.config import ExitCode
 from memfs.errors import CommandFailed, InvalidContent, Rejected, StoreError, StoreUnavailable
+from memfs.logs import plural
 from memfs.mount.display import Bar, on_terminal, printable
 from memfs.paths import (
     MARKER_NAME,

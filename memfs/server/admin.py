@@ -11,6 +11,7 @@ import json
 import sys
 
 from memfs.config import ExitCode
+from memfs.logs import plural
 from memfs.server import tokens
 from memfs.server.backends import UnknownBackend, describe_spec, open_storage
 from memfs.server.copy import CopyRefused, copy_database
@@ -90,8 +91,9 @@ def run_copy(args: argparse.Namespace) -> int:
             return _fail(exc.message, ExitCode.FAILED)
         c = report.counts
         print(
-            f"memfs serve: copied {c['stores']} stores, {c['memories']} memories, "
-            f"{c['versions']} versions, {c['tokens']} tokens to "
+            f"memfs serve: copied {plural(c['stores'], 'store')}, "
+            f"{plural(c['memories'], 'memory', 'memories')}, "
+            f"{plural(c['versions'], 'version')}, {plural(c['tokens'], 'token')} to "
             f"{describe_spec(args.target)}; verified sha256={report.digest}"
         )
         return ExitCode.OK

@@ -79,7 +79,7 @@ class SyncStatistics:
     pending_deletes: int
     missing_content: int
     offline: bool
-    conflict_copies: tuple[ConflictCopy, ...]  # every copy kept since the mount started
+    conflict_copies: tuple[ConflictCopy, ...]  # the copies a file still names (`conflicts`)
     refused_files: tuple[RefusedFile, ...]
     dirty_files: tuple[str, ...]
     excluded: int  # dirty files with an excluded (local-only) name
@@ -266,7 +266,10 @@ class StoreSync:
         refused: list[RefusedFile] = []
         dirty: list[str] = []
         excluded = 0
+        named: set[str] = set()
         for n in self.state.walk_files():
+            if n.conflict:
+                named.add(n.conflict)
             name = n.state_name()
             if name == "refused":
                 refused.append(RefusedFile(n.store_path(), n.refused_why or ""))
@@ -284,7 +287,9 @@ class StoreSync:
             pending_deletes=counts.pending_deletes,
             missing_content=self.fetcher.statistics().missing_content,
             offline=self.offline,
-            conflict_copies=tuple(self.conflict_copies),
+            # A copy restored (and pushed) or dropped is no longer a conflict: listed
+            # only while its file names it, as `conflicts` counts.
+            conflict_copies=tuple(c for c in self.conflict_copies if c.copy in named),
             refused_files=tuple(refused),
             dirty_files=tuple(dirty),
             excluded=excluded,

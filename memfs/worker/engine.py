@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from memfs import logs
 from memfs.control import protocol, registry
 from memfs.control.client import arequest
 from memfs.paths import MAX_STORES_PER_SESSION
@@ -613,7 +614,7 @@ def environment_worker(
     return worker
 
 
-# -- `python -m memfs.worker.engine`: the commands docs/worker.md uses --------------------------
+# -- `memfs-worker`: the commands docs/worker.md uses ------------------------------------------
 def _secret_from_stdin() -> None:
     """`ant beta:worker poll --on-work` hands the work item JSON on stdin."""
     if os.environ.get("ANTHROPIC_WORK_SECRET") or sys.stdin is None or sys.stdin.isatty():
@@ -626,14 +627,27 @@ def _secret_from_stdin() -> None:
         os.environ["ANTHROPIC_WORK_SECRET"] = item["secret"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    from memfs import __version__
+
     parser = argparse.ArgumentParser(
-        prog="python -m memfs.worker.engine",
+        prog="memfs-worker",
         description="Serve self-hosted sessions with the SDK's EnvironmentWorker, memory "
         "stores mounted by memfs.",
     )
+    parser.add_argument("--version", action="version", version=f"memfs-worker {__version__}")
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log lines shown (default info; HTTP requests are debug)",
+    )
+    parser.add_argument(
+        "--log-file",
+        metavar="FILE",
+        default=None,
+        help="append the worker's log lines to FILE (default: stderr); each mount daemon "
+        "logs to memfs.log in the cache root (--cache-dir, default ~/.cache/memfs)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     item = sub.add_parser(
@@ -642,18 +656,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         "script); reads ANTHROPIC_* and the work item JSON on stdin",
     )
     poll = sub.add_parser("poll", help="poll an environment and serve its sessions forever")
-    poll.add_argument("--environment-id", default=os.environ.get("ANTHROPIC_ENVIRONMENT_ID"))
+    poll.add_argument(
+        "--environment-id",
+        default=os.environ.get("ANTHROPIC_ENVIRONMENT_ID"),
+        help="the environment to poll (default $ANTHROPIC_ENVIRONMENT_ID)",
+    )
     for p in (item, poll):
         p.add_argument("--workdir", default=None, help="the tools' working directory")
-        p.add_argument("--cache-dir", default=None, help="memfs cache root")
-        p.add_argument("--sync-interval", type=float, default=DEFAULT_MEMORY_SYNC_INTERVAL)
         p.add_argument(
-            "--deletions", choices=["enabled", "log_only", "disabled"], default="enabled"
+            "--cache-dir",
+            default=None,
+            metavar="DIR",
+            help="memfs cache root: each store's cache is DIR/STORE_ID, the mount daemons "
+            "log to DIR/memfs.log (default ~/.cache/memfs)",
         )
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+        p.add_argument(
+            "--sync-interval",
+            type=float,
+            default=DEFAULT_MEMORY_SYNC_INTERVAL,
+            metavar="SECONDS",
+            help="seconds between the sessions' memory sync passes (default "
+            f"{DEFAULT_MEMORY_SYNC_INTERVAL:g}, as the SDK's memory_sync_interval)",
+        )
+        p.add_argument(
+            "--deletions",
+            choices=["enabled", "log_only", "disabled"],
+            default="enabled",
+            help="what a local delete does in the store (default enabled)",
+        )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logs.configure(args.log_level, args.log_file)
     from anthropic import AsyncAnthropic
 
     options: dict[str, Any] = {

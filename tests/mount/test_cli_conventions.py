@@ -293,6 +293,92 @@ def test_a_daemon_mount_logs_json_to_its_cache_dir(
     assert "mounted memory" in messages and "unmounted" in messages, messages
 
 
+def _daemon_mount(env: dict[str, str], mnt: Path, *args: str) -> str:
+    """`memfs ARGS --daemon` that mounts at `mnt`, then `memfs unmount`; the start's
+    stderr."""
+    cli = [sys.executable, "-m", "memfs.cli"]
+    mnt.mkdir()
+    try:
+        out = subprocess.run(
+            [*cli, *args, "--daemon"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        down = subprocess.run(
+            [*cli, "unmount", str(mnt)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert down.returncode == 0, down.stderr
+    finally:
+        lazy_unmount(mnt)
+    return out.stderr
+
+
+def test_logs_and_caches_go_where_the_help_and_operations_md_say(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+) -> None:
+    """`--daemon` logs to memfs.log in --cache-dir, else in the cache root next to the
+    stores' directories; `memfs mount --cache-dir DIR` keeps the store in DIR itself,
+    `memfs session --cache-dir DIR` in DIR/STORE_ID: the --log-file help, the man page
+    and docs/operations.md say so, and a real mount does it."""
+    store_id = str(store["id"])
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "XDG_CACHE"))}
+    env.update(ANTHROPIC_BASE_URL=shared_server.url, ANTHROPIC_API_KEY="local", HOME=str(home))
+    a = tmp_path / "a"
+    said = _daemon_mount(env, a, "mount", store_id, str(a))
+    root = home / ".cache" / "memfs"
+    assert f"logs: {root / 'memfs.log'}" in said, said
+    assert (root / "memfs.log").is_file() and (root / store_id / "journal.sqlite").is_file()
+
+    mine = tmp_path / "mine"
+    b = tmp_path / "b"
+    said = _daemon_mount(env, b, "mount", store_id, str(b), "--cache-dir", str(mine))
+    assert f"logs: {mine / 'memfs.log'}" in said, said
+    assert (mine / "memfs.log").is_file() and (mine / "journal.sqlite").is_file()
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {"resources": [{"type": "memory_store", "memory_store_id": store_id, "name": "s"}]}
+        )
+    )
+    shared = tmp_path / "shared"
+    c = tmp_path / "c"
+    said = _daemon_mount(env, c, "session", str(spec), "--root", str(c), "--cache-dir", str(shared))
+    assert f"logs: {shared / 'memfs.log'}" in said, said
+    assert (shared / "memfs.log").is_file() and (shared / store_id / "journal.sqlite").is_file()
+
+    def flat(text: str) -> str:
+        return " ".join(text.split())
+
+    help_text = flat(
+        subprocess.run(
+            [sys.executable, "-m", "memfs.cli", "mount", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    assert "with --daemon, memfs.log in --cache-dir, default ~/.cache/memfs/memfs.log" in help_text
+    ops = flat((REPO_ROOT / "docs" / "operations.md").read_text())
+    assert "`memfs mount --cache-dir DIR` uses `DIR` itself as the store's cache directory" in ops
+    assert (
+        "`memfs session --cache-dir DIR` (and `memfs-worker --cache-dir DIR`) is a cache "
+        "root that puts each store at `DIR/<store_id>`"
+    ) in ops
+    page = flat(
+        subprocess.run(
+            [sys.executable, "-m", "memfs.cli", "--print-manpage"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    assert "~/.cache/memfs/memfs.log" in page
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

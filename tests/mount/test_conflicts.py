@@ -5,6 +5,7 @@ again and is kept again), drop forgets it, and a read-only store refuses the res
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from tests.support.api import Api
 from tests.support.mount import MountProcess, cli_bytes, cli_ok, mount_store, xattrs
 from tests.support.server import ServerProcess
+from tests.support.terminal import on_a_terminal
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
 
@@ -57,6 +59,7 @@ def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
     assert kept["memory_id"] == winner["id"]
     assert Path(kept["copy"]).read_bytes() == LOSING
     text = cli_ok(quiet, "conflicts", str(quiet.mountpoint)).decode()
+    assert text.startswith(f"{quiet.mountpoint}: 1 conflict copy\n"), text
     assert f"{kept['id']}" in text and f"lost to {winner['memory_version_id']}" in text
     assert cli_ok(quiet, "conflicts", "show", kept["id"]) == LOSING
     assert cli_ok(quiet, "conflicts", "show", kept["id"][:4]) == LOSING  # a unique prefix
@@ -69,6 +72,9 @@ def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
     (after,) = listed(quiet)
     assert after["restored_at"] is not None
     assert xattrs(f)["user.memfs.state.store_state"] == "clean"  # the pushed edit resolved it
+    status = [sys.executable, "-m", "memfs.cli", "status", str(quiet.mountpoint)]
+    code, human, _ = on_a_terminal(status, quiet.env)
+    assert code == 0 and " conflicts=0 " in human and "conflict:" not in human, human
 
     cli_ok(quiet, "conflicts", "drop", kept["id"])
     assert listed(quiet) == []

@@ -224,8 +224,12 @@ def test_systemd_unit_example(host: tuple[Host, Api], server: ServerProcess) -> 
         )
         wait_stopped(plane, proc)
         code = stop(proc, signal.SIGTERM, bound=float(service["TimeoutStopSec"]))
-        assert code == 0, proc.stderr.read().decode()[-3000:] if proc.stderr else code
+        log = proc.stderr.read().decode() if proc.stderr else ""
+        assert code == 0, log[-3000:]
         h.check(api, plane)
+    # The journal gets the worker's own lines; its HTTP requests only at --log-level debug.
+    assert "INFO memfs.worker: mounted memory store" in log, log[-3000:]
+    assert not [line for line in log.splitlines() if "HTTP Request:" in line], log[-3000:]
 
 
 def test_on_work_script_for_other_languages_example(

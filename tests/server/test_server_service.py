@@ -210,7 +210,7 @@ def test_copy_sqlite_to_postgres_and_back_keeps_everything(
         result = serve("copy", "--from", frm, "--to", to)
         assert result.returncode == 0, result.stderr
         # per store: 20 created, 7 edited, 4 deleted
-        assert "copied 3 stores, 48 memories, 93 versions, 1 tokens" in result.stdout
+        assert "copied 3 stores, 48 memories, 93 versions, 1 token" in result.stdout
         assert "verified sha256=" in result.stdout
     for db, log in ((pg, tmp_path / "pg.log"), (str(back), None)):
         copy = start_server(db, log_path=log)

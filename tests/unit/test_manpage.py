@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from memfs.cli.history_commands import CONFLICT_ACTIONS
 from memfs.cli.main import build_parser
 from memfs.cli.manpage import commands, options
 from tests.support.units import BIN, REPO, STANDARD_PATH, example
@@ -151,6 +152,8 @@ LINES = [
     "memfs --log-level ",
     "memfs serve token ",
     "memfs sync /tm",
+    "memfs conflicts ",
+    "memfs conflicts drop --mo",
 ]
 
 
@@ -170,6 +173,9 @@ def _expected() -> dict[str, set[str]]:
         "memfs --log-level ": {"debug", "info", "warning", "error"},
         "memfs serve token ": subs["memfs serve token"],
         "memfs sync /tm": {"/tmp"},
+        # not subparsers (the same place takes a MOUNT), but completed as such
+        "memfs conflicts ": set(CONFLICT_ACTIONS),
+        "memfs conflicts drop --mo": {"--mount"},
     }
 
 

@@ -7,6 +7,10 @@ tests fail with the reason, before any session could be served the wrong way.
 
 from __future__ import annotations
 
+import argparse
+import logging
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -100,3 +104,59 @@ def test_memfs_worker_commands_refuse_missing_settings_with_one_line(
     assert capsys.readouterr().err == (
         "memfs-worker: handle_item: work_id is required — pass it or set ANTHROPIC_WORK_ID\n"
     )
+
+
+def _worker_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed `memfs-worker` command (the console script), as a user runs it."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "memfs-worker"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_worker_command_names_itself_and_documents_every_option() -> None:
+    from memfs import __version__
+
+    version = _worker_cli("--version")
+    assert version.returncode == 0 and version.stdout == f"memfs-worker {__version__}\n"
+    top = _worker_cli("--help")
+    assert top.returncode == 0 and top.stdout.startswith("usage: memfs-worker "), top.stdout
+    assert "python -m" not in top.stdout
+    for command in ("poll", "handle-item"):
+        done = _worker_cli(command, "--help")
+        assert done.stdout.startswith(f"usage: memfs-worker {command} "), done.stdout
+        parser = memfs_worker._parser()
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in [*parser._actions, *sub.choices[command]._actions]:
+            assert action.help or not action.option_strings, (command, action.option_strings)
+        # the cache root's layout, as `memfs session --cache-dir` (which the worker runs) has it
+        assert "DIR/STORE_ID" in done.stdout and "DIR/memfs.log" in done.stdout, done.stdout
+
+
+def test_http_requests_are_logged_at_debug_only(tmp_path: Path) -> None:
+    """httpx logs each request at INFO: `memfs-worker` (and every memfs command) shows
+    them only with --log-level debug, as DEBUG lines."""
+    from memfs import logs
+
+    request = "HTTP Request: GET http://127.0.0.1/v1/environments/env/work/poll 200 OK"
+    lines = {}
+    for level in ("info", "debug"):
+        path = tmp_path / f"{level}.log"
+        logs.configure(level, str(path))
+        try:
+            for name in logs.HTTP_REQUEST_LOGGERS:  # httpx, and the SDK's copy of it
+                logging.getLogger(name).info(request)
+            logging.getLogger("memfs.worker").info("mounted memory store")
+        finally:
+            logging.shutdown()
+            logs.configure("warning")
+        lines[level] = path.read_text().splitlines()
+    assert [line.split(" ", 2)[2] for line in lines["info"]] == [
+        "INFO memfs.worker: mounted memory store"
+    ]
+    assert [line.split(" ", 2)[2] for line in lines["debug"]] == [
+        *[f"DEBUG {name}: {request}" for name in logs.HTTP_REQUEST_LOGGERS],
+        "INFO memfs.worker: mounted memory store",
+    ]
