@@ -120,6 +120,38 @@ def private_dir(path: Path, what: str) -> Path:
     return path
 
 
+def read_secret_file(path: str, what: str) -> str:
+    """The secret in `path` (surrounding whitespace stripped), or a ConfigError.
+
+    Read only from a regular file, not through a symlink, owned by this user (or by root,
+    as systemd's `LoadCredential=` hands them out) and closed to group and others: a
+    file another user can read leaks the secret as `ps` would, one they own chooses it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        reason = "a symlink" if os.path.islink(path) else f"not readable ({e.strerror})"
+        raise ConfigError(f"the {what} {path} is {reason}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"the {what} {path} is not a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise ConfigError(
+                f"the {what} {path} is owned by uid {st.st_uid}, not by this user "
+                f"(uid {os.geteuid()}) or root"
+            )
+        if mode & 0o077:
+            raise ConfigError(
+                f"the {what} {path} is open to other users (mode {mode:o}); chmod 600 it"
+            )
+        secret = f.read(65536).decode("utf-8", "replace").strip()
+    if not secret:
+        raise ConfigError(f"the {what} {path} is empty")
+    return secret
+
+
 def _unsafe(st: os.stat_result) -> str | None:
     if st.st_uid != os.geteuid():
         return f"owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"

@@ -137,10 +137,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=8765,
         help="TCP port to listen on; 0 picks a free one (default 8765)",
     )
-    serve.add_argument(
+    key = serve.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="require the key in FILE (mode 0600) as x-api-key or Bearer; or set "
+        "MEMFS_SERVE_API_KEY (default: accept any request)",
+    )
+    key.add_argument(
         "--api-key",
         metavar="KEY",
-        help="require this key (x-api-key or Bearer) (default: accept any request)",
+        help="the same, but every local user sees KEY in ps: prefer --api-key-file "
+        "(default: accept any request)",
     )
     serve.add_argument(
         "--max-memories",
@@ -427,12 +435,18 @@ def _main(argv: Sequence[str] | None) -> int:
         return admin.run(args)
     if args.command == "serve":
         from memfs.server import run_server
+        from memfs.server.run import admin_key
 
+        try:
+            api_key = admin_key(args.api_key, args.api_key_file, os.environ)
+        except ConfigError as exc:
+            print(f"memfs serve: {exc}", file=sys.stderr, flush=True)
+            return ExitCode.USAGE
         return run_server(
             db=args.db,
             host=args.host,
             port=args.port,
-            api_key=args.api_key,
+            api_key=api_key,
             max_memories=args.max_memories,
             faults=args.faults,
             pool_size=args.pool_size,

@@ -36,6 +36,14 @@ ENVIRONMENT = (
         "an API key (third choice); any value for a memfs serve started without --api-key",
     ),
     ("ANTHROPIC_BASE_URL", "the Memory Stores API (default: the hosted API); --api-url wins"),
+    (
+        "MEMFS_SERVE_API_KEY",
+        "memfs serve: the admin key every request must carry (not in argv, where ps shows it)",
+    ),
+    (
+        "PGPASSWORD, PGPASSFILE, PGSERVICEFILE",
+        "memfs serve: the PostgreSQL password, read by libpq (keep it out of the --db URL)",
+    ),
     ("XDG_CACHE_HOME", "cache directories go to $XDG_CACHE_HOME/memfs (default ~/.cache/memfs)"),
     (
         "XDG_RUNTIME_DIR",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 from memfs.paths import MAX_MEMORIES_PER_STORE
 from memfs.server.db import DatabaseUnavailable, Storage
 from memfs.server.sqlite import Database
+
+log = logging.getLogger("memfs.server")
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -49,11 +52,18 @@ def open_storage(
     """Open the backend `spec` names, or raise UnknownBackend / DatabaseUnavailable."""
     check_spec(spec)
     if spec is not None and scheme_of(spec) in POSTGRES_SCHEMES:
-        from memfs.server.pg import PostgresDatabase
+        from memfs.server.pg import PostgresDatabase, carries_password, redact_url
 
-        return PostgresDatabase.open(
+        opened = PostgresDatabase.open(
             spec, max_memories=max_memories, pool_size=pool_size, migrate=migrate
         )
+        if carries_password(spec):  # after the open: a refusal stays the one line
+            log.warning(
+                "the database password is on the command line, where every local user "
+                "can read it; give it as PGPASSWORD, in a PGPASSFILE or a service file db=%s",
+                redact_url(spec),
+            )
+        return opened
     path = Path(spec).expanduser() if spec else default_db_path()
     return Database.open(path, max_memories=max_memories, migrate=migrate)
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.adapt import Loader
@@ -71,13 +71,25 @@ class _PgConn:
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password, for logs and messages."""
+    """The URL without its password (in the user info or `?password=`), for logs."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    userinfo = netloc[0].split(":", 1)[0] + ":***"
-    return urlunsplit(parts._replace(netloc=f"{userinfo}@{netloc[1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        userinfo = netloc[0].split(":", 1)[0] + ":***"
+        parts = parts._replace(netloc=f"{userinfo}@{netloc[1]}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(k == "password" for k, _ in query):
+        hidden = [(k, "***" if k == "password" else v) for k, v in query]
+        parts = parts._replace(query=urlencode(hidden, safe="*"))
+    return urlunsplit(parts)
+
+
+def carries_password(url: str) -> bool:
+    """A password in the URL itself, which `ps` shows to every local user."""
+    parts = urlsplit(url)
+    return parts.password is not None or any(
+        k == "password" for k, _ in parse_qsl(parts.query, keep_blank_values=True)
+    )
 
 
 def _unavailable(exc: Exception) -> errors.ApiError:

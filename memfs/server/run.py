@@ -7,7 +7,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -16,7 +16,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from memfs import metrics
-from memfs.config import ExitCode
+from memfs.config import ExitCode, read_secret_file
 from memfs.server.app import create_app
 from memfs.server.backends import (
     UnknownBackend,
@@ -36,6 +36,26 @@ log = logging.getLogger("memfs.server")
 def _refuse(message: str) -> int:
     print(f"memfs serve: {message}", file=sys.stderr, flush=True)
     return ExitCode.USAGE
+
+
+API_KEY_VARIABLE = "MEMFS_SERVE_API_KEY"
+
+
+def admin_key(flag: str | None, path: str | None, environ: Mapping[str, str]) -> str | None:
+    """The key every request must carry: `--api-key-file`, else `MEMFS_SERVE_API_KEY`,
+    else `--api-key` with one warning (every local user reads it in `ps`); None: no key.
+
+    A ConfigError for a key file that is missing, not private or empty.
+    """
+    if path is not None:
+        return read_secret_file(path, "key file")
+    if flag is not None:
+        log.warning(
+            "the admin key is on the command line, where every local user can read it; "
+            "give it as MEMFS_SERVE_API_KEY or --api-key-file"
+        )
+        return flag
+    return environ.get(API_KEY_VARIABLE, "").strip() or None
 
 
 def _is_loopback(host: str) -> bool:

@@ -130,6 +130,21 @@ class PostgresCluster:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def password_role(self, name: str, password: str) -> str:
+        """A role that must give `password` over TCP (scram; every other role is trusted)
+        owning a new database; its URL, without the password."""
+        hba = self.data / "pg_hba.conf"
+        rule = f"host all {name} 127.0.0.1/32 scram-sha-256\n"
+        if rule not in hba.read_text():
+            hba.write_text(rule + hba.read_text())  # the first matching line decides
+            self._run("pg_ctl", "-D", str(self.data), "reload")
+            with psycopg.connect(self.url(), autocommit=True) as conn:
+                conn.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
+        dbname = f"{name}_{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{dbname}" OWNER "{name}"')
+        return f"postgresql://{name}@127.0.0.1:{self.port}/{dbname}"
+
     def destroy(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from memfs.server.sqlite import Database
@@ -33,6 +33,7 @@ class ServerProcess:
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
         log_level: str = "debug",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         # `db` is what --db gets: a SQLite path, or a postgresql:// URL (then pass log_path).
         self.db = str(db_path)
@@ -41,6 +42,11 @@ class ServerProcess:
         self.log_level = log_level
         self.api_key = api_key
         self.extra_args = list(extra_args)
+        # the admin key goes in the environment, as an operator should give it (not argv)
+        self.env = {k: v for k, v in os.environ.items() if k != "MEMFS_SERVE_API_KEY"}
+        self.env.update(env or {}, PYTHONUNBUFFERED="1")
+        if api_key is not None:
+            self.env["MEMFS_SERVE_API_KEY"] = api_key
         if log_path is None and self.is_url:
             raise ValueError("a server on a database URL needs a log_path")
         self.log_path = log_path or self.db_path.with_name(self.db_path.name + ".log")
@@ -61,8 +67,6 @@ class ServerProcess:
             "--db",
             self.db,
         ]
-        if self.api_key is not None:
-            cmd += ["--api-key", self.api_key]
         return cmd + self.extra_args
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
@@ -84,7 +88,7 @@ class ServerProcess:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 cwd=REPO_ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=self.env,
             )
         line = self._read_ready_line(timeout)
         self.url = line[len(READY_PREFIX) :].strip()
@@ -161,9 +165,12 @@ def start_server(
     api_key: str | None = None,
     extra_args: Sequence[str] = (),
     log_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """Start `memfs serve --port 0 --db db_path` and wait until it listens."""
-    return ServerProcess(db_path, api_key=api_key, extra_args=extra_args, log_path=log_path).start()
+    return ServerProcess(
+        db_path, api_key=api_key, extra_args=extra_args, log_path=log_path, env=env
+    ).start()
 
 
 def seed_bulk(db_path: Path, store_id: str, items: list[tuple[str, str]]) -> None:
