@@ -77,6 +77,7 @@ class MountConfig:
     restart: str = ""  # the command that starts this mount again (dead-mount recovery)
     metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)
     zero_message_opens: bool = False  # --zero-message-opens (docs/reliability.md §3)
+    deletes_when_asked: bool = False  # --deletes-when-asked (the worker adapter's sessions)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

@@ -357,6 +357,13 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
         "delete the memory, only log it, or nothing (default enabled)",
     )
     parser.add_argument(
+        "--deletes-when-asked",
+        action="store_true",
+        help="send local deletes only in a pass someone asked for (memfs sync, the "
+        "worker's sync) and the final sync; push soon and the interval push new and "
+        "changed files only (what the SDK worker adapter's sessions use)",
+    )
+    parser.add_argument(
         "--exclude",
         action="append",
         metavar="GLOB",

@@ -42,6 +42,7 @@ OPTIONS = (
     Option("zero_message_opens", "--zero-message-opens"),
     Option("sync_interval", "--sync-interval", "SECONDS"),
     Option("deletions", "--deletions", "MODE"),
+    Option("deletes_when_asked", "--deletes-when-asked"),
     Option(
         "exclude",
         "--exclude",

@@ -191,6 +191,8 @@ def restart_command(
             cmd.append("--zero-message-opens")
     if api_url:
         cmd += ["--api-url", api_url]
+    if getattr(args, "deletes_when_asked", False):
+        cmd.append("--deletes-when-asked")
     defaults = {"sync_interval": 15.0, "deletions": "enabled", "flush_timeout": 30.0}
     for name, default in defaults.items():
         value = getattr(args, name, default)

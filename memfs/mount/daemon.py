@@ -176,6 +176,7 @@ class Daemon:
                 flush_timeout=cfg.flush_timeout,
                 cache_max_bytes=cfg.cache_max_bytes,
                 trail=self.trail,
+                deletes_when_asked=cfg.deletes_when_asked,
             )
             self.syncs.append(sync)
             if self._display is not None:

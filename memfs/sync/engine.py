@@ -124,6 +124,7 @@ class StoreSync:
         flush_timeout: float = 30.0,
         cache_max_bytes: int | None = None,
         trail: Trail | None = None,
+        deletes_when_asked: bool = False,
     ) -> None:
         self.state = state
         # The audit trail (memfs/audit.py): what became of each local change; one
@@ -133,6 +134,10 @@ class StoreSync:
         self.notifier = notifier
         self.interval = interval
         self.flush_timeout = flush_timeout
+        # --deletes-when-asked (the worker adapter's sessions): only a pass someone asked
+        # for, and the final one, send deletes; push soon and the interval push new and
+        # changed files. A stopped tool call's half-done `mv` must not delete a memory.
+        self.deletes_when_asked = deletes_when_asked
         self.cache_max_bytes = cache_max_bytes
         self.excludes = tuple(excludes)
         # One compiled pattern: an idle pass checks every file name against it.
@@ -472,9 +477,8 @@ class StoreSync:
                 continue
             remote[memory.id] = memory
         self.progress.end()
-        plan = self.planner.plan(
-            remote, final=final, interval=self.interval, asked=self._started_seq <= self._asked_seq
-        )
+        asked = self._started_seq <= self._asked_seq
+        plan = self.planner.plan(remote, final=final, interval=self.interval, asked=asked)
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])
         # Removals first: a remotely deleted file may be in the way of a pulled one.
@@ -484,7 +488,12 @@ class StoreSync:
         # pulls changed before this pass is reported done.
         await self.lander.flush_invalidations()
         if not self.state.read_only:
-            await self.pusher.push(plan, result)
+            hold = self.deletes_when_asked and not (asked or final)
+            self.pusher.deletes_held += hold
+            try:
+                await self.pusher.push(plan, result)
+            finally:
+                self.pusher.deletes_held -= hold
         self._listed_head, self._listed_generation = head, generation
         self._lean_passes = 0
         self._left_over = self._has_left_over()

@@ -321,6 +321,7 @@ class MemfsSessionStores:
             self._sync_deletions,
             "--flush-timeout",
             str(MEMORY_FLUSH_TIMEOUT),
+            "--deletes-when-asked",  # deletes only at sync_if_due and finish
         ]
         if self._cache_dir is not None:
             cmd += ["--cache-dir", str(self._cache_dir)]
