@@ -78,6 +78,7 @@ class MountConfig:
     metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)
     zero_message_opens: bool = False  # --zero-message-opens (docs/reliability.md §3)
     deletes_when_asked: bool = False  # --deletes-when-asked (the worker adapter's sessions)
+    push_soon: bool = True  # --no-push-soon: changes wait for the interval or `memfs sync`
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

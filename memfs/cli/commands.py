@@ -64,6 +64,7 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
         excludes=tuple(DEFAULT_EXCLUDES) + tuple(args.exclude or ()),
         flush_timeout=args.flush_timeout,
         deletes_when_asked=args.deletes_when_asked,
+        push_soon=args.push_soon,
         cache_max_bytes=parse_size(args.cache_max_size) if args.cache_max_size else None,
         api_url=args.api_url,
         allow_other=args.allow_other,

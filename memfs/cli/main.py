@@ -357,6 +357,13 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
         "delete the memory, only log it, or nothing (default enabled)",
     )
     parser.add_argument(
+        "--no-push-soon",
+        dest="push_soon",
+        action="store_false",
+        help="push a change at the next interval or memfs sync, not about a second "
+        'after it settles (docs/sync.md, "Push soon")',
+    )
+    parser.add_argument(
         "--deletes-when-asked",
         action="store_true",
         help="send local deletes only in a pass someone asked for (memfs sync, the "

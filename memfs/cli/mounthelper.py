@@ -43,6 +43,7 @@ OPTIONS = (
     Option("sync_interval", "--sync-interval", "SECONDS"),
     Option("deletions", "--deletions", "MODE"),
     Option("deletes_when_asked", "--deletes-when-asked"),
+    Option("no_push_soon", "--no-push-soon"),
     Option(
         "exclude",
         "--exclude",

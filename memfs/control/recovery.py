@@ -193,6 +193,8 @@ def restart_command(
         cmd += ["--api-url", api_url]
     if getattr(args, "deletes_when_asked", False):
         cmd.append("--deletes-when-asked")
+    if not getattr(args, "push_soon", True):
+        cmd.append("--no-push-soon")
     defaults = {"sync_interval": 15.0, "deletions": "enabled", "flush_timeout": 30.0}
     for name, default in defaults.items():
         value = getattr(args, name, default)

@@ -177,6 +177,7 @@ class Daemon:
                 cache_max_bytes=cfg.cache_max_bytes,
                 trail=self.trail,
                 deletes_when_asked=cfg.deletes_when_asked,
+                push_soon=cfg.push_soon,
             )
             self.syncs.append(sync)
             if self._display is not None:

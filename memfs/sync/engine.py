@@ -125,6 +125,7 @@ class StoreSync:
         cache_max_bytes: int | None = None,
         trail: Trail | None = None,
         deletes_when_asked: bool = False,
+        push_soon: bool = True,
     ) -> None:
         self.state = state
         # The audit trail (memfs/audit.py): what became of each local change; one
@@ -138,6 +139,7 @@ class StoreSync:
         # for, and the final one, send deletes; push soon and the interval push new and
         # changed files. A stopped tool call's half-done `mv` must not delete a memory.
         self.deletes_when_asked = deletes_when_asked
+        self.push_soon_enabled = push_soon  # --no-push-soon: the interval or `memfs sync`
         self.cache_max_bytes = cache_max_bytes
         self.excludes = tuple(excludes)
         # One compiled pattern: an idle pass checks every file name against it.
@@ -329,8 +331,9 @@ class StoreSync:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.fetcher.run)
-                await nursery.start(self.push_soon.run)
-                self.state.tell_changes(self.push_soon.changed)
+                if self.push_soon_enabled:
+                    await nursery.start(self.push_soon.run)
+                    self.state.tell_changes(self.push_soon.changed)
                 nursery.start_soon(self._collector)
                 task_status.started()
                 while True:

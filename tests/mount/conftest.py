@@ -35,7 +35,9 @@ def quiet(
 ) -> Iterator[MountProcess]:
     """A mount of a fresh store that syncs only when asked: no pass runs between a
     test's steps, so each step's outcome is known."""
-    proc = mount_store(tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600")
+    proc = mount_store(
+        tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600", "--no-push-soon"
+    )
     try:
         yield proc
     finally:

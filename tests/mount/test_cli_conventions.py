@@ -43,7 +43,9 @@ def slow_mount(
     tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
 ) -> Iterator[MountProcess]:
     """A mount whose own passes never come while a test looks (1 h interval)."""
-    proc = mount_store(tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600")
+    proc = mount_store(
+        tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600", "--no-push-soon"
+    )
     try:
         yield proc
     finally:

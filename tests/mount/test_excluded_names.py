@@ -33,7 +33,9 @@ def test_a_memory_with_an_excluded_name_is_synced_like_any_other(
         for d in ("edit", "pull", "both", "gone")
         for n in NAMES
     }
-    mount = mount_store(tmp_path, shared_server.url, sid, "--sync-interval", "3600")
+    mount = mount_store(
+        tmp_path, shared_server.url, sid, "--sync-interval", "3600", "--no-push-soon"
+    )
     try:
         root = mount.mountpoint
         for n in NAMES:

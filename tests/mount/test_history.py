@@ -44,6 +44,7 @@ def start_mount(
         str(tmp_path / f"{name}-c"),
         "--sync-interval",
         "3600",
+        "--no-push-soon",
         *extra,
     ]
     return MountProcess(

@@ -33,6 +33,7 @@ def test_a_live_mount_counts_its_work(
         f"127.0.0.1:{port}",
         "--sync-interval",
         "3600",
+        "--no-push-soon",
     )
     try:
         root = proc.mountpoint

@@ -44,6 +44,7 @@ def mount_args(store_id: str, tmp_path: Path, *extra: str) -> list[str]:
         str(tmp_path / "cache"),
         "--sync-interval",
         "3600",
+        "--no-push-soon",
         *extra,
     ]
 
