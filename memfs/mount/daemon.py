@@ -13,6 +13,7 @@ directory underneath, and the journal keeps every dirty byte for the next start.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -266,7 +267,7 @@ class Daemon:
         cache_root = cfg.cache_dir or default_cache_root()
         check_outside(mountpoint, "cache directory", cache_root)
         try:
-            private_dir(cache_root, "cache directory")
+            made_cache_root = _private_cache_root(cache_root)
         except ConfigError as e:
             raise StartError(str(e), 2) from None
         check_outside(mountpoint, "runtime directory", socket_path(mountpoint).parent)
@@ -332,6 +333,9 @@ class Daemon:
             self.trail.close()
             for cache in self.caches:
                 cache.close()
+            if made_cache_root and not mounted:
+                with contextlib.suppress(OSError):  # a refused start leaves nothing behind
+                    os.rmdir(cache_root)
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 
@@ -587,3 +591,10 @@ def _first(group: BaseExceptionGroup[Any], kind: type[StartError]) -> StartError
             if found is not None:
                 return found
     return None
+
+
+def _private_cache_root(path: Path) -> bool:
+    """The cache root made private (`private_dir`); True when this call created it."""
+    missing = not os.path.lexists(path)
+    private_dir(path, "cache directory")
+    return missing

@@ -97,6 +97,9 @@ def test_unmount_refuses_a_busy_mount_naming_what_holds_it(
     assert store_files(shared_api, str(store["id"])) == {"w.md": "one\ntwo\n"}
 
 
+# Detached, the kernel no longer wants the last holder's RELEASE answer; libfuse logs
+# that it could not deliver it. Nothing is lost: the flush below proves it.
+@pytest.mark.daemon_log(r"ERROR pyfuse3: fuse_release\(\): fuse_reply_\* failed with No such file")
 def test_unmount_lazy_detaches_and_flushes_when_the_last_holder_leaves(
     mount: MountProcess,
     shared_api: Api,

@@ -176,7 +176,7 @@ def test_sync_and_unmount_show_pushing_on_a_terminal_and_stay_clean_on_a_pipe(
     try:
         with Api(server.url) as api:
             sid = api.create_store("slow")["id"]
-        proc = mount_store(tmp_path, server.url, sid, "--sync-interval", "3600")
+        proc = mount_store(tmp_path, server.url, sid, "--sync-interval", "3600", "--no-push-soon")
         try:
             for i in range(80):
                 (proc.mountpoint / f"n{i}.md").write_text(f"{i}\n")

@@ -140,7 +140,7 @@ class Three:
         return self.proc.memfs(*args, check=check)
 
 
-def start_three(tmp_path: Path, url: str, api: Api, runtime: Path) -> Three:
+def start_three(tmp_path: Path, url: str, api: Api, runtime: Path, *extra: str) -> Three:
     require_fuse()
     prefs = api.create_store("User Preferences")["id"]
     team = api.create_store("Team NOTES 2026")["id"]
@@ -166,7 +166,7 @@ def start_three(tmp_path: Path, url: str, api: Api, runtime: Path) -> Three:
             {"id": "sesrsc_04", **ms(scratch, mount_path=f"{root}/scratch")},
         ],
     )
-    proc = start_session(tmp_path, url, runtime, spec, root)
+    proc = start_session(tmp_path, url, runtime, spec, root, *extra)
     return Three(proc, root, prefs, team, scratch, runtime)
 
 
@@ -174,8 +174,9 @@ def start_three(tmp_path: Path, url: str, api: Api, runtime: Path) -> Three:
 def three(
     tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
 ) -> Iterator[Three]:
-    """A fresh three-store session, for tests that change it."""
-    session = start_three(tmp_path, shared_server.url, shared_api, runtime_dir)
+    """A fresh three-store session, for tests that change it and then look before a
+    pass runs (no push soon)."""
+    session = start_three(tmp_path, shared_server.url, shared_api, runtime_dir, "--no-push-soon")
     try:
         yield session
     finally:
