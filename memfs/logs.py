@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Hashable
 from typing import Any
 
 FORMATS = ("text", "json")
@@ -202,3 +203,59 @@ def configure(
             requests.addFilter(_demote_to_debug)
     # hypercorn's "Running on …" would duplicate memfs serve's own `serving …` line.
     logging.getLogger("hypercorn.error").setLevel(max(logging.WARNING, root.level))
+
+
+class Repeated:
+    """A warning that can recur every pass (a server listing the same bad path again
+    and again), logged once per cause: a hostile server that repeats or varies it
+    grows the log by at most `lines` lines and a count line at 10, 100, 1000 … repeats.
+
+    `cause` is what makes two warnings the same (the store and the path); at most
+    `remember` causes are kept, beyond that every warning only counts.
+    """
+
+    def __init__(
+        self, logger: logging.Logger, message: str, *, lines: int = 100, remember: int = 10_000
+    ) -> None:
+        self.logger = logger
+        self.message = message
+        self.lines = lines
+        self.remember = remember
+        self._seen: set[Hashable] = set()
+        self._logged = 0
+        self.silenced = 0  # warnings counted instead of logged
+
+    def warning(self, cause: Hashable, *args: object) -> None:
+        if cause not in self._seen and len(self._seen) < self.remember:
+            self._seen.add(cause)
+            if self._logged < self.lines:
+                self._logged += 1
+                self.logger.warning(self.message, *args)
+                return
+        self.silenced += 1
+        if _power_of_ten(self.silenced):
+            self.logger.warning(
+                "a warning repeated; it is logged once per cause count=%d warning=%s",
+                self.silenced,
+                split_head(self.message),
+            )
+
+    def forget(self, cause: Hashable) -> None:
+        """The cause went away: log it again should it come back."""
+        self._seen.discard(cause)
+
+
+def split_head(message: str) -> str:
+    """A log call's constant message without its `key=%s` fields."""
+    fields = _FIELD.search(message)
+    head = message[: fields.start()] if fields else message
+    return head.strip()
+
+
+def _power_of_ten(n: int) -> bool:
+    """10, 100, 1000 …: when a count of repeats is worth a line."""
+    if n < 10:
+        return False
+    while n % 10 == 0:
+        n //= 10
+    return n == 1

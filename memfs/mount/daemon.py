@@ -98,11 +98,11 @@ class Daemon:
         self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
 
     # -- waiting for content (the handlers' only await on remote work) ---------------
-    async def wait_for(self, store: StoreState, node: Node) -> None:
+    async def wait_for(self, store: StoreState, node: Node) -> str | None:
         for sync in self.syncs:
             if sync.state is store:
-                await sync.wait_content(node)
-                return
+                return await sync.wait_content(node)
+        return None
 
     # -- start ----------------------------------------------------------------------
     async def _lookup(self, store_id: str, cache_dir: Path) -> tuple[StoreInfo | None, str]:

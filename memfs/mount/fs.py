@@ -28,6 +28,7 @@ from cachetools import LRUCache
 from memfs import metrics
 from memfs.audit import Trail, command_name
 from memfs.errors import FsError
+from memfs.logs import Repeated
 from memfs.mount.permissions import EXEC, READ, WRITE, Permissions
 from memfs.paths import (
     MAX_CONTENT_BYTES,
@@ -98,9 +99,10 @@ class DirHandle:
 
 
 class ContentWaiter(Protocol):
-    """How a handler waits (bounded by the caller) for content being brought in."""
+    """How a handler waits (bounded by the caller) for content being brought in; the
+    answer is why the content cannot come now (a failed download), or None."""
 
-    async def wait_for(self, store: StoreState, node: Node) -> None: ...
+    async def wait_for(self, store: StoreState, node: Node) -> str | None: ...
 
 
 def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -208,6 +210,12 @@ class MemFs(pyfuse3.Operations):
         # EROFS (session mounts, see memfs/mount/permissions.py).
         self.perms = Permissions(tree.uid, tree.gid, self.mode) if own_permissions else None
         self.waiter = waiter
+        # Each read of content that cannot come would say so again: once per cause.
+        self._unavailable = Repeated(
+            log,
+            "memory content unavailable; the read fails with EIO "
+            "memory_store_id=%s path=%s error=%s",
+        )
         self.content_timeout = content_timeout
         self.closing = False  # set at unmount: writes fail with EROFS while we flush
         self.trail = Trail()  # the daemon's audit trails (none: nothing is recorded)
@@ -338,9 +346,14 @@ class MemFs(pyfuse3.Operations):
         store = self._store(node)
         data = store.content(node)
         if data is None:
+            why: str | None = None
             with trio.move_on_after(self.content_timeout):
-                await self.waiter.wait_for(store, node)
+                why = await self.waiter.wait_for(store, node)
             data = store.content(node)
+            if data is None and why is not None:
+                path = node.store_path()
+                self._unavailable.warning((store.store_id, path, why), store.store_id, path, why)
+                raise FsError(errno.EIO, "content not available")
             if data is None:
                 log.error(
                     "content did not arrive in time memory_store_id=%s path=%s timeout_s=%s",

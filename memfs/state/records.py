@@ -87,6 +87,12 @@ class SyncRecords:
         if node.entry_id is not None:
             self.journal.update(node.entry_id, **changed)
 
+    def note_listed_size(self, node: Node, r: RemoteMemory) -> None:
+        """A file whose content is not local shows its listed size: after a restart the
+        journal knows only the sha, and such a file showed as empty (issue 24 item 12)."""
+        if node.data is None and node.sha == r.content_sha256 and not self.objects.has(node.sha):
+            node.size = r.content_size_bytes
+
     def mark_synced(self, node: Node, r: RemoteMemory) -> None:
         """The file equals memory `r`: it takes `r`'s identity and is clean."""
         if node.memory_id != r.id:

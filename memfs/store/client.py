@@ -39,6 +39,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
+from memfs.logs import Repeated
 from memfs.paths import (
     ANTHROPIC_VERSION,
     BETA_MANAGED_AGENTS,
@@ -157,7 +158,10 @@ def _seg(value: str, what: str) -> str:
     """One URL path segment from an opaque id; never lets an id escape its route."""
     if not isinstance(value, str) or value in ("", ".", ".."):
         raise Rejected(f"invalid {what} {value!r}")
-    return urllib.parse.quote(value, safe="")
+    try:
+        return urllib.parse.quote(value, safe="")
+    except UnicodeEncodeError:
+        raise Rejected(f"invalid {what} {value!r}: not UTF-8") from None
 
 
 def _encode_body(op: str, body: Mapping[str, Any] | None) -> bytes | None:
@@ -200,6 +204,17 @@ class StoreClient:
                 secrets.extend(part for part in value.split() if len(part) >= 8)
         self._secrets = sorted(set(secrets), key=len, reverse=True)
         self._has_credentials = bool(secrets)
+        # A listing repeats every pass: its bad records are logged once per cause.
+        self._malformed = Repeated(
+            log,
+            "the server listed a malformed memory; skipping it "
+            "memory_store_id=%s memory_id=%s error=%s",
+        )
+        self._duplicate = Repeated(
+            log,
+            "the server listed a memory id twice; skipping all but the first "
+            "memory_store_id=%s memory_id=%s path=%s",
+        )
 
     # ---------------------------------------------------------------- plumbing
 
@@ -551,13 +566,8 @@ class StoreClient:
                     out.append(parser(item))
                 except _Malformed as e:
                     # One bad record must not stop a whole store from syncing.
-                    log.warning(
-                        "the server listed a malformed memory; skipping it "
-                        "memory_store_id=%s memory_id=%s error=%s",
-                        store_id,
-                        str(item.get("id"))[:80],
-                        e,
-                    )
+                    memory_id = str(item.get("id"))[:80]
+                    self._malformed.warning((store_id, memory_id), store_id, memory_id, e)
             else:
                 log.debug("skipping unknown list item type=%s memory_store_id=%s", kind, store_id)
         return MemoryPage(out, next_page)
@@ -573,8 +583,10 @@ class StoreClient:
     ) -> AsyncIterator[MemoryItem]:
         """Stream a listing page by page: `RemoteMemory` (basic), `FullMemory` (full;
         page size capped at 20), and `MemoryPrefix` roll-ups only when depth=1.
-        The server may list the reserved marker path; callers skip it."""
+        The server may list the reserved marker path; callers skip it. A memory id
+        listed again is skipped: two files cannot be one memory."""
         page: str | None = None
+        seen: set[str] = set()
         while True:
             result = await self.list_memories_page(
                 store_id,
@@ -585,6 +597,14 @@ class StoreClient:
                 limit=page_size,
             )
             for item in result.items:
+                memory = item.memory if isinstance(item, FullMemory) else item
+                if isinstance(memory, RemoteMemory):
+                    if memory.id in seen:
+                        self._duplicate.warning(
+                            (store_id, memory.id), store_id, memory.id, memory.path
+                        )
+                        continue
+                    seen.add(memory.id)
                 yield item
             if result.next_page is None:
                 return

@@ -28,7 +28,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.paths import RemoteMemory, is_sha256_hex
+from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, is_sha256_hex
 
 # --------------------------------------------------------------------------- data
 
@@ -143,15 +143,6 @@ def _int(obj: Mapping[str, Any], key: str) -> int:
     return value
 
 
-def _opt_int(obj: Mapping[str, Any], key: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Malformed(f"field {key!r} is not an integer")
-    return value
-
-
 def _obj(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _Malformed(f"{what} is not a JSON object")
@@ -185,12 +176,29 @@ def _sha(obj: Mapping[str, Any], key: str) -> str:
     return value
 
 
+def _size(obj: Mapping[str, Any], key: str) -> int:
+    """A content size within the API's limit: the size is shown by `stat` before the
+    content arrives, and no content is ever larger (a size of 2^63 or -5 was EIO)."""
+    value = _int(obj, key)
+    if not 0 <= value <= MAX_CONTENT_BYTES:
+        raise _Malformed(f"{key} is outside 0..{MAX_CONTENT_BYTES}")
+    return value
+
+
+def _id(obj: Mapping[str, Any], key: str) -> str:
+    """An id memfs sends back in URLs: a lone surrogate could not be (the fetch crashed)."""
+    value = _str(obj, key)
+    if value in ("", ".", "..") or not _sendable(value):
+        raise _Malformed(f"field {key!r} is not a usable id")
+    return value
+
+
 def _parse_memory(obj: Mapping[str, Any]) -> RemoteMemory:
     return RemoteMemory(
-        id=_str(obj, "id"),
+        id=_id(obj, "id"),
         path=_str(obj, "path"),
         content_sha256=_sha(obj, "content_sha256"),
-        content_size_bytes=_int(obj, "content_size_bytes"),
+        content_size_bytes=_size(obj, "content_size_bytes"),
         memory_version_id=_str(obj, "memory_version_id", ""),
         created_at=_str(obj, "created_at", ""),
         updated_at=_str(obj, "updated_at", ""),
@@ -213,14 +221,16 @@ def _parse_version(data: Any) -> MemoryVersion:
     ):
         raise _Malformed("an actor is not a JSON object")
     return MemoryVersion(
-        id=_str(obj, "id"),
-        memory_id=_str(obj, "memory_id"),
+        id=_id(obj, "id"),
+        memory_id=_id(obj, "memory_id"),
         memory_store_id=_str(obj, "memory_store_id", ""),
         operation=_str(obj, "operation"),
         path=_opt_str(obj, "path"),
         content=_opt_str(obj, "content"),
         content_sha256=None if obj.get("content_sha256") is None else _sha(obj, "content_sha256"),
-        content_size_bytes=_opt_int(obj, "content_size_bytes"),
+        content_size_bytes=(
+            None if obj.get("content_size_bytes") is None else _size(obj, "content_size_bytes")
+        ),
         created_at=_str(obj, "created_at", ""),
         created_by=created_by,
         redacted_at=_opt_str(obj, "redacted_at"),
@@ -233,7 +243,20 @@ def _page(data: Any) -> tuple[list[Any], str | None]:
     items = obj.get("data")
     if not isinstance(items, list):
         raise _Malformed("field 'data' is missing or not a list")
-    return items, _opt_str(obj, "next_page") or None
+    cursor = _opt_str(obj, "next_page") or None
+    if cursor is not None and not _sendable(cursor):
+        raise _Malformed("field 'next_page' cannot be sent back in a URL")
+    return items, cursor
+
+
+def _sendable(text: str) -> bool:
+    """Text that can go back to the server in a query string (UTF-8: a lone surrogate
+    from a JSON escape cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- errors

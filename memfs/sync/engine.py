@@ -32,7 +32,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.logs import rfc3339
+from memfs.logs import Repeated, rfc3339
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.state import cachegc
 from memfs.state.node import Node
@@ -169,6 +169,14 @@ class StoreSync:
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
         self.offline = False  # the last pass could not reach the store (or none yet)
+        # Warnings a server can make recur every pass: once per cause.
+        self._pass_failed = Repeated(log, "memory sync failed memory_store_id=%s error=%s")
+        self._marker_listed = Repeated(
+            log, "the server listed the reserved marker path; skipping path=%s memory_store_id=%s"
+        )
+        self._invalid_path = Repeated(
+            log, "the server listed a path no memory can have; skipping memory_store_id=%s path=%s"
+        )
         self._wake = trio.Event()
         self._started_seq = 0
         self._completed_seq = 0
@@ -259,9 +267,9 @@ class StoreSync:
                 )
         return restored
 
-    async def wait_content(self, node: Node) -> None:
-        """Wait until `node`'s content is local (the caller bounds the wait)."""
-        await self.fetcher.wait(node)
+    async def wait_content(self, node: Node) -> str | None:
+        """Wait until `node`'s content is local (the caller bounds the wait); why not."""
+        return await self.fetcher.wait(node)
 
     async def run_pass(self, *, final: bool = False) -> PassResult:
         """One pass now, in the caller's task (tests and tools; the mount uses `run`)."""
@@ -396,11 +404,13 @@ class StoreSync:
                     raise  # a bug: end the mount; the journal keeps every dirty byte
                 result.outcome, result.error = "failed", str(cause)
                 self._last_cause = cause
-                log.warning("memory sync failed memory_store_id=%s error=%s", self.store_id, cause)
+                self._pass_failed.warning((self.store_id, type(cause)), self.store_id, cause)
                 self.offline = isinstance(cause, StoreUnavailable)
             else:
                 if self.offline:
                     log.info("memory store reachable again memory_store_id=%s", self.store_id)
+                if self._last_cause is not None:
+                    self._pass_failed.forget((self.store_id, type(self._last_cause)))
                 self.offline = False
             finally:
                 self.progress.end()
@@ -463,20 +473,10 @@ class StoreSync:
                 continue
             self.progress.advance()
             if memory.path == MARKER_PATH:
-                log.warning(
-                    "the server listed the reserved marker path; skipping path=%s "
-                    "memory_store_id=%s",
-                    memory.path,
-                    self.store_id,
-                )
+                self._marker_listed.warning(self.store_id, memory.path, self.store_id)
                 continue
             if not is_valid_memory_path(memory.path):
-                log.warning(
-                    "the server listed a path no memory can have; skipping "
-                    "memory_store_id=%s path=%s",
-                    self.store_id,
-                    memory.path,
-                )
+                self._invalid_path.warning((self.store_id, memory.path), self.store_id, memory.path)
                 continue
             remote[memory.id] = memory
         self.progress.end()

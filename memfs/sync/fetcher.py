@@ -4,8 +4,10 @@ The sync pass lists shas and paths only; contents come in here, three ways: stre
 behind a fresh mount (`run`, full-view pages first), fetched for a pass's pulls before
 they land (`fetch`), and fetched at once for a reader that waits (`wait`). Each sha has
 at most one waiter event; a download that fails wakes its readers at once (they answer
-EIO), and for `FETCH_RETRY_AFTER` seconds a new reader of that sha answers at once too,
-so the kernel's retry of a failed read does not wait out the bound a second time.
+EIO, told why), and for `FETCH_RETRY_AFTER` seconds a new reader of that sha answers at
+once too, so the kernel's retry of a failed read does not wait out the bound a second time.
+Content that does not match its listed sha is never kept: a file must not show bytes the
+store does not have as its memory's (issue 24 item 12).
 
 It only ever adds objects to the object store (`StoreState.objects`); nodes and the
 journal are the sync pass's to change.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import trio
 
 from memfs.errors import InvalidContent, NotFound, StoreError
+from memfs.logs import Repeated
 from memfs.paths import RemoteMemory, sha256_hex
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
@@ -50,7 +53,20 @@ class ContentFetcher:
         self.limit = trio.CapacityLimiter(concurrency)
         self._arrived: dict[str, trio.Event] = {}
         self._missing: dict[str, str] = {}  # sha -> memory id, content not yet local
-        self._failed: dict[str, float] = {}  # sha -> when its download last failed
+        self._failed: dict[str, tuple[float, str]] = {}  # sha -> when and why it last failed
+        # The same memory fails the same way at every read and every pass: once per cause.
+        self._fetch_failed = Repeated(
+            log, "failed to fetch memory content memory_store_id=%s memory_id=%s error=%s"
+        )
+        self._not_utf8 = Repeated(
+            log,
+            "the server sent content that is not valid UTF-8; ignoring it "
+            "memory_store_id=%s path=%s",
+        )
+        self._sha_mismatch = Repeated(
+            log,
+            "the server's content does not match its sha; ignoring it memory_store_id=%s path=%s",
+        )
         self._urgent_send, self._urgent_recv = trio.open_memory_channel[tuple[str, str]](10_000)
 
     def statistics(self) -> FetcherStatistics:
@@ -64,14 +80,15 @@ class ContentFetcher:
             task_status.started()
             await self.fetch_all_missing()
 
-    async def wait(self, node: Node) -> None:
-        """Wait until `node`'s content is local (the caller bounds the wait)."""
+    async def wait(self, node: Node) -> str | None:
+        """Wait until `node`'s content is local (the caller bounds the wait); why it is
+        not, when its download failed."""
         sha = node.sha
         if sha is None or self.state.objects.has(sha):
-            return
-        failed_at = self._failed.get(sha)
-        if failed_at is not None and time.monotonic() - failed_at < FETCH_RETRY_AFTER:
-            return  # it just failed: answer now (EIO) instead of waiting out the bound
+            return None
+        failed = self._failed.get(sha)
+        if failed is not None and time.monotonic() - failed[0] < FETCH_RETRY_AFTER:
+            return failed[1]  # it just failed: answer now (EIO) instead of waiting out the bound
         event = self._arrived.setdefault(sha, trio.Event())
         self.want(sha, node.memory_id)
         try:
@@ -79,8 +96,10 @@ class ContentFetcher:
         except trio.Cancelled:
             # The reader's bound ran out (a store that never answers): the kernel's
             # retry of the same read gets EIO at once instead of a second full wait.
-            self._failed[sha] = time.monotonic()
+            self._failed[sha] = (time.monotonic(), "the last download did not finish in time")
             raise
+        failed = self._failed.get(sha)
+        return None if failed is None else failed[1]
 
     def want(self, sha: str, memory_id: str | None) -> None:
         """Fetch `sha` soon, without waiting for it."""
@@ -102,12 +121,10 @@ class ContentFetcher:
 
     def store(self, full: FullMemory) -> None:
         """Keep content the caller already has (a retrieve after a lost race)."""
-        data = self._encoded(full)
-        if data is None:
-            return
-        sha = sha256_hex(data)
-        self.state.objects.put(data, sha)
-        self._arrived_content(full, sha)
+        data = self._usable(full)
+        if data is not None:
+            self.state.objects.put(data, full.memory.content_sha256)
+            self._arrive(full.memory.content_sha256)
 
     async def fetch_all_missing(self) -> None:
         """Stream every missing content in (after start-up), full-view pages first."""
@@ -155,25 +172,21 @@ class ContentFetcher:
             try:
                 full = await self.client.retrieve_memory(self.store_id, memory_id)
             except NotFound:
-                self._give_up(sha)  # deleted since the listing; the next pass removes it
+                # deleted since the listing; the next pass removes it
+                self._give_up(sha, "the memory was deleted in the store")
                 return None
             except StoreError as e:
-                log.warning(
-                    "failed to fetch memory content memory_store_id=%s memory_id=%s error=%s",
-                    self.store_id,
-                    memory_id,
-                    e,
-                )
-                self._give_up(sha)
+                self._fetch_failed.warning((self.store_id, memory_id), self.store_id, memory_id, e)
+                self._give_up(sha, f"the download failed: {e}")
                 return None
             try:
                 self.store(full)
             except OSError as e:  # the cache disk: readers get EIO, a later pass retries
                 self._cannot_keep(e)
-                self._give_up(sha)
+                self._give_up(sha, f"the cache directory cannot keep it: {e.strerror or e}")
                 return None
             if not self.state.objects.has(sha):
-                self._give_up(sha)  # unusable, or changed since the listing
+                self._give_up(sha, self._why_unusable(full, sha))
             return full
 
     def _cannot_keep(self, e: OSError) -> None:
@@ -183,32 +196,30 @@ class ContentFetcher:
             e.strerror or e,
         )
 
-    def _encoded(self, full: FullMemory) -> bytes | None:
+    def _usable(self, full: FullMemory) -> bytes | None:
+        """The content as it may be kept under its sha: UTF-8, and matching the sha."""
+        memory = full.memory
         try:
-            return full.content_bytes()
+            data = full.content_bytes()
         except InvalidContent:
-            log.warning(
-                "the server sent content that is not valid UTF-8; ignoring it "
-                "memory_store_id=%s path=%s",
-                self.store_id,
-                full.memory.path,
-            )
+            self._not_utf8.warning((self.store_id, memory.id), self.store_id, memory.path)
             return None
+        if sha256_hex(data) != memory.content_sha256:
+            self._sha_mismatch.warning((self.store_id, memory.id), self.store_id, memory.path)
+            return None
+        return data
 
-    def _arrived_content(self, full: FullMemory, sha: str) -> None:
-        self._arrive(sha)
-        if sha != full.memory.content_sha256:
-            log.warning(
-                "the server's sha does not match its content; trusting the content "
-                "memory_store_id=%s path=%s",
-                self.store_id,
-                full.memory.path,
-            )
-        self._arrive(full.memory.content_sha256)
+    @staticmethod
+    def _why_unusable(full: FullMemory, sha: str) -> str:
+        if not full.is_utf8:
+            return "the server sent content that is not valid UTF-8"
+        if full.memory.content_sha256 != sha:
+            return "the memory changed in the store since the listing"
+        return "the server's content does not match its sha"
 
-    def _give_up(self, sha: str) -> None:
-        """Wake the readers waiting for `sha` now; they answer EIO instead of waiting."""
-        self._failed[sha] = time.monotonic()
+    def _give_up(self, sha: str, why: str) -> None:
+        """Wake the readers waiting for `sha` now; they answer EIO, told `why`."""
+        self._failed[sha] = (time.monotonic(), why)
         event = self._arrived.pop(sha, None)
         if event is not None:
             event.set()
@@ -254,13 +265,13 @@ class ContentFetcher:
         """Write a page of contents from a worker thread: creating thousands of object
         files on the event loop delayed every FUSE request behind them (a cold mount of
         10,000 memories spent ~1 s of loop time in open())."""
-        ready: list[tuple[FullMemory, bytes, str]] = []
+        ready: list[tuple[bytes, str]] = []
         for full in batch:
-            data = self._encoded(full)
+            data = self._usable(full)
             if data is not None:
-                ready.append((full, data, sha256_hex(data)))
+                ready.append((data, full.memory.content_sha256))
         objects = self.state.objects
-        await trio.to_thread.run_sync(objects.write_files, [(sha, d) for _, d, sha in ready])
-        for full, data, sha in ready:
+        await trio.to_thread.run_sync(objects.write_files, [(sha, d) for d, sha in ready])
+        for data, sha in ready:
             objects.put(data, sha)  # already on disk: only remembered
-            self._arrived_content(full, sha)
+            self._arrive(sha)

@@ -142,6 +142,8 @@ class Planner:
         """A file with a memory: pull, push, remove, merge or call it a conflict."""
         self.state.settle_sent(node, remote.get(node.memory_id or ""))
         r = remote.get(node.memory_id or "")
+        if r is not None:
+            self.state.note_listed_size(node, r)
         renamed = node.store_path() != node.base_path
         if self.excluded(node):
             return

@@ -33,12 +33,13 @@ class Waiter:
         self.calls: list[int] = []
         self.deliver: Callable[[StoreState, Node], Awaitable[None]] | None = None
 
-    async def wait_for(self, store: StoreState, node: Node) -> None:
+    async def wait_for(self, store: StoreState, node: Node) -> str | None:
         self.calls.append(node.ino)
         if self.deliver is None:
             await trio.sleep_forever()
         else:
             await self.deliver(store, node)
+        return None
 
 
 def fields(**on: bool) -> Any:
