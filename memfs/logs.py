@@ -170,9 +170,11 @@ def configure(
     log_format: str | None = None,
     *,
     private: bool = False,
+    http_requests: bool = False,
 ) -> None:
     """(Re)point the root logger; `log_format` None keeps the one set before (the
-    `--daemon` child re-opens its log file, and keeps `--log-format`)."""
+    `--daemon` child re-opens its log file, and keeps `--log-format`); `http_requests`:
+    show each HTTP request at debug."""
     global _format
     if log_format is not None:
         if log_format not in FORMATS:
@@ -193,11 +195,12 @@ def configure(
     root.setLevel(level.upper())
     for noisy in ("httpcore", "hpack", "hypercorn.access", *HTTP_REQUEST_LOGGERS):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
-    # httpx logs every request at INFO; it is a debugging detail (one line a second from
-    # an idle worker), so it shows only at debug, as DEBUG.
+    # httpx logs every request at INFO (one line a second from an idle worker). memfs's
+    # own commands never show them (metrics count requests); `http_requests` (the
+    # worker, whose SDK's requests are its story) shows them at debug, as DEBUG.
     for name in HTTP_REQUEST_LOGGERS:
         requests = logging.getLogger(name)
-        if root.level <= logging.DEBUG:
+        if http_requests and root.level <= logging.DEBUG:
             requests.setLevel(logging.DEBUG)
         if _demote_to_debug not in requests.filters:
             requests.addFilter(_demote_to_debug)

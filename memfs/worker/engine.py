@@ -690,7 +690,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logs.configure(args.log_level, args.log_file)
+    logs.configure(args.log_level, args.log_file, http_requests=True)
     from anthropic import AsyncAnthropic
 
     options: dict[str, Any] = {

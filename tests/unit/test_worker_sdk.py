@@ -136,15 +136,15 @@ def test_the_worker_command_names_itself_and_documents_every_option() -> None:
 
 
 def test_http_requests_are_logged_at_debug_only(tmp_path: Path) -> None:
-    """httpx logs each request at INFO: `memfs-worker` (and every memfs command) shows
-    them only with --log-level debug, as DEBUG lines."""
+    """httpx logs each request at INFO: `memfs-worker` shows them only with --log-level
+    debug, as DEBUG lines; memfs's own commands never (their lines stay key=value)."""
     from memfs import logs
 
     request = "HTTP Request: GET http://127.0.0.1/v1/environments/env/work/poll 200 OK"
     lines = {}
-    for level in ("info", "debug"):
-        path = tmp_path / f"{level}.log"
-        logs.configure(level, str(path))
+    for level, worker in (("info", True), ("debug", True), ("debug", False)):
+        path = tmp_path / f"{level}-{worker}.log"
+        logs.configure(level, str(path), http_requests=worker)
         try:
             for name in logs.HTTP_REQUEST_LOGGERS:  # httpx, and the SDK's copy of it
                 logging.getLogger(name).info(request)
@@ -152,11 +152,10 @@ def test_http_requests_are_logged_at_debug_only(tmp_path: Path) -> None:
         finally:
             logging.shutdown()
             logs.configure("warning")
-        lines[level] = path.read_text().splitlines()
-    assert [line.split(" ", 2)[2] for line in lines["info"]] == [
-        "INFO memfs.worker: mounted memory store"
-    ]
-    assert [line.split(" ", 2)[2] for line in lines["debug"]] == [
+        lines[level, worker] = [line.split(" ", 2)[2] for line in path.read_text().splitlines()]
+    mounted = "INFO memfs.worker: mounted memory store"
+    assert lines["info", True] == lines["debug", False] == [mounted]
+    assert lines["debug", True] == [
         *[f"DEBUG {name}: {request}" for name in logs.HTTP_REQUEST_LOGGERS],
-        "INFO memfs.worker: mounted memory store",
+        mounted,
     ]
