@@ -29,7 +29,7 @@ import trio
 
 from memfs import metrics
 from memfs.audit import Trail
-from memfs.config import ExitCode, MountConfig, default_cache_root, private_dir
+from memfs.config import ExitCode, MountConfig, StoreSpec, default_cache_root, private_dir
 from memfs.control.protocol import UnmountAnswer
 from memfs.control.recovery import fuse_mounts
 from memfs.control.registry import socket_path
@@ -39,6 +39,7 @@ from memfs.errors import (
     MemfsError,
     StartError,
     StoreAuthError,
+    StoreError,
     StoreUnavailable,
 )
 from memfs.mount import answers
@@ -120,6 +121,32 @@ class Daemon:
                 ) from None
             return None, str(e)
 
+    async def _read_only(self, spec: StoreSpec, info: StoreInfo) -> bool:
+        """Read-only when asked to be, when the store is archived, or when the credential
+        may only read it (asked once at start; a store that stops answering now, or
+        answers the probe in a way it cannot read, is judged writable, as before)."""
+        if spec.read_only:
+            return True
+        if info.archived_at is not None:
+            log.warning(
+                "memory store is archived; mounting it read-only memory_store_id=%s",
+                spec.store_id,
+            )
+            return True
+        try:
+            writable = await self.start_client().may_write(spec.store_id)
+        except StoreAuthError as e:
+            raise StartError(str(e), ExitCode.USAGE) from None
+        except StoreError:
+            return False
+        if not writable:
+            log.warning(
+                "the credential may only read this memory store; mounting it read-only "
+                "memory_store_id=%s",
+                spec.store_id,
+            )
+        return not writable
+
     async def _open_stores(self, client: StoreClient) -> None:
         cfg = self.config
         cache_root = cfg.cache_dir or default_cache_root()
@@ -127,15 +154,10 @@ class Daemon:
         for spec in cfg.stores:
             cache_dir = cache_root if (cfg.single and cfg.cache_dir) else cache_root / spec.store_id
             info, reason = await self._lookup(spec.store_id, cache_dir)
-            read_only = spec.read_only
             if info is not None:
                 self.infos[spec.store_id] = info
-                if info.archived_at is not None and not read_only:
-                    log.warning(
-                        "memory store is archived; mounting it read-only memory_store_id=%s",
-                        spec.store_id,
-                    )
-                    read_only = spec.read_only = True
+                spec.read_only = await self._read_only(spec, info)
+            read_only = spec.read_only
             try:
                 cache = CacheDir(cache_dir, spec.store_id)
             except ConfigError as e:

@@ -437,6 +437,30 @@ class StoreClient:
         )
         return self._parse("retrieve_store", _parse_store, data)
 
+    async def may_write(self, store_id: str) -> bool:
+        """Whether the credential may change this store, asked without changing it.
+
+        The API has no call that names a credential's access, so this asks the store's
+        own check: a create with neither path nor content, which no server accepts. A
+        read-only credential (a `memfs serve` token scoped `:ro`) is refused before the
+        body is read, 403 `permission_error`; a writable one gets 400 for the body.
+        """
+        try:
+            await self._request(
+                "POST",
+                f"/v1/memory_stores/{_seg(store_id, 'store id')}/memories",
+                op="probe_access",
+                store_id=store_id,
+                body={},
+            )
+        except StoreAuthError as e:
+            if e.status == 403 and e.error_type == "permission_error":
+                return False
+            raise
+        except Rejected:
+            return True
+        return True
+
     async def list_stores(self, *, include_archived: bool = False) -> list[StoreInfo]:
         """Every store (all pages), newest first."""
         stores: list[StoreInfo] = []
