@@ -37,7 +37,18 @@ def quote(value: str) -> str:
     """`value` as it may stand after `key=`: bare if it is one plain token."""
     if value and not any(c.isspace() or c in '"=\\' or not c.isprintable() for c in value):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return _json(value)
+
+
+def _json(value: Any) -> str:
+    """JSON text as UTF-8 allows: a lone surrogate a server sent is escaped, where it
+    made the log file's write fail."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, default=str)
+    return text
 
 
 def split(record: logging.LogRecord) -> tuple[str, list[tuple[str, Any]]] | None:
@@ -117,7 +128,7 @@ class JsonFormatter(logging.Formatter):
                 out.setdefault(key, value)
         if record.exc_info:
             out["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
+        return _json(out)
 
 
 def plural(count: int, one: str, many: str | None = None) -> str:

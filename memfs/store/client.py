@@ -577,7 +577,13 @@ class StoreClient:
         items, next_page = self._parse("list_memories", _page, data)
         out: list[MemoryItem] = []
         for raw in items:
-            item = self._parse("list_memories", lambda v: _obj(v, "list item"), raw)
+            if not isinstance(raw, dict):
+                # One bad record must not stop a whole store from syncing.
+                self._malformed.warning(
+                    (store_id, None), store_id, None, "a list item is not a JSON object"
+                )
+                continue
+            item: dict[str, Any] = raw
             kind = item.get("type", "memory")
             if kind == "memory_prefix":
                 if depth == 1:
@@ -589,7 +595,6 @@ class StoreClient:
                 try:
                     out.append(parser(item))
                 except _Malformed as e:
-                    # One bad record must not stop a whole store from syncing.
                     memory_id = str(item.get("id"))[:80]
                     self._malformed.warning((store_id, memory_id), store_id, memory_id, e)
             else:

@@ -9,14 +9,19 @@ repeats its lies every pass does not grow the log.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from memfs.paths import MAX_CONTENT_BYTES
 from tests.support.hostile import Hostile
 from tests.support.mount import mount_store
 
@@ -94,3 +99,70 @@ def test_a_server_repeating_bad_paths_every_pass_does_not_grow_the_log(tmp_path:
         assert [int(line.split("count=")[1].split()[0]) for line in counts][:3] == [10, 100, 1000]
         assert len(counts) <= 5  # 10, 100, 1000, 10000 (and 100000 beyond 50 passes)
         assert all("path no memory can have" in line for line in counts)
+
+
+_PATHS = ["/a.md", "/d/b.md", "/d/e/c.md", "/d", "/d/", "//x.md", "/../x.md", "/a.md/z.md", ""]
+_SIZES = [0, 1, 5, -5, MAX_CONTENT_BYTES, MAX_CONTENT_BYTES + 1, 2**63, 2**64, None, "5", 1.5]
+_SHAS = [hashlib.sha256(b"hello").hexdigest(), "a" * 64, "A" * 64, "../x", None, 5]
+_IDS = ["mem_1", "mem_2", "mem_3", "", "..", "mem_\ud800", None, 7]
+_CONTENTS = ["hello", "", "bad \ud800", None, 3]
+
+
+@st.composite
+def _record(draw: st.DrawFn) -> Any:
+    record = {
+        "type": draw(st.sampled_from(["memory", "memory", "memory_prefix", "other"])),
+        "id": draw(st.sampled_from(_IDS)),
+        "path": draw(st.sampled_from(_PATHS)),
+        "content_sha256": draw(st.sampled_from(_SHAS)),
+        "content_size_bytes": draw(st.sampled_from(_SIZES)),
+        "content": draw(st.sampled_from(_CONTENTS)),
+        "memory_version_id": "memver_x",
+    }
+    for key in draw(st.sets(st.sampled_from(sorted(record)), max_size=2)):
+        del record[key]
+    return draw(st.sampled_from([record, record, record, None, [], "memory"]))
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.deadline(280)
+def test_fuzz_a_hostile_listing_through_a_real_mount(tmp_path: Path) -> None:
+    """The done-when fuzz of issue 24: Hypothesis picks the listing a hostile server
+    serves to a live mount; each pass must leave the daemon up, every directory
+    listable (never EIO for a whole directory) and every file stat-able, a read
+    answering bytes or EIO at once, and memory bounded."""
+    with Hostile() as srv:
+        srv.add("/keep.md", "kept\n")
+        proc = mount_store(tmp_path, srv.url, srv.store_id, "--sync-interval", "3600")
+        root = proc.mountpoint
+        rss_start = _rss_kib(proc.pid)
+
+        @given(st.lists(_record(), max_size=12))
+        @settings(max_examples=40, deadline=None, database=None)
+        def one_listing(records: list[Any]) -> None:
+            srv.extra = records
+            assert proc.sync().returncode == 0  # no record fails the whole pass
+            assert proc.proc is not None and proc.proc.poll() is None, proc.log()[-3000:]
+            for here, _dirs, files in os.walk(root, onerror=_fail):
+                for name in files:
+                    path = Path(here) / name
+                    path.stat()
+                    t0 = time.monotonic()
+                    code = _read_errno(path)
+                    assert code in (0, errno.EIO), (path, code)
+                    assert time.monotonic() - t0 < 10, path
+            assert (root / "keep.md").read_text() == "kept\n"
+
+        one_listing()
+        grown = _rss_kib(proc.pid) - rss_start
+        assert grown < 100 * 1024, f"the daemon grew by {grown} KiB"
+
+
+def _fail(error: OSError) -> None:
+    raise error
