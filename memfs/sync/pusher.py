@@ -126,11 +126,15 @@ class Pusher:
         ):
             return False
         parked = f"/.memfs-moving-{node.memory_id}"
+        # Recorded first: a daemon killed before the answer lands finds the parked path
+        # settled as its own move at the next start, not pulled as a remote rename.
+        self.state.record_sent(node, None, parked)
         try:
             memory = await self.client.update_memory(
                 self.store_id, node.memory_id, path=parked, precondition_sha256=node.base_sha
             )
         except StoreError as err:
+            self.state.record_sent(node, None, None)
             log.warning(
                 "failed to move memory aside memory_store_id=%s path=%s error=%s",
                 self.store_id,
@@ -139,6 +143,7 @@ class Pusher:
             )
             return False
         self.state.set_base_path(node, memory.path)
+        self.state.record_sent(node, None, None)
         log.debug(
             "moved memory aside to free a path memory_store_id=%s path=%s parked=%s",
             self.store_id,
