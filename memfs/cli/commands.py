@@ -458,8 +458,8 @@ def _unmount(mountpoint: str, timeout: float) -> int:
         time.sleep(0.05)
     if answer.get("error"):
         print(f"memfs: {answer['error']}", file=sys.stderr)
-    from memfs.mount.display import unpushed_lines
+    from memfs.mount.display import left_lines
 
-    for line in unpushed_lines(answer.get("unpushed") or {}):
+    for line in left_lines(answer):
         print(line, file=sys.stderr)
     return ExitCode.OK if answer.get("ok") else ExitCode.FAILED

@@ -220,6 +220,8 @@ class UnmountAnswer(TypedDict):
     ok: bool
     seconds: float
     unpushed: dict[str, list[str]]
+    # per store, the files the store refused: {"path", "why"}; they are only local
+    refused: dict[str, list[dict[str, str]]]
     stopped: bool
     outcomes: dict[str, str]
 

@@ -17,13 +17,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from memfs.logs import plural
+
 # A row the next start still has to push: changed, new, renamed, or an upload whose
-# answer may have been lost. Tombstones (path NULL) are pending deletes.
+# answer may have been lost. Tombstones (path NULL) are pending deletes. A refused row
+# (content the store refused, or not UTF-8) waits for new content instead: listed apart.
 _UNPUSHED = """
-SELECT path, base_path, memory_id FROM entries
+SELECT path, base_path, memory_id, refused_why FROM entries
 WHERE kind = 'file' AND (
     (path IS NOT NULL AND (dirty = 1 OR memory_id IS NULL OR sent_sha IS NOT NULL
-                           OR sent_path IS NOT NULL OR base_path IS NOT path))
+                           OR sent_path IS NOT NULL OR base_path IS NOT path
+                           OR refused_sha IS NOT NULL))
     OR (path IS NULL AND memory_id IS NOT NULL))
 """
 
@@ -73,9 +77,10 @@ def dead_mount_at(path: str) -> str | None:
     return best if best is not None and is_dead_mount(best) else None
 
 
-def unpushed(cache_dir: str, excludes: list[str]) -> list[str] | None:
-    """Store paths the journal still has to push (deletes as `-/path`); None if the
-    journal cannot be read. Read-only: the dead daemon's lock no longer matters."""
+def unpushed(cache_dir: str, excludes: list[str]) -> tuple[list[str], list[dict[str, str]]] | None:
+    """Store paths the journal still has to push (deletes as `-/path`), and the files
+    the store refused (`path`, `why`); None if the journal cannot be read. Read-only:
+    the dead daemon's lock no longer matters."""
     db_path = Path(cache_dir) / "journal.sqlite"
     if not db_path.exists():
         return None
@@ -94,12 +99,17 @@ def unpushed(cache_dir: str, excludes: list[str]) -> list[str] | None:
         return p is not None and any(fnmatch.fnmatchcase(p.rsplit("/", 1)[-1], x) for x in excludes)
 
     paths: list[str] = []
-    for path, base_path, memory_id in rows:
+    refused: list[dict[str, str]] = []
+    for path, base_path, memory_id, why in rows:
         if path is None:
             paths.append(f"-{base_path}")
-        elif not excluded(path) or (memory_id is not None and excluded(base_path)):
-            paths.append(path)  # an excluded name the store has is a memory (engine rule)
-    return sorted(paths)
+        elif excluded(path) and (memory_id is None or not excluded(base_path)):
+            continue  # local-only; an excluded name the store has is a memory (engine rule)
+        elif why is not None:
+            refused.append({"path": path, "why": why})
+        else:
+            paths.append(path)
+    return sorted(paths), sorted(refused, key=lambda r: r["path"])
 
 
 def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any]:
@@ -110,6 +120,7 @@ def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any
         "mountpoint": mountpoint,
         "pid": None,
         "unpushed": {},
+        "refused": {},
         "recover": None,
     }
     clear = f"fusermount3 -u -z {shlex.quote(mountpoint)}"
@@ -119,7 +130,7 @@ def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any
             "another XDG_RUNTIME_DIR): clear it, then run the memfs "
             "command that started it again"
         )
-        answer["unpushed"] = None
+        answer["unpushed"] = answer["refused"] = None
         answer["recover"] = clear
         return answer
     answer["pid"] = info.get("pid")
@@ -127,7 +138,9 @@ def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any
     for store_id, cache_dir in (info.get("caches") or {}).items():
         left = unpushed(str(cache_dir), excludes)
         if left is not None:
-            answer["unpushed"][store_id] = left
+            answer["unpushed"][store_id] = left[0]
+            if left[1]:
+                answer["refused"][store_id] = left[1]
     # The start command clears the dead mount itself and pushes the journal first.
     answer["recover"] = info.get("restart") or clear
     return answer
@@ -158,6 +171,14 @@ def dead_summary(answer: dict[str, Any]) -> str:
         lines.append("memfs: the journal holds no unpushed changes")
     else:
         lines.append("memfs: the journal could not be read; it is kept as it is")
+    refused = [f for found in answer.get("refused", {}).values() for f in found]
+    if refused:
+        named = ", ".join(f"{f['path']} ({f['why']})" for f in refused[:10])
+        more = f" and {len(refused) - 10} more" if len(refused) > 10 else ""
+        lines.append(
+            f"memfs: {plural(len(refused), 'file')} the store refused, only in the cache: "
+            f"the next start does not push them until their content changes: {named}{more}"
+        )
     lines.append(f"memfs: recover with: {answer['recover']}")
     return "\n".join(lines)
 

@@ -88,6 +88,7 @@ class Daemon:
             "ok": True,
             "seconds": 0.0,
             "unpushed": {},
+            "refused": {},
             "stopped": False,
             "outcomes": {},
         }
@@ -488,6 +489,15 @@ class Daemon:
                 left[sync.store_id] = paths
         return left
 
+    def _refused(self) -> dict[str, list[dict[str, str]]]:
+        """Per writable store: the files the store refused, which it does not have."""
+        refused: dict[str, list[dict[str, str]]] = {}
+        for sync in self.syncs:
+            files = [] if sync.state.read_only else sync.statistics().refused_files
+            if files:
+                refused[sync.store_id] = [{"path": r.path, "why": r.why} for r in files]
+        return refused
+
     async def _final_flush(self) -> int:
         t0 = time.monotonic()
         results: dict[str, PassResult] = {}
@@ -514,12 +524,13 @@ class Daemon:
             self._flushing = False
             if display is not None:
                 display.close()
-        left = self._left_behind()
+        left, refused = self._left_behind(), self._refused()
         stopped = self._flush_scope.cancelled_caught
         self._flush_report = {
-            "ok": not left,
+            "ok": not left and not refused,
             "seconds": round(time.monotonic() - t0, 3),
             "unpushed": left,
+            "refused": refused,
             "stopped": stopped,
             "outcomes": {k: v.outcome for k, v in results.items()},
         }
@@ -531,13 +542,22 @@ class Daemon:
                 len(paths),
                 ",".join(paths[:20]),
             )
+        for store_id, files in refused.items():
+            log.warning(
+                "the store refused these files, so it does not have them; they stay "
+                "only in the cache until their content changes memory_store_id=%s "
+                "files=%d paths=%s",
+                store_id,
+                len(files),
+                ",".join(f["path"] for f in files[:20]),
+            )
         if stopped:
             _say(
                 f"final sync stopped; {_files(self._unpushed_count())} not pushed, kept "
                 "in the journal: the next start pushes them"
             )
             return ExitCode.INTERRUPTED
-        return 0 if not left else 1
+        return 0 if self._flush_report["ok"] else 1
 
     def places(self) -> dict[str, str]:
         """Where each store shows in the mount."""

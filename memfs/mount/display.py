@@ -205,17 +205,31 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]) -
             display.close()
 
 
-def unpushed_lines(unpushed: Mapping[str, Sequence[str]], prog: str = "memfs") -> list[str]:
-    """The exit message after a final sync that left files: up to 10 paths, "and N more"."""
+def _named(items: Sequence[str]) -> str:
+    """Up to NAMED_PATHS items, then "and N more"."""
+    named = ", ".join(printable(i) for i in items[:NAMED_PATHS])
+    more = len(items) - NAMED_PATHS
+    return named + (f" and {more} more" if more > 0 else "")
+
+
+def left_lines(report: Mapping[str, Any], prog: str = "memfs") -> list[str]:
+    """The exit message after a final sync that left files the store does not have:
+    changed files not pushed (the next start pushes them) and files the store refused
+    (only in the cache until their content changes); up to 10 paths each."""
     lines = []
+    unpushed: Mapping[str, Sequence[str]] = report.get("unpushed") or {}
     for store_id, paths in unpushed.items():
-        named = ", ".join(paths[:NAMED_PATHS])
-        more = len(paths) - NAMED_PATHS
-        if more > 0:
-            named += f" and {more} more"
         files, stay = ("file", "it stays") if len(paths) == 1 else ("files", "they stay")
         lines.append(
             f"{prog}: {len(paths)} changed {files} of {store_id} could not be "
-            f"pushed; {stay} in the journal for the next start: {named}"
+            f"pushed; {stay} in the journal for the next start: {_named(paths)}"
+        )
+    refused: Mapping[str, Sequence[Mapping[str, str]]] = report.get("refused") or {}
+    for store_id, found in refused.items():
+        files = "1 file" if len(found) == 1 else f"{len(found)} files"
+        lines.append(
+            f"{prog}: {files} of {store_id} not in the store, which refused them; only "
+            "the cache holds them until their content changes: "
+            + _named([f"{f['path']} ({f['why']})" for f in found])
         )
     return lines

@@ -102,7 +102,7 @@ def _run_foreground(config: MountConfig) -> int:
     except ConfigError as e:
         print(f"memfs: {e}", file=sys.stderr)
         return 2
-    for line in display.unpushed_lines(daemon._flush_report.get("unpushed") or {}):
+    for line in display.left_lines(daemon._flush_report):
         print(line, file=sys.stderr)
     return code
 

@@ -360,12 +360,24 @@ class MemfsSessionStores:
             # a stopped call's half-done move. Its edits are still pushed at unmount.
             await self._ask(mount, protocol.Restore(sync=False), bound=REQUEST_TIMEOUT)
         answer = await self._ask(mount, protocol.Unmount(), bound=MEMORY_FLUSH_TIMEOUT + 15)
-        if answer.get("unpushed"):
+        for store_id, paths in (answer.get("unpushed") or {}).items():
             log.warning(
                 "memory flush left changed files un-pushed; they stay in the "
-                "journal for the next mount root=%s stores=%s",
+                "journal for the next mount root=%s memory_store_id=%s files=%d paths=%s",
                 mount.root,
-                ",".join(answer["unpushed"]),
+                store_id,
+                len(paths),
+                ",".join(paths[:20]),
+            )
+        for store_id, files in (answer.get("refused") or {}).items():
+            log.warning(
+                "the store refused these files, so it does not have them; they stay "
+                "only in the cache until their content changes root=%s "
+                "memory_store_id=%s files=%d paths=%s",
+                mount.root,
+                store_id,
+                len(files),
+                ",".join(f"{f['path']} ({f['why']})" for f in files[:20]),
             )
         for _ in range(300):  # the daemon exits right after its answer; bounded at 15 s
             if not (mount.pid and registry.pid_alive(mount.pid)):

@@ -81,7 +81,8 @@ def test_a_live_mount_counts_its_work(
         assert value(after, "process_resident_memory_bytes") > 0
         assert (root / "shared.md").read_text() == "remote edit\n"  # the store won
     finally:
-        assert proc.stop() == 0
+        proc.expect_exit(1)  # binary.dat is not in the store: named at the stop
+        assert proc.stop() == 1
         proc.cleanup()
 
 

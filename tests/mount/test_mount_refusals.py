@@ -129,6 +129,7 @@ def test_efbig_past_the_content_limit(
     memories = {m["path"]: m for m in shared_api.list_memories(str(store["id"]))}
     assert memories["/big.md"]["content_size_bytes"] == MAX_CONTENT_BYTES
     assert "/huge.md" not in memories
+    mount.expect_exit(1)  # /huge.md is not in the store: named at the stop
 
 
 def test_paths_the_api_would_reject(mount: MountProcess) -> None:

@@ -353,6 +353,7 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared
         with open(scratch / "bad.md", "wb") as f:
             f.write(b"\xff\xfe not utf-8")
     assert info.value.errno == errno.EILSEQ
+    three.proc.expect_exit(1)  # /bad.md is not in the store: named at the stop
     (scratch / "new.md").write_text("not pushed yet\n")
     os.unlink(prefs / "projects/memfs.md")
     now = time.time()
