@@ -73,6 +73,9 @@ class MountConfig:
     content_timeout: float = 30.0
     api_url: str | None = None
     allow_other: bool = False
+    uid: int | None = None  # --uid: who the files appear to belong to (None: the user)
+    gid: int | None = None  # --gid
+    umask: int | None = None  # --umask: the permission bits shown (None: each file's mode)
     log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
     restart: str = ""  # the command that starts this mount again (dead-mount recovery)
     metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)

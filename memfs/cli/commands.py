@@ -68,6 +68,9 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
         cache_max_bytes=parse_size(args.cache_max_size) if args.cache_max_size else None,
         api_url=args.api_url,
         allow_other=args.allow_other,
+        uid=args.uid,
+        gid=args.gid,
+        umask=args.umask,
         log_file=getattr(args, "log_file", None),
         metrics_addr=metrics_addr,
     )

@@ -19,6 +19,28 @@ STORE_ID_HELP = "the store's id (memstore_…)"
 STORE_NAME_MAX = 255
 
 
+def _owner_id(text: str) -> int:
+    """A uid or gid for --uid/--gid: a number, as rclone and sshfs take it."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"out of range: {value}")
+    return value
+
+
+def _umask(text: str) -> int:
+    """--umask in octal, as umask(1) prints it (022, 0077)."""
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal mask: {text!r}") from None
+    if not 0 <= value <= 0o777:
+        raise argparse.ArgumentTypeError(f"not a mask of permission bits: {text!r}")
+    return value
+
+
 def _store_name(text: str) -> str:
     """The server's rules for a name, checked here so a bad one is a usage error
     (exit 2) with `store create`'s usage, not the server's 400 after a round trip."""
@@ -394,6 +416,26 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
         "--allow-other",
         action="store_true",
         help="let other users in (needs user_allow_other in /etc/fuse.conf)",
+    )
+    parser.add_argument(
+        "--uid",
+        type=_owner_id,
+        metavar="UID",
+        help="the user id files and directories appear to belong to (default: the mounting user's)",
+    )
+    parser.add_argument(
+        "--gid",
+        type=_owner_id,
+        metavar="GID",
+        help="the group id they appear to belong to (default: the mounting user's)",
+    )
+    parser.add_argument(
+        "--umask",
+        type=_umask,
+        metavar="UMASK",
+        help="permission bits shown are 0666 for files and 0777 for directories "
+        "minus UMASK, in octal, e.g. 077 (default: the modes kept per file, 0644 "
+        "and 0755 unless chmod changed them)",
     )
     parser.add_argument(
         "--daemon",

@@ -212,6 +212,14 @@ def restart_command(
             cmd.append("--zero-message-opens")
     if api_url:
         cmd += ["--api-url", api_url]
+    cmd += _option_flags(args)
+    cmd.append("--daemon")
+    return shlex.join(cmd)
+
+
+def _option_flags(args: Any) -> list[str]:
+    """The mount options given that differ from their defaults, as flags."""
+    cmd: list[str] = []
     if getattr(args, "deletes_when_asked", False):
         cmd.append("--deletes-when-asked")
     if not getattr(args, "push_soon", True):
@@ -228,9 +236,13 @@ def restart_command(
         cmd += ["--exclude", pattern]
     if getattr(args, "allow_other", False):
         cmd.append("--allow-other")
+    for name in ("uid", "gid"):
+        if getattr(args, name, None) is not None:
+            cmd += ["--" + name, str(getattr(args, name))]
+    if getattr(args, "umask", None) is not None:
+        cmd += ["--umask", f"{args.umask:03o}"]
     if getattr(args, "log_file", None):
         cmd += ["--log-file", os.path.abspath(args.log_file)]
     if getattr(args, "log_format", "text") != "text":
         cmd += ["--log-format", args.log_format]
-    cmd.append("--daemon")
-    return shlex.join(cmd)
+    return cmd

@@ -76,7 +76,11 @@ class Daemon:
     def __init__(self, config: MountConfig, *, notifier: Notifier | None = None) -> None:
         self.config = config
         self.notifier = notifier or KernelNotifier()
-        self.tree = Tree(uid=os.getuid(), gid=os.getgid())
+        self.tree = Tree(
+            uid=os.getuid() if config.uid is None else config.uid,
+            gid=os.getgid() if config.gid is None else config.gid,
+            umask=config.umask,
+        )
         self.syncs: list[StoreSync] = []
         self.infos: dict[str, StoreInfo] = {}
         self.caches: list[CacheDir] = []

@@ -272,9 +272,11 @@ class MemFs(pyfuse3.Operations):
         a.st_ctime_ns = node.ctime_ns
         return a
 
-    @staticmethod
-    def mode(node: Node) -> int:
+    def mode(self, node: Node) -> int:
         mode = stat_mode(node)
+        if self.tree.umask is not None:  # --umask, as rclone's: 0666/0777 minus the mask
+            shown = 0o777 if node.is_dir else 0o444 if node.kind is Kind.MARKER else 0o666
+            mode = (mode & ~0o7777) | (shown & ~self.tree.umask)
         if node.store is not None and node.store.read_only:
             mode &= ~0o222  # 0444/0555 whatever the journal remembers from a writable mount
         return mode
@@ -846,17 +848,18 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        """The stores' limits as the size, their memories as the use: running totals
+        (`StoreState.usage`), in 512-byte units so that small memories show (in 4 KiB
+        ones, `df` said 0 used for any store of small files)."""
         s = pyfuse3.StatvfsData()
         stores = self.stores()
-        used_files = used_bytes = 0
-        for store in stores:  # one walk for both counts
-            for node in store.walk_files():
-                used_files += 1
-                used_bytes += node.size
+        used_files = sum(store.usage.files for store in stores)
+        used_bytes = sum(store.usage.bytes for store in stores)
         capacity = MAX_MEMORIES_PER_STORE * max(1, len(stores))
-        s.f_bsize = s.f_frsize = 4096
-        s.f_blocks = capacity * MAX_CONTENT_BYTES // 4096
-        used = used_bytes // 4096
+        s.f_bsize = 4096
+        s.f_frsize = 512
+        s.f_blocks = capacity * MAX_CONTENT_BYTES // 512
+        used = -(-used_bytes // 512)
         s.f_bfree = s.f_bavail = max(0, s.f_blocks - used)
         s.f_files = capacity
         s.f_ffree = s.f_favail = max(0, capacity - used_files)

@@ -2,7 +2,7 @@
 
 Plain data: `Node` carries what the kernel, the journal and the sync engine know of
 one entry. Only `StoreState` (memfs/state/store_state.py) and its sync half (memfs/state/records.py)
-write its fields; the inode table (`Tree`, memfs/state/tree.py) counts its lookups. The
+write its fields (a file's `size` and `linked` keep its store's `usage` totals); the inode table (`Tree`, memfs/state/tree.py) counts its lookups. The
 checks here turn a name from the kernel into one the API accepts, or an errno.
 """
 
@@ -42,6 +42,8 @@ class Node:
     """A file, directory or the marker. File fields are unused on directories."""
 
     __slots__ = (
+        "_linked",
+        "_size",
         "atime_ns",
         "base_path",
         "base_sha",
@@ -54,7 +56,6 @@ class Node:
         "entry_id",
         "ino",
         "kind",
-        "linked",
         "lookups",
         "memory_id",
         "mode",
@@ -68,7 +69,6 @@ class Node:
         "sent_path",
         "sent_sha",
         "sha",
-        "size",
         "store",
         "version",
     )
@@ -94,7 +94,10 @@ class Node:
         self.entry_id: int | None = None
         self.data: bytearray | None = None  # authoritative content when set
         self.sha: str | None = None  # content sha when `data` is None
-        self.size = 0
+        self._size = 0
+        self._linked = True
+        if kind is Kind.FILE and store is not None:
+            store.usage.files += 1
         self.dirty = False
         self.dirty_since: float | None = None
         self.memory_id: str | None = None
@@ -109,7 +112,31 @@ class Node:
         self.lookups = 0
         self.open_handles = 0
         self.open_writers = 0
-        self.linked = True
+
+    # A linked file's size and linkage are counted in its store's `usage` as they
+    # change, so `statfs` (df) reads running totals instead of walking every file.
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @size.setter
+    def size(self, value: int) -> None:
+        if self._linked and self.kind is Kind.FILE and self.store is not None:
+            self.store.usage.bytes += value - self._size
+        self._size = value
+
+    @property
+    def linked(self) -> bool:
+        """False once unlinked (a tombstone, or open after its unlink)."""
+        return self._linked
+
+    @linked.setter
+    def linked(self, value: bool) -> None:
+        if value != self._linked and self.kind is Kind.FILE and self.store is not None:
+            sign = 1 if value else -1
+            self.store.usage.files += sign
+            self.store.usage.bytes += sign * self._size
+        self._linked = value
 
     @property
     def is_dir(self) -> bool:

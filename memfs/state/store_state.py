@@ -57,6 +57,14 @@ class StateStatistics:
     pending_deletes: int  # tombstones
 
 
+@dataclass
+class Usage:
+    """Running totals of a store's linked files, kept by `Node` as they change."""
+
+    files: int = 0
+    bytes: int = 0
+
+
 class StoreState(SyncRecords):
     """One store's subtree, its journal and its content, kept in step.
 
@@ -77,6 +85,7 @@ class StoreState(SyncRecords):
         self.tree = tree
         self.store_id = store_id
         self.read_only = read_only
+        self.usage = Usage()  # before any node: each file counts itself in
         self.cache = cache
         self.journal = cache.journal
         self.objects = cache.objects

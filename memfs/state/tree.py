@@ -107,9 +107,12 @@ class NegativeStatistics:
 class Tree:
     """Inode table of one mount (one or several stores)."""
 
-    def __init__(self, *, uid: int, gid: int) -> None:
+    def __init__(self, *, uid: int, gid: int, umask: int | None = None) -> None:
+        # Who every entry appears to belong to, and (--umask) the permission bits shown
+        # instead of each entry's own mode (memfs/mount/fs.py, `MemFs.mode`).
         self.uid = uid
         self.gid = gid
+        self.umask = umask
         self.nodes: dict[int, Node] = {}
         self.negatives = NegativeEntries()
         # Directories whose names changed and that the kernel may have a cached listing

@@ -39,7 +39,7 @@ def test_options_become_flags() -> None:
         STORE,
         "/mnt/p",
         "-o",
-        "ro,allow_other,sync_interval=30,deletions=log_only,"
+        "ro,allow_other,uid=1000,gid=100,umask=022,sync_interval=30,deletions=log_only,"
         "exclude=*.tmp,exclude=.#*,cache_dir=/c,cache-max-size=200M,"
         "flush_timeout=60,api_url=http://h:1,log_level=debug,log_file=/l",
     )
@@ -53,6 +53,12 @@ def test_options_become_flags() -> None:
         "/mnt/p",
         "--daemon",
         "--allow-other",
+        "--uid",
+        "1000",
+        "--gid",
+        "100",
+        "--umask",
+        "022",
         "--sync-interval",
         "30",
         "--deletions",

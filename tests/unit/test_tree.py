@@ -313,6 +313,41 @@ async def test_statfs_is_sane(h: Harness) -> None:
     assert s.f_namemax >= 255
 
 
+async def test_usage_totals_follow_every_change(h: Harness) -> None:
+    """statfs reads running totals, not a walk per call (issue 24 item 15): after
+    every kind of change they equal what a walk counts."""
+
+    def walked() -> tuple[int, int]:
+        files = list(h.state.walk_files())
+        return len(files), sum(n.size for n in files)
+
+    async def check() -> None:
+        assert (h.state.usage.files, h.state.usage.bytes) == walked()
+        s = await h.fs.statfs(CTX)
+        assert s.f_files - s.f_ffree == h.state.usage.files
+        assert (s.f_blocks - s.f_bfree) * s.f_frsize == -(-h.state.usage.bytes // 512) * 512
+
+    await check()
+    h.seed("/s.md", b"synced", "mem_1")
+    await h.write_file("/a.md", b"x" * 5000)
+    await h.mkdir("/d")
+    await h.write_file("/d/b.md", b"bb")
+    await check()
+    assert walked() == (3, 5008)
+    fi = await h.fs.open(await h.ino("/a.md"), O_WR, CTX)
+    await h.fs.write(fi.fh, 6000, b"y")  # sparse growth
+    await h.fs.release(fi.fh)
+    await check()
+    await h.rename("/d/b.md", "/a.md")  # over an existing file
+    await h.unlink("/s.md")  # a tombstone is not a file
+    h.remote_only("/r.md", b"remote", "mem_2")
+    await check()
+    assert walked() == (2, 8)
+    h.reload()  # r.md's size is unknown until a listing gives it (not downloaded)
+    await check()
+    assert walked()[0] == 2
+
+
 async def test_xattrs(h: Harness) -> None:
     node = h.seed("/a.md", b"a", "mem_a")
     names = set(await h.fs.listxattr(node.ino, CTX))
