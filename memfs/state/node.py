@@ -1,9 +1,11 @@
 """A node of the namespace: a file, a directory or the marker, and the rules for names.
 
 Plain data: `Node` carries what the kernel, the journal and the sync engine know of
-one entry. Only `StoreState` (memfs/state/store_state.py) and its sync half (memfs/state/records.py)
-write its fields (a file's `size` and `linked` keep its store's `usage` totals); the inode table (`Tree`, memfs/state/tree.py) counts its lookups. The
-checks here turn a name from the kernel into one the API accepts, or an errno.
+one entry. Only `StoreState` (memfs/state/store_state.py) and its sync half
+(memfs/state/records.py) write its fields; a file's `size` and `linked` keep its store's
+`usage` totals as they change. The inode table (`Tree`, memfs/state/tree.py) counts its
+lookups. The checks here turn a name from the kernel into one the API accepts, or an
+errno.
 """
 
 from __future__ import annotations
