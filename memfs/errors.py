@@ -12,7 +12,8 @@
         ├── PreconditionFailed      409 memory_precondition_failed_error (or 412)
         ├── PathConflict            409 memory_path_conflict_error (+ id and path)
         ├── Conflict                409 conflict_error (archived store, head redact)
-        ├── Rejected                400 / 413: permanent until the request changes
+        ├── Rejected                400 / 413: permanent until the request changes,
+        │                           except a full store (`transient`): retried later
         └── InvalidContent          the server sent text no UTF-8 encodes (lone surrogates)
 
 Messages never contain credentials or file contents.
@@ -21,6 +22,7 @@ Messages never contain credentials or file contents.
 from __future__ import annotations
 
 import errno as _errno
+import re
 
 
 def missing_store(store_id: str) -> str:
@@ -96,7 +98,20 @@ class Conflict(StoreError):
 
 
 class Rejected(StoreError):
-    pass
+    @property
+    def transient(self) -> bool:
+        """The store is full (its limit of memories): space can free up, so the upload
+        is retried with back-off, unlike content no store accepts (too large, not
+        UTF-8, a bad path), which waits for new content."""
+        return refusal_is_transient(self.message)
+
+
+_STORE_FULL = re.compile(r"\bstore is full\b|\bquota\b", re.IGNORECASE)
+
+
+def refusal_is_transient(why: str) -> bool:
+    """A refusal's reason names a cause that passes (`Rejected.transient`)."""
+    return _STORE_FULL.search(why) is not None
 
 
 class InvalidContent(StoreError):

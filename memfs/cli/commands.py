@@ -361,11 +361,16 @@ def status(args: Any) -> int:
                 [f"{c['path']} -> {c['copy']}" for c in s.get("conflict_copies", [])],
                 "    ",
             )
-            _listing(
-                "refused", [f"{r['path']} ({r['why']})" for r in s.get("refused_files", [])], "    "
-            )
+            _listing("refused", [_refusal(r) for r in s.get("refused_files", [])], "    ")
             _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
     return code
+
+
+def _refusal(r: dict[str, Any]) -> str:
+    """`/a.md (why; transient, next retry 12:00:15)` or `(why; permanent, …)`."""
+    if r.get("transient"):
+        return f"{r['path']} ({r['why']}; transient, next retry {_clock(r.get('next_retry'))})"
+    return f"{r['path']} ({r['why']}; permanent, until its content changes)"
 
 
 def unmount(args: Any) -> int:

@@ -486,18 +486,22 @@ class Daemon:
             if sync.state.read_only:
                 continue
             stats = sync.statistics()
-            paths = list(stats.dirty_files) + [
-                p for p in stats.pending_delete_paths if p and sync.deletions == "enabled"
-            ]
+            paths = (
+                list(stats.dirty_files)
+                + [r.path for r in stats.refused_files if r.transient]  # the start retries
+                + [p for p in stats.pending_delete_paths if p and sync.deletions == "enabled"]
+            )
             if paths:
                 left[sync.store_id] = paths
         return left
 
     def _refused(self) -> dict[str, list[dict[str, str]]]:
-        """Per writable store: the files the store refused, which it does not have."""
+        """Per writable store: the files the store refused for good (until their content
+        changes), which it does not have."""
         refused: dict[str, list[dict[str, str]]] = {}
         for sync in self.syncs:
-            files = [] if sync.state.read_only else sync.statistics().refused_files
+            stats = None if sync.state.read_only else sync.statistics()
+            files = [r for r in stats.refused_files if not r.transient] if stats else []
             if files:
                 refused[sync.store_id] = [{"path": r.path, "why": r.why} for r in files]
         return refused

@@ -68,6 +68,8 @@ class Node:
         "parent",
         "refused_sha",
         "refused_why",
+        "retries",
+        "retry_at",
         "sent_path",
         "sent_sha",
         "sha",
@@ -109,6 +111,11 @@ class Node:
         self.sent_path: str | None = None
         self.refused_sha: str | None = None
         self.refused_why: str | None = None
+        # A transient refusal (the store was full): retried at `retry_at` (time.time()),
+        # the `retries`-th time; None for a permanent one, which waits for new content.
+        # Kept in memory only: a restart retries at once.
+        self.retry_at: float | None = None
+        self.retries = 0
         self.conflict: str | None = None
         self.version = 0
         self.lookups = 0

@@ -116,12 +116,17 @@ class SyncRecords:
         node.sha = sha
         node.dirty = False
         node.dirty_since = None
+        # The store has this content now: no refusal stands (a transient one retried).
+        node.refused_sha = node.refused_why = node.retry_at = None
+        node.retries = 0
         if node.entry_id is not None:
             self.journal.update(
                 node.entry_id,
                 sha=sha,
                 data=None,
                 dirty=0,
+                refused_sha=None,
+                refused_why=None,
                 base_sha=node.base_sha,
                 base_path=node.base_path,
                 memory_id=node.memory_id,
@@ -373,12 +378,19 @@ class SyncRecords:
                 sent_path=None,
             )
 
-    def refuse(self, node: Node, sha: str, why: str) -> None:
-        """The store rejected this content (400/413): held back until it changes."""
+    def refuse(self, node: Node, sha: str, why: str, *, retry_at: float | None = None) -> None:
+        """The store rejected this content (400/413): held back until it changes, or,
+        for a transient cause, until `retry_at`. Only a permanent refusal is journalled:
+        a restart retries a transient one at once."""
         node.refused_sha = sha
         node.refused_why = why
+        node.retry_at = retry_at
+        node.retries = 0 if retry_at is None else node.retries + 1
         if node.entry_id is not None:
-            self.journal.update(
-                node.entry_id, refused_sha=sha, refused_why=why, sent_sha=None, sent_path=None
-            )
+            if retry_at is None:
+                self.journal.update(
+                    node.entry_id, refused_sha=sha, refused_why=why, sent_sha=None, sent_path=None
+                )
+            else:
+                self.journal.update(node.entry_id, sent_sha=None, sent_path=None)
         node.sent_sha = node.sent_path = None

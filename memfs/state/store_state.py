@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from memfs.errors import FsError
+from memfs.errors import FsError, refusal_is_transient
 from memfs.paths import (
     LOCAL_ONLY_MAX_BYTES,
     MARKER_NAME,
@@ -145,8 +145,9 @@ class StoreState(SyncRecords):
             node.base_path = row.base_path
             node.sent_sha = row.sent_sha
             node.sent_path = row.sent_path
-            node.refused_sha = row.refused_sha
-            node.refused_why = row.refused_why
+            if row.refused_why is None or not refusal_is_transient(row.refused_why):
+                # (an older memfs journalled a full store's refusal: retried now)
+                node.refused_sha, node.refused_why = row.refused_sha, row.refused_why
             node.conflict = row.conflict
             node.dirty = row.dirty
             if row.data is not None:
@@ -396,7 +397,8 @@ class StoreState(SyncRecords):
         if node.entry_id is not None:
             self.journal.update(node.entry_id, **fields)
         node.data = data
-        node.refused_sha = node.refused_why = None
+        node.refused_sha = node.refused_why = node.retry_at = None
+        node.retries = 0
         node.sha = None
         if not node.dirty:
             node.dirty = True

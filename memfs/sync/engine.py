@@ -53,14 +53,27 @@ log = logging.getLogger("memfs.sync")
 FULL_LISTING_EVERY = 20
 # The object cache is collected at start and this often (memfs/state/cachegc.py).
 GC_EVERY = 600.0
+# The least wait before a pass that retries a transient refusal (pusher.RETRY_FIRST).
+RETRY_GAP = 5.0
 
 
 @dataclass(frozen=True)
 class RefusedFile:
-    """A file the store refused, held back until its content changes."""
+    """A file the store refused: held back until its content changes (permanent), or
+    retried with back-off at `next_retry` (`transient`: the store was full)."""
 
     path: str
     why: str
+    transient: bool = False
+    next_retry: float | None = None  # time.time()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "why": self.why,
+            "transient": self.transient,
+            "next_retry": rfc3339(self.next_retry) if self.next_retry is not None else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,7 @@ class SyncStatistics:
             "missing_content": self.missing_content,
             "offline": self.offline,
             "conflict_copies": [c.as_json() for c in self.conflict_copies],
-            "refused_files": [{"path": r.path, "why": r.why} for r in self.refused_files],
+            "refused_files": [r.as_json() for r in self.refused_files],
             "dirty_files": list(self.dirty_files),
             "excluded": self.excluded,
             "pending_delete_paths": list(self.pending_delete_paths),
@@ -189,6 +202,7 @@ class StoreSync:
         self._listed_head: str | None = ""
         self._listed_generation = -1
         self._left_over = True
+        self._next_retry: float | None = None  # time.time() a transient refusal is due
         self._lean_passes = 0
 
     @property
@@ -287,7 +301,11 @@ class StoreSync:
                 named.add(n.conflict)
             name = n.state_name()
             if name == "refused":
-                refused.append(RefusedFile(n.store_path(), n.refused_why or ""))
+                refused.append(
+                    RefusedFile(
+                        n.store_path(), n.refused_why or "", n.retry_at is not None, n.retry_at
+                    )
+                )
             elif name == "dirty":
                 if self._excluded(n):
                     excluded += 1  # local-only by design: never "waiting to be pushed"
@@ -345,8 +363,13 @@ class StoreSync:
                 nursery.start_soon(self._collector)
                 task_status.started()
                 while True:
-                    self.next_pass_at = time.time() + self.interval
-                    with trio.move_on_after(self.interval):
+                    # The interval, or sooner when a transient refusal is due again (a
+                    # pass that failed before retrying it waits RETRY_GAP, not zero).
+                    wait = self.interval
+                    if self._next_retry is not None:
+                        wait = min(wait, max(RETRY_GAP, self._next_retry - time.time()))
+                    self.next_pass_at = time.time() + wait
+                    with trio.move_on_after(wait):
                         await self._wake.wait()
                     self._wake = trio.Event()
                     await self._pass(initial=False)
@@ -449,19 +472,23 @@ class StoreSync:
             return ""
         return versions[0].id if versions else None
 
-    def _idle(self, head: str | None) -> bool:
-        """Nothing changed on either side since the last full pass: skip the listing."""
+    def _idle(self, head: str | None, asked: bool) -> bool:
+        """Nothing changed on either side since the last full pass, and no transient
+        refusal is due (or asked for, `asked`): skip the listing."""
+        retry = self._next_retry is not None and (asked or time.time() >= self._next_retry)
         return (
             head != ""
             and head == self._listed_head
             and self.state.generation == self._listed_generation
             and not self._left_over
+            and not retry
             and self._lean_passes < FULL_LISTING_EVERY
         )
 
     async def _run_pass(self, result: PassResult, *, initial: bool, final: bool) -> None:
         head = await self._store_head()
-        if not initial and self._idle(head):
+        asked = final or self._started_seq <= self._asked_seq
+        if not initial and self._idle(head, asked):
             self._lean_passes += 1
             result.listed = False
             return
@@ -502,21 +529,24 @@ class StoreSync:
         self._left_over = self._has_left_over()
 
     def _has_left_over(self) -> bool:
-        """Anything a later pass still has to push, even with no new local change."""
+        """Anything a later pass still has to push, even with no new local change; and
+        `_next_retry`: when the first transient refusal is due again (`_idle`)."""
         state = self.state
+        self._next_retry = None
         if state.read_only:
             return False
-        if self.deletions == "enabled" and state.tombstones:
-            return True
+        left = self.deletions == "enabled" and bool(state.tombstones)
         for node in state.walk_files():
             if self._excluded(node):
                 continue
             if node.memory_id is None or node.dirty or node.sent_sha or node.sent_path:
                 if node.refused_sha is None or node.refused_sha != node.current_sha():
-                    return True
+                    left = True
+                elif node.retry_at is not None:
+                    self._next_retry = min(node.retry_at, self._next_retry or node.retry_at)
             elif node.base_path is not None and node.base_path != node.store_path():
-                return True
-        return False
+                left = True
+        return left
 
     def _excluded(self, node: Node) -> bool:
         return self.state.is_local_only(node)

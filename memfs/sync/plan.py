@@ -276,7 +276,11 @@ class Planner:
     ) -> bool:
         """`asked`: a pass someone waits for (or the final one); `final`: the last."""
         if node.refused_sha is not None and node.refused_sha == node.current_sha():
-            return False
+            # Refused: permanently until it changes; transiently until its retry is due,
+            # or someone asks (`memfs sync`, the final pass).
+            retry_at = node.retry_at
+            if retry_at is None or not (asked or final or time.time() >= retry_at):
+                return False
         if final:
             return True
         if self.state.tree.writers_tracked:

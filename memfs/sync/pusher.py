@@ -8,6 +8,7 @@ A lost race is settled by retrieving the memory and landing it (the store wins).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -25,6 +26,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
+from memfs.logs import Repeated
 from memfs.paths import RemoteMemory, sha256_hex
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
@@ -40,6 +42,10 @@ log = logging.getLogger("memfs.sync")
 # A merged upload that loses the race again is merged again, this often in one pass;
 # then the store wins (a conflict copy) and the next pass starts over.
 MERGE_RETRIES = 3
+# A transient refusal (the store is full) is retried after this many seconds, doubling
+# each time it is refused again, up to RETRY_MAX; a restart or `memfs sync` retries now.
+RETRY_FIRST = 15.0
+RETRY_MAX = 600.0
 
 
 def delete_cap(baseline: int) -> int:
@@ -77,6 +83,11 @@ class Pusher:
         self.deletes_held = 0  # > 0: flushes in progress that send no deletes
         self._log_only_said: set[str] = set()
         self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)
+        self._held = Repeated(  # once per file until it is pushed (`_pushed`)
+            log,
+            "the store refused this memory file for now, so it is retried later "
+            "memory_store_id=%s path=%s rejection=%s retry_in_s=%d",
+        )
 
     async def push(self, plan: Plan, result: PassResult) -> None:
         """Deletes, then updates (renames that stepped aside retried), then creates."""
@@ -340,6 +351,7 @@ class Pusher:
     def _pushed(self, memory: RemoteMemory, result: PassResult) -> None:
         """Count an upload the store accepted, and say so in the audit trail."""
         result.pushed += 1
+        self._held.forget(memory.path)
         self.trail.outcome(
             self.store_id,
             "pushed",
@@ -386,6 +398,9 @@ class Pusher:
         self.state.record_pushed(node, sha, memory.path, version)
 
     def _refuse(self, node: Node, sha: str, e: StoreError) -> None:
+        if isinstance(e, Rejected) and e.transient:
+            self._hold(node, sha, e)
+            return
         self.state.refuse(node, sha, e.message)
         self.trail.outcome(self.store_id, "refused", node.store_path(), why=e.message)
         log.warning(
@@ -395,3 +410,11 @@ class Pusher:
             node.store_path(),
             e.message,
         )
+
+    def _hold(self, node: Node, sha: str, e: StoreError) -> None:
+        """A refusal whose cause passes (the store is full): retried with back-off, from
+        RETRY_FIRST doubling up to RETRY_MAX, sooner when someone asks (`memfs sync`)."""
+        delay = min(RETRY_FIRST * 2**node.retries, RETRY_MAX)
+        self.state.refuse(node, sha, e.message, retry_at=time.time() + delay)
+        path = node.store_path()
+        self._held.warning(path, self.store_id, path, e.message, delay)

@@ -27,6 +27,9 @@ from tests.support.mount import MountProcess, is_mounted, lazy_unmount, mount_st
 from tests.support.server import REPO_ROOT, ServerProcess
 from tests.support.terminal import on_a_terminal
 
+# A refusal that waits for new content (`status --json`, refused_files).
+PERMANENT = {"transient": False, "next_retry": None}
+
 pytestmark = pytest.mark.deadline(180)
 
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
@@ -116,13 +119,18 @@ def test_status_path_lists_dirty_refused_and_conflicted_files(
     assert code == 0, text
     assert "dirty=2 conflicts=1 refused=1" in text, text
     assert "    dirty: /notes/new.md\n" in text and "    dirty: /todo.md\n" in text, text
-    assert "    refused: /bad.md (content is not valid UTF-8)\n" in text, text
+    assert (
+        "    refused: /bad.md (content is not valid UTF-8; permanent, until its content changes)\n"
+        in text
+    ), text
     assert re.search(r"    conflict: /style\.md -> /\S+\n", text), text
 
     answer = json.loads(slow_mount.memfs("status", str(root)).stdout)  # a pipe: JSON
     [s] = answer["mounts"][0]["stores"]
     assert sorted(s["dirty_files"]) == ["/notes/new.md", "/todo.md"]
-    assert s["refused_files"] == [{"path": "/bad.md", "why": "content is not valid UTF-8"}]
+    assert s["refused_files"] == [
+        {"path": "/bad.md", "why": "content is not valid UTF-8", **PERMANENT}
+    ]
 
 
 def test_a_long_listing_says_how_many_more(slow_mount: MountProcess) -> None:

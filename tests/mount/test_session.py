@@ -39,6 +39,9 @@ from tests.support.refusals import refused
 from tests.support.server import ServerProcess, seed_bulk, start_server
 from tests.support.terminal import on_a_terminal
 
+# A refusal that waits for new content (`status --json`, refused_files).
+PERMANENT = {"transient": False, "next_retry": None}
+
 pytestmark = pytest.mark.fuse
 
 CREDENTIALS = {"ANTHROPIC_API_KEY": "anything"}
@@ -384,7 +387,7 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared
     assert Path(copy["copy"]).read_text() == "local edit\n"
     assert (s["refused"], s["refused_files"]) == (
         1,
-        [{"path": "/bad.md", "why": "content is not valid UTF-8"}],
+        [{"path": "/bad.md", "why": "content is not valid UTF-8", **PERMANENT}],
     )
     assert (p["pending_deletes"], p["pending_delete_paths"]) == (1, ["/projects/memfs.md"])
     assert t["pending_deletes"] == 0 and s["pending_deletes"] == 0
@@ -417,7 +420,10 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared
         text,
     ), text
     assert f"conflict: /style.md -> {copy['copy']}" in text
-    assert "refused: /bad.md (content is not valid UTF-8)" in text
+    assert (
+        "refused: /bad.md (content is not valid UTF-8; permanent, until its content changes)"
+        in text
+    )
     assert "pending delete: /projects/memfs.md" in text
 
     gone = three.memfs("status", str(three.root.parent / "elsewhere"), check=False)

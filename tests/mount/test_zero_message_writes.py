@@ -23,6 +23,9 @@ from tests.support.files import store_contents
 from tests.support.mount import MountProcess, mount_store
 from tests.support.server import ServerProcess
 
+# A refusal that waits for new content (`status --json`, refused_files).
+PERMANENT = {"transient": False, "next_retry": None}
+
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
 
 OPEN_REQUESTS = ("open", "release", "flush")
@@ -159,9 +162,9 @@ def test_non_utf8_is_kept_and_refused_at_fsync_and_at_the_push(
     assert f.read_bytes() == b"ok\n\xff\xfe\n"  # nothing lost
     zw.memfs("sync", str(zw.mountpoint), check=False)  # exit 1: a file was refused
     status = zw.mount_status()["stores"][0]
-    assert status["refused_files"] == [{"path": "/bin.md", "why": "content is not valid UTF-8"}], (
-        status
-    )
+    assert status["refused_files"] == [
+        {"path": "/bin.md", "why": "content is not valid UTF-8", **PERMANENT}
+    ], status
     assert "/bin.md" not in store_contents(shared_api, str(store["id"]))
     f.write_text("ok now\n")
     zw.sync()
