@@ -17,6 +17,7 @@ from hypercorn.trio import serve
 
 from memfs import metrics
 from memfs.config import ExitCode, read_secret_file
+from memfs.paths import MAX_MEMORIES_PER_STORE
 from memfs.server.app import create_app
 from memfs.server.backends import (
     UnknownBackend,
@@ -116,8 +117,11 @@ def _wrong_option(
     max_watchers: int,
 ) -> str | None:
     """Why the numbers given cannot serve, checked before the database is opened."""
-    if max_memories < 1:
-        return "--max-memories must be at least 1"
+    if not 1 <= max_memories <= MAX_MEMORIES_PER_STORE:
+        return (
+            f"--max-memories must be between 1 and {MAX_MEMORIES_PER_STORE}, the API's "
+            "limit (a client refuses a listing of more)"
+        )
     if max_watchers < 0:
         return "--max-watchers must not be negative"
     if not 0 <= port <= 65535:

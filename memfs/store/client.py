@@ -44,6 +44,7 @@ from memfs.paths import (
     ANTHROPIC_VERSION,
     BETA_MANAGED_AGENTS,
     BETA_MEMORY,
+    MAX_MEMORIES_PER_STORE,
     RemoteMemory,
     sha256_hex,
 )
@@ -52,6 +53,18 @@ from memfs.store.connection import (
     CONNECT_TIMEOUT,
     CREDENTIAL_HINT,
     TRANSFER_TIMEOUT,
+)
+from memfs.store.wire import (
+    MAX_ITEM_JSON,
+    MAX_MEMORY_JSON,
+    _Malformed,
+    _obj,
+    _page,
+    _parse_full,
+    _parse_memory,
+    _parse_store,
+    _parse_version,
+    _str,
 )
 from memfs.store.wire import (
     FullMemory as FullMemory,
@@ -72,16 +85,6 @@ from memfs.store.wire import (
     StoreInfo as StoreInfo,
 )
 from memfs.store.wire import (
-    _Malformed,
-    _obj,
-    _page,
-    _parse_full,
-    _parse_memory,
-    _parse_store,
-    _parse_version,
-    _str,
-)
-from memfs.store.wire import (
     error_from_response as error_from_response,
 )
 from memfs.store.wire import (
@@ -95,6 +98,12 @@ log = logging.getLogger("memfs.client")
 View: TypeAlias = Literal["basic", "full"]
 MAX_PAGE = 100
 MAX_FULL_PAGE = 20
+# The most any answer may take: a full page of memories at the API's limits. A single
+# memory, and a page of the basic view, are bounded tighter where they are asked for.
+MAX_ANSWER_BYTES = MAX_FULL_PAGE * MAX_MEMORY_JSON + MAX_ITEM_JSON
+# The most memories one listing may yield: a full store, and a page more for what
+# creates and renames made while it was paged through.
+MAX_LISTED = MAX_MEMORIES_PER_STORE + MAX_PAGE
 
 
 # --------------------------------------------------------------------------- retries
@@ -267,8 +276,10 @@ class StoreClient:
         body: Mapping[str, Any] | None = None,
         settle: Settle | None = None,
         beta: str = BETA_MEMORY,
+        max_body: int = MAX_ANSWER_BYTES,
     ) -> Any:
-        """Send with retries; return the decoded JSON body of a 2xx answer.
+        """Send with retries; return the decoded JSON body of a 2xx answer (refused
+        past `max_body` bytes).
 
         `settle` is asked about a permanent error met on a *retry* (the first attempt
         may have been applied before its answer was lost): it returns a result, `_RETRY`,
@@ -281,7 +292,7 @@ class StoreClient:
         while True:
             attempt += 1
             result, error, timed_out = await self._attempt(
-                method, url, clean_params, content, op=op, beta=beta
+                method, url, clean_params, content, op=op, beta=beta, max_body=max_body
             )
             if error is None:
                 return result
@@ -307,6 +318,7 @@ class StoreClient:
         *,
         op: str,
         beta: str,
+        max_body: int,
     ) -> tuple[Any, StoreError | None, bool]:
         """One try: (the decoded body, None, False), or (None, the error, timed out?).
 
@@ -314,7 +326,9 @@ class StoreClient:
         """
         sent = len(content or b"")
         try:
-            response = await self._send(method, url, params, content, beta)
+            response = await self._send(
+                method, url, params, content, beta, op=op, max_body=max_body
+            )
         except httpx.RequestError as exc:
             timed_out = isinstance(exc, httpx.TimeoutException)
             metrics.store_request(op, "timeout" if timed_out else "error", sent, 0)
@@ -386,9 +400,17 @@ class StoreClient:
         params: dict[str, Any],
         content: bytes | None,
         beta: str = BETA_MEMORY,
+        *,
+        op: str,
+        max_body: int,
     ) -> httpx.Response:
         """One request: its status line must arrive within the first-byte bound; the
-        body then only has the transfer bound (`TRANSFER_TIMEOUT`) between bytes."""
+        body then only has the transfer bound (`TRANSFER_TIMEOUT`) between bytes.
+
+        The body is read as it streams in and refused past `max_body` bytes (the most
+        the API's limits allow for this answer): a hostile server cannot make the
+        daemon hold more, whatever it announces or sends.
+        """
         request = self._http.build_request(
             method,
             url,
@@ -399,7 +421,23 @@ class StoreClient:
         with trio.fail_after(self.first_byte_timeout):
             response = await self._http.send(request, stream=True)
         try:
-            await response.aread()
+            too_large = StoreError(
+                f"{op}: the store's answer is over {max_body} bytes, more than the API's "
+                "limits allow; it was not read further",
+                status=response.status_code,
+                request_id=response.headers.get("request-id"),
+            )
+            announced = response.headers.get("content-length", "")
+            if announced.isdigit() and int(announced) > max_body:
+                raise too_large
+            chunks: list[bytes] = []
+            received = 0
+            async for chunk in response.aiter_bytes():  # decoded: counts what is held
+                received += len(chunk)
+                if received > max_body:
+                    raise too_large
+                chunks.append(chunk)
+            response._content = b"".join(chunks)
         finally:
             await response.aclose()
         return response
@@ -573,8 +611,14 @@ class StoreClient:
                 "path_prefix": path_prefix,
                 "depth": depth,
             },
+            max_body=limit * (MAX_MEMORY_JSON if view == "full" else MAX_ITEM_JSON) + 4096,
         )
         items, next_page = self._parse("list_memories", _page, data)
+        if len(items) > limit:
+            raise StoreError(
+                f"list_memories: the store sent {len(items)} items for a page of at most "
+                f"{limit}; refused"
+            )
         out: list[MemoryItem] = []
         for raw in items:
             if not isinstance(raw, dict):
@@ -616,6 +660,7 @@ class StoreClient:
         listed again is skipped: two files cannot be one memory."""
         page: str | None = None
         seen: set[str] = set()
+        listed = 0
         while True:
             result = await self.list_memories_page(
                 store_id,
@@ -625,6 +670,12 @@ class StoreClient:
                 depth=depth,
                 limit=page_size,
             )
+            listed += len(result.items)
+            if listed > MAX_LISTED:  # each held by the caller: bound them
+                raise StoreError(
+                    f"list_memories: the store listed more than {MAX_LISTED} memories "
+                    f"(a store holds at most {MAX_MEMORIES_PER_STORE}); refused"
+                )
             for item in result.items:
                 memory = item.memory if isinstance(item, FullMemory) else item
                 if isinstance(memory, RemoteMemory):
@@ -652,6 +703,7 @@ class StoreClient:
             op="retrieve_memory",
             store_id=store_id,
             params={"view": "full"},
+            max_body=MAX_MEMORY_JSON,
         )
         return self._parse("retrieve_memory", lambda v: _parse_full(_obj(v, "memory")), data)
 

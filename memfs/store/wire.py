@@ -28,7 +28,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, is_sha256_hex
+from memfs.paths import MAX_CONTENT_BYTES, MAX_PATH_BYTES, RemoteMemory, is_sha256_hex
 
 # --------------------------------------------------------------------------- data
 
@@ -193,6 +193,13 @@ def _id(obj: Mapping[str, Any], key: str) -> str:
     return value
 
 
+# The most JSON one memory can take on the wire: every byte of its content and path
+# escaped as `\uXXXX` (6 characters), plus its other fields. A longer answer is not a
+# memory the API can hold, so the client stops reading there.
+MAX_ITEM_JSON = 6 * MAX_PATH_BYTES + 4096
+MAX_MEMORY_JSON = 6 * MAX_CONTENT_BYTES + MAX_ITEM_JSON
+
+
 def _parse_memory(obj: Mapping[str, Any]) -> RemoteMemory:
     return RemoteMemory(
         id=_id(obj, "id"),
@@ -209,6 +216,10 @@ def _parse_full(obj: Mapping[str, Any]) -> FullMemory:
     content = obj.get("content")
     if not isinstance(content, str):
         raise _Malformed("field 'content' is missing in a full view")
+    if len(content) > MAX_CONTENT_BYTES or (
+        len(content.encode("utf-8", "surrogatepass")) > MAX_CONTENT_BYTES
+    ):
+        raise _Malformed(f"its content is over the API's limit of {MAX_CONTENT_BYTES} bytes")
     return FullMemory(_parse_memory(obj), content)
 
 

@@ -4,6 +4,11 @@ Only the read side of the API a mount needs: the store, the listing in both view
 one memory; other methods answer 500, other routes 404 (so there is no head: every
 pass lists). `extra` is served after the generated listing exactly as given (any JSON:
 a duplicate id, a size of 2^63), and retrieved by its id like the others.
+
+For the size limits (issue 24 item 4): `generated` memories are listed after those, made
+up per page so 100,000 of them cost the test nothing; `huge` streams a memory's content
+(`a` repeated, id -> bytes) without holding it; `page_size` overrides every page's
+length whatever `limit` was asked.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ class Hostile:
         self.extra: list[Any] = []
         self.listings = 0
         self.retrieved: list[str] = []  # memory ids whose retrieve call has arrived
+        self.generated = 0
+        self.huge: dict[str, int] = {}
+        self.page_size: int | None = None
         hostile = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -148,17 +156,47 @@ class Hostile:
             if start == 0 and not full:
                 self.listings += 1
             items = [self.view(i, full) for i in ids] + self.extra
-            chunk = items[start : start + limit]
-            more = start + limit < len(items)
+            limit = self.page_size or limit
+            total = len(items) + self.generated
+            chunk = items[start : start + limit] + [
+                generated_view(self.store_id, k - len(items), full)
+                for k in range(max(start, len(items)), min(total, start + limit))
+            ]
+            more = start + limit < total
             body = {
                 "data": chunk,
                 "next_page": f"page_{start + limit}" if more else None,
             }
             self.send(h, 200, json.dumps(body).encode())
         elif len(parts) == 5 and parts[:4] == ["v1", "memory_stores", self.store_id, "memories"]:
-            self.retrieve(h, parts[4])
+            if parts[4] in self.huge:
+                self.stream_huge(h, parts[4])
+            elif parts[4].startswith("gen_"):
+                body = generated_view(self.store_id, int(parts[4][4:]), True)
+                self.send(h, 200, json.dumps(body).encode())
+            else:
+                self.retrieve(h, parts[4])
         else:
             self.send(h, 404, NOT_FOUND)
+
+    def stream_huge(self, h: BaseHTTPRequestHandler, mid: str) -> None:
+        """The memory with `huge[mid]` bytes of content, sent 1 MiB at a time."""
+        self.retrieved.append(mid)
+        size = self.huge[mid]
+        head, tail = json.dumps({**self.view(mid, True), "content": ""}).split('"content": ""')
+        prefix, suffix = (head + '"content": "').encode(), ('"' + tail).encode()
+        h.send_response(200)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(prefix) + size + len(suffix)))
+        h.end_headers()
+        block = b"a" * (1 << 20)
+        try:
+            h.wfile.write(prefix)
+            for offset in range(0, size, len(block)):
+                h.wfile.write(block[: size - offset])
+            h.wfile.write(suffix)
+        except OSError:  # the client stopped reading, as it should
+            h.close_connection = True
 
     def retrieve(self, h: BaseHTTPRequestHandler, mid: str) -> None:
         raw = [m for m in self.extra if isinstance(m, dict) and m.get("id") == mid]
@@ -179,3 +217,26 @@ class Hostile:
                 self.send(h, 200, b"<html>surprise</html>")
             else:
                 self.send(h, 200, json.dumps(self.view(mid, True)).encode())
+
+
+def generated_content(i: int) -> str:
+    return f"generated note {i}\n"
+
+
+def generated_view(store_id: str, i: int, full: bool) -> dict[str, Any]:
+    """Memory number `i` of the generated ones: 1,000 to a directory."""
+    text = generated_content(i)
+    obj: dict[str, Any] = {
+        "type": "memory",
+        "id": f"gen_{i:08d}",
+        "memory_store_id": store_id,
+        "path": f"/gen/d{i // 1000:03d}/n{i:06d}.md",
+        "content_sha256": sha(text),
+        "content_size_bytes": len(text),
+        "memory_version_id": f"memver_gen_{i:08d}",
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
+    if full:
+        obj["content"] = text
+    return obj
