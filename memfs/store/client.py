@@ -213,6 +213,11 @@ class StoreClient:
                 secrets.extend(part for part in value.split() if len(part) >= 8)
         self._secrets = sorted(set(secrets), key=len, reverse=True)
         self._has_credentials = bool(secrets)
+        self._retrying = Repeated(
+            log,
+            "retrying store request op=%s memory_store_id=%s path=%s "
+            "attempt=%d delay=%.2f error=%s",
+        )
         # A listing repeats every pass: its bad records are logged once per cause.
         self._malformed = Repeated(
             log,
@@ -379,18 +384,11 @@ class StoreClient:
                     error,
                 )
             raise error
-        level = logging.DEBUG if attempt == 1 else logging.WARNING
-        log.log(
-            level,
-            "retrying store request op=%s memory_store_id=%s path=%s "
-            "attempt=%d delay=%.2f error=%s",
-            op,
-            store_id,
-            memory_path,
-            attempt,
-            delay,
-            error,
-        )
+        args = (op, store_id, memory_path, attempt, delay, error)
+        if attempt == 1:
+            log.debug(self._retrying.message, *args)
+        else:  # a server down for hours repeats these every pass: once per cause
+            self._retrying.warning((op, store_id, type(error), error.status), *args)
         return delay
 
     async def _send(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memfs.audit import Trail
 from memfs.errors import FsError
-from memfs.logs import rfc3339
+from memfs.logs import Repeated, rfc3339
 from memfs.paths import RemoteMemory, sha256_hex
 from memfs.state import conflicts
 from memfs.state.node import Kind, Node
@@ -38,6 +38,16 @@ class Lander:
         self._pending_inodes: list[int] = []
         self.trail = trail  # the audit trail: conflicts lost
         self.merged: list[Node] = []  # merged this pass: they are pushed in it
+        # A blocked path is retried, and was warned about, every pass: once per cause.
+        self._entry_in_way = Repeated(
+            log,
+            "a local entry is in the way of a remote memory; will retry memory_store_id=%s path=%s",
+        )
+        self._file_in_way = Repeated(
+            log,
+            "a local file is in the way of a remote memory's directory; will "
+            "retry memory_store_id=%s path=%s",
+        )
 
     def merge(self, node: Node, r: RemoteMemory, inodes: list[int]) -> bool:
         """Both sides changed `node`'s content: merge the two three ways (memfs/sync/
@@ -239,11 +249,7 @@ class Lander:
                 occupant.base_path,
             )
             return self._move(occupant, occupant.base_path, entries)
-        log.warning(
-            "a local entry is in the way of a remote memory; will retry memory_store_id=%s path=%s",
-            self.store_id,
-            path,
-        )
+        self._entry_in_way.warning(path, self.store_id, path)
         return False
 
     def _place(
@@ -260,12 +266,7 @@ class Lander:
         try:
             parent = self.state.ensure_dirs(parent_path or "/")
         except FsError:
-            log.warning(
-                "a local file is in the way of a remote memory's directory; will "
-                "retry memory_store_id=%s path=%s",
-                self.store_id,
-                path,
-            )
+            self._file_in_way.warning(path, self.store_id, path)
             return None
         return parent, name
 

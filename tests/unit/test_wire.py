@@ -18,11 +18,19 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfs.errors import StoreError
+from memfs.errors import StoreError, StoreUnavailable
 from memfs.logs import Repeated
 from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, is_sha256_hex
 from memfs.store.client import FullMemory, MemoryVersion
-from tests.unit.test_client_unit import NO_RETRY, STORE, Handler, client_for, memory_json
+from tests.unit.test_client_unit import (
+    NO_RETRY,
+    STORE,
+    Handler,
+    Recorder,
+    client_for,
+    error,
+    memory_json,
+)
 
 
 def listing(*pages: list[Any]) -> Handler:
@@ -87,6 +95,22 @@ async def test_a_bad_record_is_logged_once_per_cause_over_passes(
     # 297 repeats: told at 10 and 100, never once a pass
     assert [c.split("count=")[1].split()[0] for c in counts] == ["10", "100"]
     assert counts[0].endswith("warning=the server listed a malformed memory; skipping it")
+
+
+async def test_a_server_that_stays_down_logs_its_retries_once(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 24 item 5: each pass against a down server retried with a warning a try;
+    now the first warning of a cause, then counts."""
+    client = client_for(Recorder(error(503, "api_error")))
+    with caplog.at_level(logging.WARNING, "memfs.client"):
+        for _ in range(40):  # 40 passes, each warned at retries 2, 3 and 4
+            with pytest.raises(StoreUnavailable):
+                await client.list_memories(STORE)
+    lines = caplog.text.splitlines()
+    assert sum("retrying store request op=list_memories" in line for line in lines) == 1
+    counts = [line.split("count=")[1].split()[0] for line in lines if "a warning repeated" in line]
+    assert counts == ["10", "100"]  # 3 x 40 - 1 repeats
 
 
 def test_repeated_bounds_lines_for_any_number_of_causes(caplog: pytest.LogCaptureFixture) -> None:
