@@ -1,4 +1,4 @@
-"""`memfs log | show | diff | restore | conflicts | audit`: a memory's past from the shell.
+"""`memfs log | show | diff | restore`: a memory's past from the shell.
 
 PATH is a file in a live mount (the daemon answers: it knows the file's memory id and
 holds the credentials) or `STORE_ID:/path` (this process asks the store itself, with
@@ -20,23 +20,15 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from memfs.cli.manpage import LeadingWords
 from memfs.config import ExitCode
 from memfs.control import protocol, registry
 from memfs.control.client import request
 from memfs.errors import CommandFailed
-from memfs.logs import plural
 from memfs.mount.display import printable
 
-COMMANDS = ("log", "show", "diff", "restore", "conflicts", "audit")
-CONFLICT_ACTIONS = {
-    "show": "print a conflict copy",
-    "restore": "put the losing bytes back as a new change",
-    "drop": "delete a conflict copy",
-}
+COMMANDS = ("log", "show", "diff", "restore")
 STORE_FORM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]*):(/.*)")
 # The temporary name of an atomic restore: excluded from sync (DEFAULT_EXCLUDES has
 # `.#*`), so no pass can push it before it is renamed over the file.
@@ -45,7 +37,7 @@ ASK_TIMEOUT = 60.0
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """The parsers; `command(name, help=...)` is cli.py's sub-command factory."""
+    """The parsers; `command(name, help=...)` is main.py's sub-command factory."""
     where = (
         "a file in a live mount, or STORE_ID:/path (then the store is asked "
         "directly, with the credentials in the environment)"
@@ -79,72 +71,20 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--force", action="store_true", help="overwrite local changes that were not pushed yet"
     )
-    p = command(
-        "conflicts",
-        help="the conflict copies kept for a mount: list, show, "
-        "restore (put the losing bytes back as a new change), drop",
-        usage="memfs conflicts [MOUNT] [--json]\n"
-        "       memfs conflicts show|restore|drop ID [--mount MOUNT] [--force]",
-    )
-    p.add_argument(
-        "words",
-        nargs="*",
-        metavar="ARG",
-        action=LeadingWords,
-        words=list(CONFLICT_ACTIONS.items()),
-        help="[MOUNT], or ACTION ID",
-    )
-    p.add_argument(
-        "--mount",
-        metavar="MOUNT",
-        help="look for ID in this mount only (default: every live mount)",
-    )
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="restore: overwrite local changes that were not pushed yet",
-    )
-    p = command(
-        "audit",
-        help="every change a mount accepted: when, which process, and "
-        "what sync did with it (read from the cache directory)",
-    )
-    p.add_argument(
-        "mount",
-        metavar="MOUNT",
-        nargs="?",
-        help="a live or dead (killed) mount; or give --cache-dir",
-    )
-    p.add_argument("--since", metavar="WHEN", help="30m, 2h, 1d (ago), or an ISO time")
-    p.add_argument(
-        "--path",
-        metavar="PATH",
-        help="only changes to PATH or below it (a path in the mount, or a store path)",
-    )
-    p.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="read the trail in DIR (a store's "
-        "cache directory, or a session's cache root) without a mount",
-    )
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
+    handler = {"log": _log, "show": _show, "diff": _diff, "restore": _restore}
+    return run_guarded(handler[args.command], args)
+
+
+def run_guarded(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """One command's exit: a `CommandFailed` or Ctrl-C is one line on stderr."""
     if getattr(args, "log_level", "info") != "debug":
         # As in `memfs store`: retry notices would only precede the one-line error.
         logging.getLogger("memfs.client").setLevel(logging.ERROR)
     try:
-        handler = {
-            "log": _log,
-            "show": _show,
-            "diff": _diff,
-            "restore": _restore,
-            "conflicts": _conflicts,
-            "audit": _audit,
-        }
-        return handler[args.command](args)
+        return handler(args)
     except CommandFailed as e:
         print(f"memfs: {printable(str(e))}", file=sys.stderr)
         return e.code
@@ -480,226 +420,3 @@ def write_through_mount(path: str, data: bytes) -> None:
         if e.errno == errno.EROFS:
             raise CommandFailed(f"{path} is in a read-only store; nothing was written") from None
         raise CommandFailed(f"cannot write {path}: {e.strerror}") from None
-
-
-# --------------------------------------------------------------------------- conflicts
-
-
-def _request(info: dict[str, Any], req: protocol.Request) -> dict[str, Any]:
-    try:
-        return request(info, req, timeout=ASK_TIMEOUT)
-    except TimeoutError:
-        raise CommandFailed(
-            f"the daemon of {info['mountpoint']} did not answer within {ASK_TIMEOUT:g}s"
-        ) from None
-    except OSError as e:
-        raise CommandFailed(f"the daemon of {info['mountpoint']} did not answer: {e}") from None
-
-
-def _mounts(path: str | None) -> list[dict[str, Any]]:
-    if path is None:
-        return registry.live_mounts()
-    info = registry.find_mount(path)
-    if info is None:
-        raise CommandFailed(f"no live memfs mount at {path}")
-    return [info]
-
-
-def _conflicts(args: argparse.Namespace) -> int:
-    words = list(args.words)
-    if words and words[0] in CONFLICT_ACTIONS:
-        if len(words) != 2:
-            raise CommandFailed(f"usage: memfs conflicts {words[0]} ID", ExitCode.USAGE)
-        return _conflict_action(words[0], words[1], args)
-    if len(words) > 1:
-        raise CommandFailed("usage: memfs conflicts [MOUNT] | show|restore|drop ID", ExitCode.USAGE)
-    mount = words[0] if words else args.mount
-    answers = []
-    for info in _mounts(mount):
-        try:
-            answer = _request(info, protocol.Conflicts(what="list"))
-        except CommandFailed:
-            if mount is not None:
-                raise
-            continue  # gone while we asked
-        if not answer.get("ok"):
-            print(f"memfs: {info['mountpoint']}: {answer.get('error')}", file=sys.stderr)
-            continue
-        answers.append(answer)
-    if args.json:
-        print(json.dumps({"mounts": answers}, indent=2))
-        return ExitCode.OK
-    if not answers:
-        print("no live memfs mounts")
-    for answer in answers:
-        found = answer.get("conflicts", [])
-        print(
-            f"{answer.get('mountpoint')}: {plural(len(found), 'conflict copy', 'conflict copies')}"
-        )
-        for c in found:
-            won = c["remote_version"] or "an unrecorded version"
-            state = f"  restored {c['restored_at']}" if c["restored_at"] else ""
-            print(
-                printable(
-                    f"  {c['id']}  {c['at']}  {c['path']}  {c['size']} B  lost to {won}{state}"
-                )
-            )
-            print(printable(f"            copy: {c['copy']}"))
-    return ExitCode.OK
-
-
-def _find_conflict(
-    conflict_id: str, mount: str | None, what: Literal["get", "drop"]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    infos = _mounts(mount)
-    for info in infos:
-        try:
-            answer = _request(info, protocol.Conflicts(what=what, id=conflict_id))
-        except CommandFailed:
-            if mount is not None:
-                raise
-            continue  # a daemon going away while we ask every mount is not an error
-        if answer.get("ok"):
-            return info, answer
-        if mount is not None or not str(answer.get("error")).startswith("unknown op"):
-            if not answer.get("missing"):
-                raise CommandFailed(str(answer.get("error")))
-    raise CommandFailed(
-        f"no conflict copy {conflict_id!r} in {mount or 'any live mount'} (see `memfs conflicts`)"
-    )
-
-
-def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) -> int:
-    import base64
-
-    from memfs.paths import sha256_hex
-
-    if action == "drop":
-        _, answer = _find_conflict(conflict_id, args.mount, "drop")
-        gone = answer["dropped"]
-        print(f"dropped conflict copy {gone['id']} of {gone['path']} ({gone['copy']})")
-        return ExitCode.OK
-    info, answer = _find_conflict(conflict_id, args.mount, "get")
-    data = base64.b64decode(answer["content_b64"])
-    kept = answer["conflict"]
-    if action == "show":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return ExitCode.OK
-    local_path = kept["local_path"]
-    if answer["access"] == "read_only":
-        raise CommandFailed(f"{local_path} is in a read-only store; restore writes nothing to it")
-    local = answer["local"]
-    if local["exists"] and local.get("sha") == sha256_hex(data):
-        print(
-            f"{local_path} already holds the bytes of conflict copy {kept['id']}; nothing written"
-        )
-        return ExitCode.OK
-    if local.get("dirty") and not args.force:
-        raise CommandFailed(
-            f"{local_path} has local changes that were not pushed yet; push them "
-            "first (memfs sync), or pass --force to overwrite them"
-        )
-    write_through_mount(local_path, data)
-    _request(info, protocol.Conflicts(what="restored", id=str(kept["id"])))
-    print(
-        f"{local_path}: the bytes of conflict copy {kept['id']} are back as a local "
-        "change; the next sync pass pushes them with a precondition (if the memory "
-        "changed again they lose again, and are kept again)"
-    )
-    return ExitCode.OK
-
-
-# --------------------------------------------------------------------------- audit
-
-
-def _trail_dirs(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
-    """The cache directories to read, and the mount's exclude patterns."""
-    from memfs.audit import TRAIL_NAME
-
-    if args.cache_dir:
-        root = Path(args.cache_dir).expanduser()
-        if (root / TRAIL_NAME).exists() or not root.is_dir():
-            return [root], []
-        return sorted(p.parent for p in root.glob(f"*/{TRAIL_NAME}")), []
-    if args.mount is None:
-        raise CommandFailed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
-    info = registry.find_mount(args.mount) or registry.find_dead_mount(args.mount)
-    if info is None:
-        raise CommandFailed(
-            f"no memfs mount at {args.mount} (after an unmount, read the trail with --cache-dir)"
-        )
-    caches = info.get("caches") or {}
-    return [Path(str(d)) for d in caches.values()], [str(e) for e in info.get("excludes") or []]
-
-
-def _audit(args: argparse.Namespace) -> int:
-    from memfs import audit
-
-    dirs, excludes = _trail_dirs(args)
-    for d in dirs:
-        trail_file = d / audit.TRAIL_NAME
-        if trail_file.exists() and not os.access(trail_file, os.R_OK):
-            raise CommandFailed(
-                f"cannot read the audit trail {trail_file}: permission denied "
-                "(run as the user the mount runs as)"
-            )
-    try:
-        since = audit.parse_since(args.since) if args.since else None
-    except ValueError as e:
-        raise CommandFailed(str(e), ExitCode.USAGE) from None
-    records = audit.outcomes(audit.read_trail(dirs), excludes)
-    audit.place(records)
-    # --path is a path in the mount (relative to here, or absolute) or a store path.
-    wanted = (args.path, os.path.abspath(args.path)) if args.path else ()
-    shown = list(audit.select(records, since=since, paths=wanted))
-    if wanted:
-        shown = [r for r in shown if r.get("kind") == "change"]
-    else:
-        shown = [r for r in shown if r.get("kind") in ("change", "mount")]
-    if args.json:
-        print(json.dumps({"records": shown}, indent=2))
-        return ExitCode.OK
-    for r in shown:
-        print(printable(audit_line(r)))
-    return ExitCode.OK
-
-
-def audit_line(r: dict[str, Any]) -> str:
-    at = str(r.get("at", ""))[:23] + "Z"
-    if r.get("kind") == "mount":
-        return f"{at}  memfs[{r.get('pid')}]  {r.get('op')}  {r.get('mount_path') or ''}"
-    who = f"{r.get('comm')}[{r.get('pid')}]"
-    where = str(r.get("local_path") or r.get("path"))
-    if r.get("op") == "rename":
-        where += f" -> {r.get('local_to') or r.get('to')}"
-    if r.get("op") == "truncate":
-        where += f" (to {r.get('size')} B)"
-    return f"{at}  {who:<20} {r.get('op'):<8} {where}  => {describe(r.get('outcome'))}"
-
-
-def describe(outcome: dict[str, Any] | None) -> str:
-    """What became of a change, in words."""
-    if not outcome:
-        return "not pushed yet"
-    op = outcome.get("op")
-    if op == "pushed":
-        return f"pushed as {outcome.get('version') or 'a new version'}"
-    if op == "conflict":
-        return (
-            f"lost a conflict to {outcome.get('version') or 'the remote version'}; "
-            f"the local bytes are kept ({outcome.get('copy')})"
-        )
-    if op == "refused":
-        return f"refused by the store: {outcome.get('why')}"
-    if op == "deleted":
-        return "deleted in the store"
-    if op == "undeleted":
-        return f"not deleted: {outcome.get('why')}"
-    if op == "kept":
-        return f"not deleted ({outcome.get('why')})"
-    if op == "local":
-        return f"local only ({outcome.get('why')})"
-    if op == "removed":
-        return str(outcome.get("why"))
-    return str(op)

@@ -315,9 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="final sync, then unmount even if processes use it (they get "
         "ENOTCONN); memfs mounts nested inside are unmounted first",
     )
-    from memfs.cli import history_commands  # log, show, diff, restore, conflicts, audit
+    from memfs.cli import audit_command, conflict_commands, history_commands
 
-    history_commands.add_commands(command)
+    history_commands.add_commands(command)  # log, show, diff, restore
+    conflict_commands.add_command(command)
+    audit_command.add_command(command)
     from memfs.cli import redact_command
 
     redact_command.add_command(command)
@@ -519,6 +521,14 @@ def _main(argv: Sequence[str] | None) -> int:
 
     if args.command in history_commands.COMMANDS:
         return history_commands.run(args)
+    if args.command == "conflicts":
+        from memfs.cli import conflict_commands
+
+        return conflict_commands.run(args)
+    if args.command == "audit":
+        from memfs.cli import audit_command
+
+        return audit_command.run(args)
     if args.command == "redact":
         from memfs.cli import redact_command
 

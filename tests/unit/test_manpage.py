@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.cli.history_commands import CONFLICT_ACTIONS
+from memfs.cli.conflict_commands import CONFLICT_ACTIONS
 from memfs.cli.main import build_parser
 from memfs.cli.manpage import commands, options
 from tests.support.units import BIN, REPO, STANDARD_PATH, example
