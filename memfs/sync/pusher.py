@@ -88,6 +88,23 @@ class Pusher:
             "the store refused this memory file for now, so it is retried later "
             "memory_store_id=%s path=%s rejection=%s retry_in_s=%d",
         )
+        # Failures a server can repeat at every pass: once per path and cause.
+        self._move_failed = Repeated(
+            log, "failed to move memory aside memory_store_id=%s path=%s error=%s"
+        )
+        self._delete_failed = Repeated(
+            log, "failed to delete memory memory_store_id=%s path=%s error=%s"
+        )
+        self._path_taken = Repeated(
+            log,
+            "failed to upload memory: the path is taken in the store; will "
+            "retry memory_store_id=%s path=%s taken_by=%s",
+        )
+        self._create_taken = Repeated(
+            log,
+            "failed to upload memory: the path is taken in the store; the next "
+            "pass settles it memory_store_id=%s path=%s taken_by=%s",
+        )
 
     async def push(self, plan: Plan, result: PassResult) -> None:
         """Deletes, then updates (renames that stepped aside retried), then creates."""
@@ -146,12 +163,8 @@ class Pusher:
             )
         except StoreError as err:
             self.state.record_sent(node, None, None)
-            log.warning(
-                "failed to move memory aside memory_store_id=%s path=%s error=%s",
-                self.store_id,
-                node.base_path,
-                err,
-            )
+            cause = (node.base_path, type(err), err.status)
+            self._move_failed.warning(cause, self.store_id, node.base_path, err)
             return False
         self.state.set_base_path(node, memory.path)
         self.state.record_sent(node, None, None)
@@ -224,12 +237,8 @@ class Pusher:
             except (StoreUnavailable, StoreAuthError):
                 raise
             except StoreError as e:
-                log.warning(
-                    "failed to delete memory memory_store_id=%s path=%s error=%s",
-                    self.store_id,
-                    tomb.base_path,
-                    e,
-                )
+                cause = (tomb.base_path, type(e), e.status)
+                self._delete_failed.warning(cause, self.store_id, tomb.base_path, e)
                 return
         if self.state.tombstones.get(memory_id) is tomb:
             self.state.drop_tombstone(tomb)
@@ -332,13 +341,8 @@ class Pusher:
                 if await self._step_aside(node, e):
                     self._renames_to_retry.append(node)
                     return
-                log.warning(
-                    "failed to upload memory: the path is taken in the store; will "
-                    "retry memory_store_id=%s path=%s taken_by=%s",
-                    self.store_id,
-                    path,
-                    e.conflicting_path,
-                )
+                taken = (path, e.conflicting_path)
+                self._path_taken.warning(taken, self.store_id, path, e.conflicting_path)
                 return
         if merged:  # the merge is the file now: push it on top of the version that won
             await self._push_update(node, result, merges=merges + 1)
@@ -379,13 +383,8 @@ class Pusher:
             self._refuse(node, sha, e)
             return
         except PathConflict as e:
-            log.warning(
-                "failed to upload memory: the path is taken in the store; the next "
-                "pass settles it memory_store_id=%s path=%s taken_by=%s",
-                self.store_id,
-                path,
-                e.conflicting_path,
-            )
+            taken = (path, e.conflicting_path)
+            self._create_taken.warning(taken, self.store_id, path, e.conflicting_path)
             return
         self._pushed(memory, result)
         if node.memory_id is not None:  # adopted meanwhile (should not happen)

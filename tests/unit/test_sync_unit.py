@@ -1129,3 +1129,24 @@ async def test_push_soon_coalesces_a_stream_of_writes(
             assert 1 <= passes <= 10 / memfs.sync.schedule.MIN_GAP + 1
     finally:
         await h.aclose()
+
+
+async def test_a_failure_the_store_repeats_every_pass_is_warned_once(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 24 item 5: a delete the store refuses at every pass was one warning a pass;
+    now one per path and cause, then a count."""
+    await synced(h, {"/a.md": "a\n"})
+    h.unlink("/a.md")
+    h.fake.fail("delete", 400, "invalid_request_error", times=12)
+    with caplog.at_level(logging.WARNING, "memfs.sync"):
+        for _ in range(12):
+            await h.sync_once()
+    lines = caplog.text.splitlines()
+    assert sum("failed to delete memory memory_store_id=" in line for line in lines) == 1
+    assert (
+        sum("a warning repeated; it is logged once per cause count=10" in line for line in lines)
+        == 1
+    )
+    await h.sync_once()  # the store takes it now
+    assert h.fake.memories == {}
