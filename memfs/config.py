@@ -125,12 +125,13 @@ def private_dir(path: Path, what: str) -> Path:
     return path
 
 
-def read_secret_file(path: str, what: str) -> str:
-    """The secret in `path` (surrounding whitespace stripped), or a ConfigError.
+def read_private_file(path: str, what: str) -> str:
+    """The text of `path` (at most 64 KiB), or a ConfigError.
 
     Read only from a regular file, not through a symlink, owned by this user (or by root,
     as systemd's `LoadCredential=` hands them out) and closed to group and others: a
-    file another user can read leaks the secret as `ps` would, one they own chooses it.
+    file another user can read leaks what it holds as `ps` would, one they own or can
+    write chooses it (a credential, or the server a root daemon talks to).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -151,7 +152,12 @@ def read_secret_file(path: str, what: str) -> str:
             raise ConfigError(
                 f"the {what} {path} is open to other users (mode {mode:o}); chmod 600 it"
             )
-        secret = f.read(65536).decode("utf-8", "replace").strip()
+        return f.read(65536).decode("utf-8", "replace")
+
+
+def read_secret_file(path: str, what: str) -> str:
+    """The secret in a private file (`read_private_file`), whitespace stripped."""
+    secret = read_private_file(path, what).strip()
     if not secret:
         raise ConfigError(f"the {what} {path} is empty")
     return secret

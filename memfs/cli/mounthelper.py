@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memfs.config import ExitCode
+from memfs.config import ExitCode, read_private_file
+from memfs.errors import ConfigError
 
 PROG = "mount.fuse.memfs"
 SOURCE_PREFIX = "memfs#"  # fuse3's `TYPE#SOURCE` convention for fstab lines of type fuse
@@ -67,7 +68,8 @@ OPTIONS = (
         help="read KEY=VALUE lines (systemd's EnvironmentFile "
         "format: # comments, optional quotes) into the environment first: the "
         "credentials (ANTHROPIC_API_KEY=…, ANTHROPIC_AUTH_TOKEN=…) and "
-        "ANTHROPIC_BASE_URL. Keep it mode 0600; credentials never go in fstab",
+        "ANTHROPIC_BASE_URL. It must be mode 0600, owned by the user or root; "
+        "credentials never go in fstab",
     ),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
@@ -225,12 +227,12 @@ def _known_option(option: str, key: str, sloppy: bool) -> Option | None:
 
 
 def load_env_file(path: str) -> dict[str, str]:
-    """KEY=VALUE lines as systemd's EnvironmentFile= reads them (the common subset)."""
+    """KEY=VALUE lines as systemd's EnvironmentFile= reads them (the common subset), from
+    a file private to this user or root: it holds credentials, and names the server."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"env_file: cannot read {path}: {getattr(e, 'strerror', e)}") from None
+        lines = read_private_file(path, "env_file").splitlines()
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
     found: dict[str, str] = {}
     for number, line in enumerate(lines, 1):
         text = line.strip()

@@ -4,6 +4,7 @@ tests/mount/test_mount_helper.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -116,10 +117,29 @@ def test_env_file(tmp_path: Path) -> None:
     path.write_text(
         "# credentials\n\nANTHROPIC_API_KEY=sk-1\nexport A='x y'\nB=\"q\"\n; note\nC=\n"
     )
+    path.chmod(0o600)
     assert load_env_file(str(path)) == {"ANTHROPIC_API_KEY": "sk-1", "A": "x y", "B": "q", "C": ""}
     path.write_text("ANTHROPIC_API_KEY=sk-1\nnot a line\n")
     with pytest.raises(UsageError, match="line 2 is not KEY=VALUE"):
         load_env_file(str(path))
+
+
+def test_an_env_file_others_can_read_or_choose_is_refused(tmp_path: Path) -> None:
+    """It holds credentials and names the server a (root) daemon talks to (issue 24)."""
+    path = tmp_path / "p.env"
+    path.write_text("ANTHROPIC_API_KEY=sk-1\n")
+    path.chmod(0o644)
+    with pytest.raises(UsageError, match=r"is open to other users \(mode 644\); chmod 600 it"):
+        load_env_file(str(path))
+    path.chmod(0o600)
+    link = tmp_path / "link.env"
+    link.symlink_to(path)
+    with pytest.raises(UsageError, match="is a symlink"):
+        load_env_file(str(link))
+    if os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+        with pytest.raises(UsageError, match="is owned by uid 65534"):
+            load_env_file(str(path))
 
 
 def test_the_cli_hands_the_fuse3_form_to_the_helper() -> None:
