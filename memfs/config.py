@@ -41,6 +41,8 @@ DEFAULT_EXCLUDES = (
     ".fuse_hidden*",
 )
 MIN_INTERVAL = 5.0
+# Probes sooner than the interval a mount may make per store-hour (memfs/sync/listen.py).
+DEFAULT_PROBE_BUDGET = 1200
 
 
 def check_interval(value: float) -> float:
@@ -82,6 +84,8 @@ class MountConfig:
     zero_message_opens: bool = False  # --zero-message-opens (docs/reliability.md §3)
     deletes_when_asked: bool = False  # --deletes-when-asked (the worker adapter's sessions)
     push_soon: bool = True  # --no-push-soon: changes wait for the interval or `memfs sync`
+    probe_budget: int = DEFAULT_PROBE_BUDGET  # --probe-budget (docs/sync.md)
+    watch: bool = True  # --no-watch: never use memfs serve's watch, probe instead
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

@@ -49,6 +49,8 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
     interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
         raise ValueError("--flush-timeout must be positive")
+    if args.probe_budget < 0:
+        raise ValueError("--probe-budget must not be negative")
     metrics_addr = getattr(args, "metrics_addr", None)
     if metrics_addr is not None:
         from memfs.metrics import parse_addr
@@ -73,6 +75,8 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
         umask=args.umask,
         log_file=getattr(args, "log_file", None),
         metrics_addr=metrics_addr,
+        probe_budget=args.probe_budget,
+        watch=args.watch,
     )
 
 
@@ -246,11 +250,23 @@ def _clock(at: Any) -> str:
     return time.strftime("%H:%M:%S", time.localtime(epoch)) if epoch is not None else "-"
 
 
-def _next_pass(at: Any) -> str:
+def _next_pass(store: dict[str, Any]) -> str:
+    at = store.get("next_pass_at")
     epoch = _epoch(at)
     if epoch is None:
-        return "-"
+        return "when the store changes" if store.get("learns_by") == "watch" else "-"
     return f"{_clock(at)} (in {max(0.0, epoch - time.time()):.0f}s)"
+
+
+def _learning(store: dict[str, Any]) -> str:
+    """How the mount learns of remote changes, and when the store last answered."""
+    heard = _epoch(store.get("last_heard_at"))
+    ago = (
+        "never"
+        if heard is None
+        else f"{_clock(store['last_heard_at'])} " + (f"({max(0.0, time.time() - heard):.0f}s ago)")
+    )
+    return f"learns of changes by: {store.get('learns_by', '-')}; last heard from the store: {ago}"
 
 
 def _dead_at(path: str) -> dict[str, Any] | None:
@@ -349,7 +365,8 @@ def status(args: Any) -> int:
             )
             if lp.get("error"):
                 last += f" error={lp['error']}"
-            print(f"    last pass: {last}; next pass: {_next_pass(s.get('next_pass_at'))}")
+            print(f"    last pass: {last}; next pass: {_next_pass(s)}")
+            print(f"    {_learning(s)}")
             if s.get("offline"):
                 print(
                     "    OFFLINE: the store does not answer; changes are kept in the "

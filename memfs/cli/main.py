@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from memfs.config import ExitCode
+from memfs.config import DEFAULT_PROBE_BUDGET, ExitCode
 from memfs.errors import ConfigError
 
 STORE_IMPORT_CONCURRENCY = 16
@@ -372,6 +372,20 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
         default=15.0,
         metavar="SECONDS",
         help="seconds between sync passes (default 15, minimum 5)",
+    )
+    parser.add_argument(
+        "--probe-budget",
+        type=int,
+        default=DEFAULT_PROBE_BUDGET,
+        metavar="N",
+        help="probes for remote changes sooner than the interval, per store-hour, "
+        f"where the server offers no watch (default {DEFAULT_PROBE_BUDGET}; 0: the interval only)",
+    )
+    parser.add_argument(
+        "--no-watch",
+        dest="watch",
+        action="store_false",
+        help="do not use memfs serve's watch; probe for remote changes instead",
     )
     parser.add_argument(
         "--deletions",

@@ -48,6 +48,8 @@ OPTIONS = (
     Option("deletions", "--deletions", "MODE"),
     Option("deletes_when_asked", "--deletes-when-asked"),
     Option("no_push_soon", "--no-push-soon"),
+    Option("probe_budget", "--probe-budget", "N"),
+    Option("no_watch", "--no-watch"),
     Option(
         "exclude",
         "--exclude",

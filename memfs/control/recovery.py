@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from memfs.config import DEFAULT_PROBE_BUDGET
 from memfs.logs import plural
 
 # A row the next start still has to push: changed, new, renamed, or an upload whose
@@ -224,7 +225,12 @@ def _option_flags(args: Any) -> list[str]:
         cmd.append("--deletes-when-asked")
     if not getattr(args, "push_soon", True):
         cmd.append("--no-push-soon")
-    defaults = {"sync_interval": 15.0, "deletions": "enabled", "flush_timeout": 30.0}
+    defaults = {
+        "sync_interval": 15.0,
+        "deletions": "enabled",
+        "flush_timeout": 30.0,
+        "probe_budget": DEFAULT_PROBE_BUDGET,
+    }
     for name, default in defaults.items():
         value = getattr(args, name, default)
         if value != default:
@@ -241,6 +247,8 @@ def _option_flags(args: Any) -> list[str]:
             cmd += ["--" + name, str(getattr(args, name))]
     if getattr(args, "umask", None) is not None:
         cmd += ["--umask", f"{args.umask:03o}"]
+    if not getattr(args, "watch", True):
+        cmd.append("--no-watch")
     if getattr(args, "log_file", None):
         cmd += ["--log-file", os.path.abspath(args.log_file)]
     if getattr(args, "log_format", "text") != "text":

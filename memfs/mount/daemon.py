@@ -206,6 +206,8 @@ class Daemon:
                 trail=self.trail,
                 deletes_when_asked=cfg.deletes_when_asked,
                 push_soon=cfg.push_soon,
+                probe_budget=cfg.probe_budget,
+                watch=cfg.watch,
             )
             self.syncs.append(sync)
             if self._display is not None:

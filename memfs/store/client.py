@@ -861,6 +861,42 @@ class StoreClient:
                 break
         return out
 
+    async def watch(self, store_id: str, *, after: str | None, seconds: float) -> str | None:
+        """memfs serve's watch (docs/server.md, "The watch"): the store's newest version
+        id once it is not `after`, or `after` when `seconds` pass. One attempt: the
+        caller falls back to probing on any error. `NotFound`: no watch here (or no store).
+        """
+        data = await self._long_poll(
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}/memfs/watch",
+            {"after": after or "", "timeout": f"{seconds:g}"},
+            seconds,
+        )
+        head = data.get("head") if isinstance(data, dict) else None
+        if head is not None and not isinstance(head, str):
+            raise StoreError("watch: malformed answer from the store: head is not a string")
+        return head
+
+    async def _long_poll(self, url: str, params: dict[str, Any], seconds: float) -> Any:
+        """One GET whose answer may take `seconds` on purpose: no retry, and its answer
+        is awaited that long plus the usual first-byte bound."""
+        timeout = httpx.Timeout(
+            TRANSFER_TIMEOUT, connect=CONNECT_TIMEOUT, read=seconds + self.first_byte_timeout
+        )
+        try:
+            response = await self._http.get(
+                url, params=params, headers=self._headers(False), timeout=timeout
+            )
+        except httpx.RequestError as exc:
+            metrics.store_request("watch", "error", 0, 0)
+            raise self._transport_error(exc) from None
+        metrics.store_request("watch", str(response.status_code), 0, len(response.content))
+        if not response.is_success:
+            raise self._decorate(error_from_response(response, scrub=self._scrub))
+        try:
+            return json.loads(response.content)
+        except ValueError:
+            raise StoreError("watch: the store answered with a body that is not JSON") from None
+
     async def retrieve_version(self, store_id: str, version_id: str) -> MemoryVersion:
         data = await self._request(
             "GET",

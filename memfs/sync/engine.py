@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import math
 import re
 import time
 from collections.abc import Iterable
@@ -25,7 +26,7 @@ import trio
 
 from memfs import metrics
 from memfs.audit import Trail
-from memfs.config import DEFAULT_EXCLUDES, DeletionMode
+from memfs.config import DEFAULT_EXCLUDES, DEFAULT_PROBE_BUDGET, DeletionMode
 from memfs.errors import (
     NotFound,
     Rejected,
@@ -36,10 +37,11 @@ from memfs.logs import Repeated, rfc3339
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.state import cachegc
 from memfs.state.node import Node
-from memfs.state.store_state import StoreState
+from memfs.state.store_state import ChangeKind, StoreState
 from memfs.store.client import StoreClient
 from memfs.sync.fetcher import ContentFetcher
 from memfs.sync.landing import Lander
+from memfs.sync.listen import Listener, Mode
 from memfs.sync.notify import Notifier
 from memfs.sync.plan import ConflictCopy, PassResult, Planner
 from memfs.sync.progress import Tracker
@@ -98,7 +100,9 @@ class SyncStatistics:
     excluded: int  # dirty files with an excluded (local-only) name
     pending_delete_paths: tuple[str | None, ...]
     last_pass: PassResult | None
-    next_pass_at: float | None  # time.time()
+    next_pass_at: float | None  # time.time(); None: when the watch fires
+    learns_by: Mode  # how remote changes reach this mount (memfs/sync/listen.py)
+    last_heard_at: float | None  # time.time() of the store's last answer
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +121,8 @@ class SyncStatistics:
             "pending_delete_paths": list(self.pending_delete_paths),
             "last_pass": self.last_pass.to_json() if self.last_pass else None,
             "next_pass_at": rfc3339(self.next_pass_at) if self.next_pass_at else None,
+            "learns_by": self.learns_by,
+            "last_heard_at": rfc3339(self.last_heard_at) if self.last_heard_at else None,
         }
 
 
@@ -139,6 +145,8 @@ class StoreSync:
         trail: Trail | None = None,
         deletes_when_asked: bool = False,
         push_soon: bool = True,
+        probe_budget: int = DEFAULT_PROBE_BUDGET,
+        watch: bool = True,
     ) -> None:
         self.state = state
         # The audit trail (memfs/audit.py): what became of each local change; one
@@ -178,6 +186,15 @@ class StoreSync:
         # A local change starts a pass about a second after it settles (schedule.py).
         self.push_soon = PushSoon(
             self.request_sync, writers_tracked=lambda: state.tree.writers_tracked
+        )
+        # How remote changes reach this mount: the watch, or probing passes (listen.py).
+        self.listener = Listener(
+            client,
+            state.store_id,
+            self.request_sync,
+            interval=interval,
+            budget=probe_budget,
+            use_watch=watch,
         )
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
@@ -329,6 +346,8 @@ class StoreSync:
             pending_delete_paths=tuple(n.base_path for n in self.state.tombstones.values()),
             last_pass=self.last_pass,
             next_pass_at=self.next_pass_at,
+            learns_by=self.listener.mode,
+            last_heard_at=self.listener.statistics().last_heard_at,
         )
 
     # -- lifetime -------------------------------------------------------------------
@@ -357,24 +376,38 @@ class StoreSync:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.fetcher.run)
+                await nursery.start(self.listener.run)
                 if self.push_soon_enabled:
                     await nursery.start(self.push_soon.run)
-                    self.state.tell_changes(self.push_soon.changed)
+                self.state.tell_changes(self._local_change)
                 nursery.start_soon(self._collector)
                 task_status.started()
                 while True:
-                    # The interval, or sooner when a transient refusal is due again (a
-                    # pass that failed before retrying it waits RETRY_GAP, not zero).
-                    wait = self.interval
+                    # The listener's pace (watch, probe or interval), or sooner when a
+                    # transient refusal is due again (a pass that failed before retrying it
+                    # waits RETRY_GAP, not zero).
+                    wait = self.listener.delay(work_left=self._work_left(), failing=self._failing())
                     if self._next_retry is not None:
                         wait = min(wait, max(RETRY_GAP, self._next_retry - time.time()))
-                    self.next_pass_at = time.time() + wait
+                    self.next_pass_at = time.time() + wait if wait < math.inf else None
                     with trio.move_on_after(wait):
                         await self._wake.wait()
                     self._wake = trio.Event()
                     await self._pass(initial=False)
         finally:
             self.state.tell_changes(None)  # no pass loop to wake any more
+
+    def _local_change(self, node: Node | None, kind: ChangeKind) -> None:
+        self.listener.local_change()
+        if self.push_soon_enabled:
+            self.push_soon.changed(node, kind)
+
+    def _work_left(self) -> bool:
+        """A pass is due at the interval even if the store says nothing new."""
+        return self._left_over or self.state.generation != self._listed_generation
+
+    def _failing(self) -> bool:
+        return self.offline or (self.last_pass is not None and self.last_pass.outcome != "ok")
 
     async def collect_garbage(self) -> cachegc.Collected:
         """Clean the object cache between passes (see memfs/state/cachegc.py)."""
@@ -487,6 +520,7 @@ class StoreSync:
 
     async def _run_pass(self, result: PassResult, *, initial: bool, final: bool) -> None:
         head = await self._store_head()
+        self.listener.heard(head)
         asked = final or self._started_seq <= self._asked_seq
         if not initial and self._idle(head, asked):
             self._lean_passes += 1

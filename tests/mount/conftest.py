@@ -36,7 +36,15 @@ def quiet(
     """A mount of a fresh store that syncs only when asked: no pass runs between a
     test's steps, so each step's outcome is known."""
     proc = mount_store(
-        tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600", "--no-push-soon"
+        tmp_path,
+        shared_server.url,
+        str(store["id"]),
+        "--sync-interval",
+        "3600",
+        "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
     )
     try:
         yield proc

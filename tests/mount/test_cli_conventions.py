@@ -45,9 +45,18 @@ def memfs_on_a_terminal(env: dict[str, str], *args: str) -> tuple[int, str]:
 def slow_mount(
     tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
 ) -> Iterator[MountProcess]:
-    """A mount whose own passes never come while a test looks (1 h interval)."""
+    """A mount whose own passes never come while a test looks (1 h interval, no watch,
+    no probes)."""
     proc = mount_store(
-        tmp_path, shared_server.url, str(store["id"]), "--sync-interval", "3600", "--no-push-soon"
+        tmp_path,
+        shared_server.url,
+        str(store["id"]),
+        "--sync-interval",
+        "3600",
+        "--no-watch",
+        "--probe-budget",
+        "0",
+        "--no-push-soon",
     )
     try:
         yield proc

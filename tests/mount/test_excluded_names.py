@@ -34,7 +34,15 @@ def test_a_memory_with_an_excluded_name_is_synced_like_any_other(
         for n in NAMES
     }
     mount = mount_store(
-        tmp_path, shared_server.url, sid, "--sync-interval", "3600", "--no-push-soon"
+        tmp_path,
+        shared_server.url,
+        sid,
+        "--sync-interval",
+        "3600",
+        "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
     )
     try:
         root = mount.mountpoint

@@ -45,6 +45,9 @@ def start_mount(
         "--sync-interval",
         "3600",
         "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
         *extra,
     ]
     return MountProcess(

@@ -34,6 +34,9 @@ def test_a_live_mount_counts_its_work(
         "--sync-interval",
         "3600",
         "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
     )
     try:
         root = proc.mountpoint

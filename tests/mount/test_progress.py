@@ -45,6 +45,9 @@ def mount_args(store_id: str, tmp_path: Path, *extra: str) -> list[str]:
         "--sync-interval",
         "3600",
         "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
         *extra,
     ]
 
@@ -176,7 +179,17 @@ def test_sync_and_unmount_show_pushing_on_a_terminal_and_stay_clean_on_a_pipe(
     try:
         with Api(server.url) as api:
             sid = api.create_store("slow")["id"]
-        proc = mount_store(tmp_path, server.url, sid, "--sync-interval", "3600", "--no-push-soon")
+        proc = mount_store(
+            tmp_path,
+            server.url,
+            sid,
+            "--sync-interval",
+            "3600",
+            "--no-push-soon",
+            "--no-watch",
+            "--probe-budget",
+            "0",
+        )
         try:
             for i in range(80):
                 (proc.mountpoint / f"n{i}.md").write_text(f"{i}\n")

@@ -179,7 +179,16 @@ def three(
 ) -> Iterator[Three]:
     """A fresh three-store session, for tests that change it and then look before a
     pass runs (no push soon)."""
-    session = start_three(tmp_path, shared_server.url, shared_api, runtime_dir, "--no-push-soon")
+    session = start_three(
+        tmp_path,
+        shared_server.url,
+        shared_api,
+        runtime_dir,
+        "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
+    )
     try:
         yield session
     finally:
@@ -397,6 +406,8 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared
         at = datetime.fromisoformat(lp["at"]).timestamp()  # RFC 3339
         assert now - 30 < at <= now + 0.001 and 0 <= lp["duration_s"] < 10
         assert now < datetime.fromisoformat(store["next_pass_at"]).timestamp() <= now + 16
+        assert store["learns_by"] == "interval"  # --no-watch --probe-budget 0
+        assert now - 30 < datetime.fromisoformat(store["last_heard_at"]).timestamp() <= now + 1
 
     text = _status_on_a_terminal(three.proc.env, str(root))
     assert not text.lstrip().startswith("{"), text
@@ -416,7 +427,8 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared
     assert "memories=1 bytes=12 dirty=0 conflicts=1 refused=0 pending_deletes=1" in text
     assert re.search(
         r"last pass: \d\d:\d\d:\d\d ok [0-9.]+s; next pass: \d\d:\d\d:\d\d "
-        r"\(in \d+s\)",
+        r"\(in \d+s\)\n    learns of changes by: interval; "
+        r"last heard from the store: \d\d:\d\d:\d\d \(\d+s ago\)",
         text,
     ), text
     assert f"conflict: /style.md -> {copy['copy']}" in text

@@ -1,0 +1,194 @@
+"""Learn soon: how a mount hears that another session changed its store.
+
+Three ways, best first (docs/sync.md, "Learning of remote changes"):
+
+- **watch**: `memfs serve` offers a long poll on the store's newest version (its
+  "watch", docs/server.md). One stays open per store; when it answers with a new head the
+  pass loop wakes. While it is open, an idle mount makes no other request.
+- **probe**: without the watch (the hosted API: a server that refused it once) or
+  while it is broken (a restarted instance, a refusal over its bound), the pass loop
+  itself probes: an idle pass is one request for the store's newest version. It runs
+  `FAST` seconds apart while the mount or the store was active in the last
+  `ACTIVE_WINDOW` seconds, then twice as far apart each time up to the interval. Probes
+  sooner than the interval spend tokens of a bucket that refills `budget` per
+  store-hour (`--probe-budget`); an empty bucket means the interval.
+- **interval**: `--probe-budget 0` and no watch: a pass each interval, as before.
+
+A broken watch is tried again after `RETRY` seconds (doubling up to `RETRY_MAX`); once
+it answers the loop probes no more and runs one pass to catch up.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+from memfs.config import DEFAULT_PROBE_BUDGET
+from memfs.errors import StoreError, StoreUnavailable
+from memfs.store.client import StoreClient
+
+log = logging.getLogger("memfs.sync")
+
+Mode = Literal["watch", "probe", "interval"]
+
+FAST = 1.0  # seconds between probes while active
+ACTIVE_WINDOW = 30.0  # seconds after the last change (here or in the store) that count as active
+WATCH_SECONDS = 25.0  # how long one watch request waits on the server
+RETRY = 5.0  # seconds before a broken watch is tried again (doubling)
+RETRY_MAX = 60.0
+
+
+@dataclass(frozen=True)
+class ListenStatistics:
+    """How this store's mount learns of changes (`memfs status`)."""
+
+    mode: Mode
+    last_heard_at: float | None  # time.time() of the store's last answer, None: never
+    probes: int  # probes sooner than the interval since the mount started
+    watch_wakeups: int  # passes the watch started
+
+
+class Listener:
+    """Keeps the watch open, or paces the probing passes; one per store."""
+
+    def __init__(
+        self,
+        client: StoreClient,
+        store_id: str,
+        wake: Callable[[], None],
+        *,
+        interval: float,
+        budget: int = DEFAULT_PROBE_BUDGET,
+        use_watch: bool = True,
+    ) -> None:
+        self.client = client
+        self.store_id = store_id
+        self._wake = wake
+        self.interval = interval
+        self.budget = budget
+        self._use_watch = use_watch
+        self._watching = False  # a watch answered and none failed since
+        self._broken = False  # the watch broke (logged); its return is logged too
+        self._tokens = float(budget)
+        self._refilled: float | None = None  # trio time the bucket was last topped up
+        self._active_at = -math.inf  # trio time of the last change seen on either side
+        self._gap = FAST
+        self._head: str | None = None
+        self._heads_seen = 0
+        self._last_heard: float | None = None
+        self._probes = 0
+        self._wakeups = 0
+
+    def statistics(self) -> ListenStatistics:
+        return ListenStatistics(self.mode, self._last_heard, self._probes, self._wakeups)
+
+    @property
+    def mode(self) -> Mode:
+        if self._watching:
+            return "watch"
+        return "probe" if self.budget > 0 else "interval"
+
+    # -- what the engine tells -----------------------------------------------------------
+    def local_change(self) -> None:
+        """The mount changed a file: probe fast for a while."""
+        self._active_at = trio.current_time()
+        self._gap = FAST
+
+    def heard(self, head: str | None) -> None:
+        """A pass reached the store and read its newest version id ("" if unknown)."""
+        self._last_heard = time.time()
+        if head != self._head:
+            if self._heads_seen:
+                self._active_at = trio.current_time()
+                self._gap = FAST
+            self._head = head
+            self._heads_seen += 1
+
+    def delay(self, *, work_left: bool, failing: bool) -> float:
+        """Seconds until the next pass unless something wakes the loop first.
+
+        `work_left`: a local change waits for a pass even without news. `failing`: the
+        last pass failed; the next one comes at the interval, never sooner.
+        """
+        if failing:
+            return self.interval
+        if self._watching:
+            return self.interval if work_left else math.inf
+        if self.budget <= 0:
+            return self.interval
+        now = trio.current_time()
+        if now - self._active_at > ACTIVE_WINDOW:
+            self._gap = min(self.interval, self._gap * 2)
+        gap = min(self.interval, self._gap)
+        if gap >= self.interval:
+            return self.interval
+        self._refill(now)
+        if self._tokens < 1:
+            return self.interval
+        self._tokens -= 1
+        self._probes += 1
+        return gap
+
+    def _refill(self, now: float) -> None:
+        if self._refilled is not None:
+            earned = (now - self._refilled) * self.budget / 3600
+            self._tokens = min(float(self.budget), self._tokens + earned)
+        self._refilled = now
+
+    # -- the watch ------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep a watch open while the server offers one; return when it does not."""
+        task_status.started()
+        if not self._use_watch:
+            return
+        retry = RETRY
+        while True:
+            try:
+                await self._watch()
+            except StoreUnavailable as e:
+                if self._watching:
+                    log.warning(
+                        "the watch broke; probing until it is back memory_store_id=%s error=%s",
+                        self.store_id,
+                        e,
+                    )
+                    self._broken = True
+                    retry = RETRY
+                self._watching = False
+            except StoreError:  # 404 (or any refusal): no watch here, as on the hosted API
+                self._watching = False
+                log.info(
+                    "the store offers no watch; probing for changes memory_store_id=%s "
+                    "probe_budget=%d",
+                    self.store_id,
+                    self.budget,
+                )
+                return
+            await trio.sleep(retry)
+            retry = min(RETRY_MAX, retry * 2)
+
+    async def _watch(self) -> None:
+        """One watch session: the head now, then long polls until something fails."""
+        head = await self.client.watch(self.store_id, after=None, seconds=0)
+        self._last_heard = time.time()
+        if self._broken:
+            log.info("watching for changes again memory_store_id=%s", self.store_id)
+            self._broken = False
+        self._watching = True
+        self._wake_pass()  # whatever changed while not watching
+        while True:
+            new = await self.client.watch(self.store_id, after=head, seconds=WATCH_SECONDS)
+            self._last_heard = time.time()
+            if new != head:
+                head = new
+                self._wake_pass()
+
+    def _wake_pass(self) -> None:
+        self._wakeups += 1
+        self._wake()

@@ -1,0 +1,215 @@
+"""Live sessions sharing a store (issue 26): a change in one mount is readable in another
+without `memfs sync`, through memfs serve's watch or, without it, by probing.
+
+Every mount here syncs every 60 s, so what arrives within the bounds below came by the
+watch or a probe, not by the interval."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.api import Api
+from tests.support.mount import MountProcess, mount_store
+from tests.support.postgres import PostgresCluster
+from tests.support.server import ServerProcess, start_server
+
+pytestmark = [pytest.mark.fuse, pytest.mark.deadline(240)]
+
+SLOW = ("--sync-interval", "60")
+SEEN_WITHIN = 10.0  # seconds; the interval alone would take up to 60
+
+
+def eventually(check: Callable[[], bool], what: str, within: float = SEEN_WITHIN) -> float:
+    """Poll `check` until true, bounded; the seconds it took."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < within, f"not within {within:g}s: {what}"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def store_status(mount: MountProcess) -> dict[str, Any]:
+    (one,) = mount.mount_status()["stores"]
+    found: dict[str, Any] = one
+    return found
+
+
+def changes_reach(a: MountProcess, b: MountProcess, tag: str) -> list[float]:
+    """Create, append, rename and delete in `a`; each is readable in `b` soon after."""
+    ra, rb = a.mountpoint, b.mountpoint
+    took = []
+    (ra / f"{tag}.md").write_text("one\n")
+    took.append(eventually(lambda: text(rb / f"{tag}.md") == "one\n", "the create"))
+    with open(ra / f"{tag}.md", "a") as f:
+        f.write("two\n")
+    took.append(eventually(lambda: text(rb / f"{tag}.md") == "one\ntwo\n", "the append"))
+    (ra / f"{tag}.md").rename(ra / f"{tag}-moved.md")
+    took.append(
+        eventually(
+            lambda: text(rb / f"{tag}-moved.md") == "one\ntwo\n" and text(rb / f"{tag}.md") is None,
+            "the rename",
+        )
+    )
+    (ra / f"{tag}-moved.md").unlink()
+    took.append(eventually(lambda: text(rb / f"{tag}-moved.md") is None, "the delete"))
+    return took
+
+
+Pair = tuple[MountProcess, MountProcess, str]
+
+
+@pytest.fixture
+def pair(tmp_path: Path, server: ServerProcess, api: Api) -> Pair:
+    sid = str(api.create_store("shared")["id"])
+    a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
+    b = mount_store(tmp_path, server.url, sid, *SLOW, name="b")
+    return a, b, sid
+
+
+def test_changes_reach_the_other_mount_by_the_watch(pair: Pair) -> None:
+    a, b, _ = pair
+    eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches")
+    changes_reach(a, b, "from-a")
+    changes_reach(b, a, "from-b")
+    status = store_status(b)
+    assert status["learns_by"] == "watch" and status["last_heard_at"] is not None
+    assert status["next_pass_at"] is None  # idle and watched: no pass on a timer
+
+
+def test_two_appenders_lose_no_line(pair: Pair, api: Api) -> None:
+    a, b, sid = pair
+    fa, fb = a.mountpoint / "log.md", b.mountpoint / "log.md"
+    fa.write_text("start\n")
+    eventually(lambda: text(fb) == "start\n", "the file reaches b")
+    expected = {"start"}
+
+    def append(path: Path, line: str) -> None:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+    def store_lines() -> set[str]:
+        (m,) = api.list_memories(sid)
+        return set(api.get_memory(sid, m["id"])["content"].splitlines())
+
+    for i in range(50):
+        both = [
+            threading.Thread(target=append, args=(fa, f"a{i}")),
+            threading.Thread(target=append, args=(fb, f"b{i}")),
+        ]
+        for t in both:
+            t.start()
+        for t in both:
+            t.join()
+        expected |= {f"a{i}", f"b{i}"}
+        eventually(
+            lambda now=frozenset(expected): now <= store_lines(), f"round {i} in the store", 20
+        )
+    for f in (fa, fb):
+        eventually(lambda f=f: set((text(f) or "").splitlines()) == expected, f"{f} whole", 20)
+    final = store_lines()
+    assert final == expected
+    for m in (a, b):
+        lines = (text(m.mountpoint / "log.md") or "").splitlines()
+        assert len(lines) == len(expected), "a line came twice"
+        assert store_status(m)["conflicts"] == 0
+
+
+def test_overlapping_edits_keep_the_store_version_and_a_conflict_copy(
+    tmp_path: Path, server: ServerProcess, api: Api
+) -> None:
+    """The mount that loses learns nothing before it pushes (no watch, no probes)."""
+    sid = str(api.create_store("overlap")["id"])
+    a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
+    b = mount_store(tmp_path, server.url, sid, *SLOW, "--no-watch", "--probe-budget", "0", name="b")
+    (a.mountpoint / "plan.md").write_text("step one\n")
+    b.sync()
+    assert text(b.mountpoint / "plan.md") == "step one\n"
+    (a.mountpoint / "plan.md").write_text("step one, as a said\n")
+
+    def in_store() -> str:
+        (m,) = api.list_memories(sid)
+        content: str = api.get_memory(sid, m["id"])["content"]
+        return content
+
+    eventually(lambda: "as a said" in in_store(), "a's push")
+    assert store_status(b)["learns_by"] == "interval"
+    (b.mountpoint / "plan.md").write_text("step one, as b said\n")
+    eventually(lambda: text(b.mountpoint / "plan.md") == "step one, as a said\n", "store wins in b")
+    copies = store_status(b)["conflict_copies"]
+    assert len(copies) == 1 and Path(copies[0]["copy"]).read_text() == "step one, as b said\n"
+    assert text(a.mountpoint / "plan.md") == "step one, as a said\n"
+
+
+def test_without_the_watch_the_mount_probes(tmp_path: Path) -> None:
+    with start_server(tmp_path / "s.db", extra_args=["--max-watchers", "0"]) as server:
+        with Api(server.url) as api:
+            sid = str(api.create_store("probed")["id"])
+        a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
+        b = mount_store(tmp_path, server.url, sid, *SLOW, name="b")
+        changes_reach(a, b, "probed")
+        assert store_status(b)["learns_by"] == "probe"
+        assert "the store offers no watch; probing for changes" in b.log()
+        a.stop()
+        b.stop()
+
+
+def test_a_killed_instance_falls_back_to_probing_and_the_watch_resumes(
+    tmp_path: Path, server: ServerProcess, api: Api
+) -> None:
+    sid = str(api.create_store("restarted")["id"])
+    a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
+    b = mount_store(tmp_path, server.url, sid, *SLOW, name="b")
+    eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches")
+    server.kill()
+    eventually(lambda: store_status(b)["learns_by"] == "probe", "b probes")
+    server.start()
+    changes_reach(a, b, "after-restart")
+    eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches again", 90)
+    assert "the watch broke; probing until it is back" in b.log()
+    assert "watching for changes again" in b.log()
+
+
+def test_a_killed_mount_leaves_the_other_live(
+    tmp_path: Path, server: ServerProcess, api: Api
+) -> None:
+    sid = str(api.create_store("survivor")["id"])
+    a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
+    b = mount_store(tmp_path, server.url, sid, *SLOW, name="b")
+    c = mount_store(tmp_path, server.url, sid, *SLOW, name="c")
+    eventually(lambda: store_status(a)["learns_by"] == "watch", "a watches")
+    a.kill()
+    changes_reach(b, c, "after-kill")
+
+
+def test_a_watch_across_two_instances_on_postgresql(
+    tmp_path: Path, postgres: PostgresCluster
+) -> None:
+    url = postgres.database("live")
+    one = start_server(url, log_path=tmp_path / "one.log")
+    two = start_server(url, log_path=tmp_path / "two.log")
+    try:
+        with Api(one.url) as api:
+            sid = str(api.create_store("fleet")["id"])
+        a = mount_store(tmp_path, one.url, sid, *SLOW, name="a")
+        b = mount_store(tmp_path, two.url, sid, *SLOW, name="b")
+        eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches")
+        changes_reach(a, b, "across")
+        changes_reach(b, a, "back")
+        a.stop()
+        b.stop()
+    finally:
+        one.stop()
+        two.stop()
