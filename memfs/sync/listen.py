@@ -15,7 +15,7 @@ Three ways, best first (docs/sync.md, "Learning of remote changes"):
 - **interval**: `--probe-budget 0` and no watch: a pass each interval, as before.
 
 A broken watch is tried again after `RETRY` seconds (doubling up to `RETRY_MAX`); once
-it answers the loop probes no more and runs one pass to catch up.
+it answers the loop probes no more, and passes once if the head moved meanwhile.
 """
 
 from __future__ import annotations
@@ -181,7 +181,8 @@ class Listener:
             log.info("watching for changes again memory_store_id=%s", self.store_id)
             self._broken = False
         self._watching = True
-        self._wake_pass()  # whatever changed while not watching
+        if head != self._head:
+            self._wake_pass()  # it changed since the last pass read it (while not watching)
         while True:
             new = await self.client.watch(self.store_id, after=head, seconds=WATCH_SECONDS)
             self._last_heard = time.time()

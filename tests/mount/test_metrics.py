@@ -164,6 +164,7 @@ def test_a_session_reports_each_store(
             str(tmp_path / "cache"),
             "--sync-interval",
             "3600",
+            "--no-push-soon",
             "--metrics-addr",
             f"127.0.0.1:{port}",
         ],

@@ -505,3 +505,56 @@ def test_stores_under_two_roots_get_a_mount_each(api: Api, host: Path) -> None:
     anyio.run(main)
     assert not is_mounted(host) and not (host.parent / "elsewhere").exists()
     assert os.listdir(host) == []
+
+
+def test_two_sessions_sharing_a_store_see_each_other_live(api: Api, host: Path) -> None:
+    """Two worker sessions mount one store (each its own root and cache, a 60 s interval):
+    a file one session writes is readable in the other without a sync call, by the
+    watch (docs/sync.md, "Learning of remote changes"), and two appenders keep both lines."""
+    notes, _, resources = make_stores(api, host)
+    other = host.parent / "second" / "memory"
+    shared = [resources[0], {**resources[0], "mount_path": str(other / "notes")}]
+
+    def seen(check: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline, f"not within 10s: {what}"
+            time.sleep(0.05)
+
+    def lines(path: Path) -> set[str]:
+        return set(path.read_text().splitlines()) if path.exists() else set()
+
+    def share(one: Path, two: Path) -> None:
+        (one / "from-one.md").write_text("written by one\n")
+        seen(lambda: lines(two / "from-one.md") == {"written by one"}, "one's file in two")
+        (two / "from-two.md").write_text("written by two\n")
+        seen(lambda: lines(one / "from-two.md") == {"written by two"}, "two's file in one")
+        for root, line in ((one, "one adds"), (two, "two adds")):
+            with open(root / "notes.md", "a") as f:
+                f.write(line + "\n")
+        both = {"first line", "one adds", "two adds"}
+        for root in (one, two):
+            seen(lambda root=root: lines(root / "notes.md") == both, f"both lines in {root}")
+
+    async def main() -> None:
+        from anthropic.types.beta import BetaManagedAgentsSession
+
+        client = AsyncAnthropic(base_url=str(api.client.base_url), auth_token=TOKEN)
+        engines = [
+            MemfsSessionStores(
+                client, workdir=str(host.parent / "work"), sync_interval=60, cache_dir=cache
+            )
+            for cache in (host.parent / "cache", host.parent / "c")
+        ]
+        try:
+            for engine, resource in zip(engines, shared, strict=True):
+                session = BetaManagedAgentsSession.construct(resources=[_resource(resource)])
+                await engine.download(session)
+            await anyio.to_thread.run_sync(share, host / "notes", other / "notes")
+        finally:
+            for engine in engines:
+                await engine.dispose()
+
+    anyio.run(main)
+    content = store_files(api, notes["id"])["notes.md"]
+    assert sorted(content.splitlines()) == ["first line", "one adds", "two adds"]
