@@ -43,7 +43,15 @@ def test_unmount_names_every_refused_file_and_exits_1(
 ) -> None:
     store_id = str(store["id"])
     proc = mount_store(
-        tmp_path, shared_server.url, store_id, "--sync-interval", "3600", "--no-push-soon"
+        tmp_path,
+        shared_server.url,
+        store_id,
+        "--sync-interval",
+        "3600",
+        "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
     )
     root = proc.mountpoint
     try:
@@ -80,7 +88,15 @@ def test_a_dead_mount_does_not_count_refused_files_as_pushed_at_the_next_start(
 ) -> None:
     store_id = str(store["id"])
     proc = mount_store(
-        tmp_path, shared_server.url, store_id, "--sync-interval", "3600", "--no-push-soon"
+        tmp_path,
+        shared_server.url,
+        store_id,
+        "--sync-interval",
+        "3600",
+        "--no-push-soon",
+        "--no-watch",
+        "--probe-budget",
+        "0",
     )
     root = proc.mountpoint
     try:

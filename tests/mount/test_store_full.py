@@ -55,7 +55,17 @@ def test_a_create_refused_by_a_full_store_arrives_once_space_is_freed(
         sid = api.create_store("Full")["id"]
         first = api.create_memory(sid, "/a.md", "a\n")
         api.create_memory(sid, "/b.md", "b\n")
-        mount = mount_store(tmp_path, small.url, sid, "--sync-interval", "3600", "--no-push-soon")
+        mount = mount_store(
+            tmp_path,
+            small.url,
+            sid,
+            "--sync-interval",
+            "3600",
+            "--no-push-soon",
+            "--no-watch",
+            "--probe-budget",
+            "0",
+        )
         root = mount.mountpoint
         try:
             (root / "c.md").write_text("waits for space\n")
