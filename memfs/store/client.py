@@ -861,15 +861,21 @@ class StoreClient:
                 break
         return out
 
+    async def watch_head(self, store_id: str) -> str | None:
+        """The store's newest version id through memfs serve's watch, at once: where a
+        watch starts, and whether the server has one (`NotFound`: it has not)."""
+        return await self._watch(store_id, {})
+
     async def watch(self, store_id: str, *, after: str | None, seconds: float) -> str | None:
         """memfs serve's watch (docs/server.md, "The watch"): the store's newest version
         id once it is not `after`, or `after` when `seconds` pass. One attempt: the
-        caller falls back to probing on any error. `NotFound`: no watch here (or no store).
-        """
+        caller falls back to probing on any error."""
+        return await self._watch(store_id, {"after": after or "", "timeout": f"{seconds:g}"})
+
+    async def _watch(self, store_id: str, params: dict[str, Any]) -> str | None:
+        seconds = float(params.get("timeout", 0))
         data = await self._long_poll(
-            f"/v1/memory_stores/{_seg(store_id, 'store id')}/memfs/watch",
-            {"after": after or "", "timeout": f"{seconds:g}"},
-            seconds,
+            f"/v1/memory_stores/{_seg(store_id, 'store id')}/memfs/watch", params, seconds
         )
         head = data.get("head") if isinstance(data, dict) else None
         if head is not None and not isinstance(head, str):

@@ -175,7 +175,7 @@ class Listener:
 
     async def _watch(self) -> None:
         """One watch session: the head now, then long polls until something fails."""
-        head = await self.client.watch(self.store_id, after=None, seconds=0)
+        head = await self.client.watch_head(self.store_id)
         self._last_heard = time.time()
         if self._broken:
             log.info("watching for changes again memory_store_id=%s", self.store_id)
