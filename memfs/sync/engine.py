@@ -427,10 +427,16 @@ class StoreSync:
             await trio.sleep(GC_EVERY)
 
     async def final_sync(self) -> PassResult:
-        """The last pass at unmount, bounded; what is left stays in the journal."""
+        """The last pass at unmount, bounded: what changed goes up first, without a
+        listing (a big store on a slow server takes longer to list than the bound), then
+        a full pass (list, pull, the rest) in what is left of it. What is left stays in
+        the journal."""
         timeout = self.flush_timeout
         with trio.move_on_after(timeout) as scope:
-            return await self._pass(initial=False, final=True)
+            pushed = await self._push_first()
+            result = await self._pass(initial=False, final=True)
+            result.pushed += pushed
+            return result
         self.progress.end()
         metrics.sync_pass(self.store_id, "cut-off", 0)
         left = self.statistics().dirty
@@ -443,6 +449,25 @@ class StoreSync:
         )
         assert scope.cancelled_caught
         return PassResult(time.time(), timeout, "cut-off", "final sync cut off")
+
+    async def _push_first(self) -> int:
+        """The final sync's uploads before any listing (`Planner.plan_local`); how many
+        the store took. A failure is left to the full pass after it, which says so."""
+        if self.state.read_only:
+            return 0
+        result = PassResult(time.time(), 0.0, "ok")
+        async with self._pass_lock:
+            plan = self.planner.plan_local()
+            if not plan.updates and not plan.creates:
+                return 0
+            try:
+                await self.pusher.push(plan, result)
+            except Exception as e:
+                if _expected_failure(e) is None:
+                    raise  # a bug: end the mount; the journal keeps every dirty byte
+            finally:
+                self.progress.end()
+        return result.pushed
 
     # -- one pass -------------------------------------------------------------------
     async def _pass(self, *, initial: bool, final: bool = False) -> PassResult:

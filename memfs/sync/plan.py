@@ -132,6 +132,26 @@ class Planner:
                 plan.pulls.append(Pull(r, None, 0))
         return plan
 
+    def plan_local(self) -> Plan:
+        """The final sync's first uploads, from the local state alone (no listing):
+        changed or renamed files of known memories (updates, each on its baseline's
+        precondition, so a remote change is caught and merged as usual) and new files
+        (creates; a path the store has meanwhile is a path conflict the listing then
+        settles). An upload whose answer was lost, and deletes, wait for the listing."""
+        plan = Plan()
+        self.pair_saves()
+        now = time.monotonic()
+        for node in list(self.state.walk_files()):
+            if self.excluded(node) or node.sent_sha is not None or node.sent_path is not None:
+                continue
+            if not self.ready_to_push(node, now, True, 0.0, True):
+                continue
+            if node.memory_id is None:
+                plan.creates.append(node)
+            elif node.dirty or node.store_path() != node.base_path:
+                plan.updates.append(node)
+        return plan
+
     def _plan_known(
         self,
         plan: Plan,

@@ -348,8 +348,17 @@ class Pusher:
             await self._push_update(node, result, merges=merges + 1)
             return
         self._pushed(memory, result)
+        # A path we did not send that came back different: a remote rename raced this
+        # upload. The old base path stays, so the next listing follows the rename
+        # instead of taking it for a local one and moving the memory back.
+        moved = not send_path and memory.path != path
         self.state.record_pushed(
-            node, sha, memory.path, version, base_sha=memory.content_sha256, base_path=memory.path
+            node,
+            sha,
+            memory.path,
+            version,
+            base_sha=memory.content_sha256,
+            base_path=None if moved else memory.path,
         )
 
     def _pushed(self, memory: RemoteMemory, result: PassResult) -> None:
