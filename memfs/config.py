@@ -65,7 +65,9 @@ class StoreSpec:
 class MountConfig:
     mountpoint: str
     stores: list[StoreSpec]
-    single: bool = True
+    # The root of the `memfs session` this mount serves one store of (its mount point
+    # is `<root>/<mount_path>`, made for it and removed after it); None: `memfs mount`.
+    session_root: str | None = None
     cache_dir: Path | None = None
     interval: float = 15.0
     deletions: DeletionMode = "enabled"

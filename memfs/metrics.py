@@ -364,3 +364,81 @@ async def _answer(stream: trio.SocketStream, registry: CollectorRegistry) -> Non
             + b"\r\nConnection: close\r\n\r\n"
             + (body if method != b"HEAD" else b"")
         )
+
+
+# -- a session's endpoint: its store daemons' metrics, merged ---------------------------
+
+
+def merge(texts: list[str]) -> bytes:
+    """Several processes' expositions as one: the same series are summed (a session's
+    FUSE operations, requests, memory), a start time is the earliest; per-store series
+    carry their `store` label and stay apart."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.samples import Sample
+
+    families: dict[str, Metric] = {}
+    series: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Sample]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            families.setdefault(family.name, family)
+            kept = series.setdefault(family.name, {})
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                old = kept.get(key)
+                if old is not None:
+                    earliest = sample.name.endswith("_start_time_seconds")
+                    value = min(old.value, sample.value) if earliest else old.value + sample.value
+                    sample = sample._replace(value=value)
+                kept[key] = sample
+
+    class Merged:
+        def collect(self) -> Iterator[Metric]:
+            for name, family in families.items():
+                family.samples = list(series[name].values())
+                yield family
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Merged())
+    return bytes(generate_latest(registry))
+
+
+def serve_merged(sock: socket.socket, sources: Callable[[], list[str]]) -> None:
+    """Serve `sock` from a thread: each scrape fetches every URL `sources` names (a
+    session's store daemons, each on its own loopback port) and answers them merged."""
+    import http.server
+    import threading
+    import urllib.request
+
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                self.send_error(404, "see /metrics")
+                return
+            texts = []
+            for url in sources():
+                try:
+                    with urllib.request.urlopen(url, timeout=REQUEST_READ_TIMEOUT) as answer:
+                        texts.append(answer.read().decode())
+                except OSError as e:  # a store daemon going away: the others still count
+                    log.debug("metrics of a store not read url=%s error=%r", url, e)
+            body = merge(texts)
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # scrapes are not news
+
+    server = http.server.ThreadingHTTPServer(
+        sock.getsockname()[:2], Handler, bind_and_activate=False
+    )
+    server.socket.close()
+    server.socket = sock
+    threading.Thread(target=server.serve_forever, name="memfs.metrics", daemon=True).start()
+    log.info("serving metrics url=%s", url_of(sock))

@@ -63,13 +63,14 @@ def _trail_dirs(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
         return sorted(p.parent for p in root.glob(f"*/{TRAIL_NAME}")), []
     if args.mount is None:
         raise CommandFailed("name a MOUNT, or the trail's --cache-dir", ExitCode.USAGE)
-    info = registry.find_mount(args.mount) or registry.find_dead_mount(args.mount)
-    if info is None:
+    found = registry.find_mount(args.mount) or registry.find_dead_mount(args.mount)
+    infos = [found] if found is not None else registry.session_mounts(args.mount)
+    if not infos:
         raise CommandFailed(
             f"no memfs mount at {args.mount} (after an unmount, read the trail with --cache-dir)"
         )
-    caches = info.get("caches") or {}
-    return [Path(str(d)) for d in caches.values()], [str(e) for e in info.get("excludes") or []]
+    dirs = [Path(str(d)) for info in infos for d in (info.get("caches") or {}).values()]
+    return dirs, [str(e) for e in infos[0].get("excludes") or []]
 
 
 def _audit(args: argparse.Namespace) -> int:

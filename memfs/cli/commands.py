@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from pathlib import Path
@@ -43,7 +44,9 @@ def parse_size(text: str) -> int:
     return int(size)
 
 
-def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool) -> MountConfig:
+def _config(
+    args: Any, mountpoint: str, store: StoreSpec, *, session_root: str | None = None
+) -> MountConfig:
     from memfs.config import DEFAULT_EXCLUDES, MountConfig, check_interval
 
     interval = check_interval(float(args.sync_interval))
@@ -58,8 +61,8 @@ def _config(args: Any, mountpoint: str, stores: list[StoreSpec], *, single: bool
         parse_addr(metrics_addr)
     return MountConfig(
         mountpoint=mountpoint,
-        stores=stores,
-        single=single,
+        stores=[store],
+        session_root=session_root,
         cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else None,
         interval=interval,
         deletions=args.deletions,
@@ -86,9 +89,7 @@ def mount(args: Any) -> int:
     from memfs.mount.launch import launch
 
     try:
-        config = _config(
-            args, args.mountpoint, [StoreSpec(args.store_id, read_only=args.read_only)], single=True
-        )
+        config = _config(args, args.mountpoint, StoreSpec(args.store_id, read_only=args.read_only))
         config.zero_message_opens = args.zero_message_opens
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
@@ -104,18 +105,19 @@ def _restart(args: Any, config: MountConfig) -> str:
     root = config.cache_dir or default_cache_root()
     dirs = {
         s.store_id: os.path.abspath(
-            root if (config.single and config.cache_dir) else root / s.store_id
+            root if (config.session_root is None and config.cache_dir) else root / s.store_id
         )
         for s in config.stores
     }
     api_url = args.api_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-    return restart_command(args, os.path.realpath(config.mountpoint), dirs, api_url)
+    where = config.session_root or config.mountpoint
+    return restart_command(args, os.path.realpath(where), dirs, api_url)
 
 
 def session(args: Any) -> int:
     from memfs.config import check_interval
     from memfs.errors import StartError
-    from memfs.mount.launch import launch
+    from memfs.mount.launch import launch_session
     from memfs.mount.session import prepare
 
     try:
@@ -127,26 +129,35 @@ def session(args: Any) -> int:
             session_id = os.environ.get("ANTHROPIC_SESSION_ID", "").strip() or None
         args.session_id = session_id  # the restart hint names it
         root, stores = prepare(args.spec, args.root, args.api_url, dict(os.environ), session_id)
-        config = _config(args, root, stores, single=False)
+        configs = [
+            _config(args, os.path.join(root, str(s.dir_name)), s, session_root=root) for s in stores
+        ]
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
     except StartError as e:
         return _fail(str(e), e.exit_code)
-    config.restart = _restart(args, config)
+    for config in configs:
+        config.restart = _restart(args, config)
     for spec in stores:
         access = "read_only" if spec.read_only else "read_write"
         print(
             f"memfs: {spec.store_id} ({spec.name}) -> {root}/{spec.dir_name} [{access}]",
             file=sys.stderr,
         )
-    return launch(config, daemonize=args.daemon)
+    return launch_session(configs, daemonize=args.daemon)
 
 
-def _mount_for(path: str) -> dict[str, Any] | None:
+def _live_at(path: str) -> list[dict[str, Any]]:
+    """The live mount containing `path`, or every mount of the session rooted there."""
     info = registry.find_mount(path)
-    if info is None:
+    return [info] if info is not None else registry.session_mounts(path)
+
+
+def _mounts_for(path: str) -> list[dict[str, Any]]:
+    infos = _live_at(path)
+    if not infos:
         print(f"memfs: no live memfs mount at {path}", file=sys.stderr)
-    return info
+    return infos
 
 
 # What goes on in the daemon when its CLI peer stops waiting (timeout or Ctrl-C).
@@ -159,19 +170,24 @@ _GOES_ON = {
 
 def _ask(
     path: str, req: protocol.Request, timeout: float
-) -> tuple[dict[str, Any], dict[str, Any]] | int:
-    """The mount at `path` and its daemon's answer to `op`, or the exit code of failing.
+) -> list[tuple[dict[str, Any], dict[str, Any]]] | int:
+    """Each mount at `path` (a session's: all of them, side by side) and its daemon's
+    answer to `op`, or the exit code of failing.
 
     Giving up on the answer (timeout, Ctrl-C) never affects the daemon: the request goes
     on there, and the message says so.
     """
-    info = _mount_for(path)
-    if info is None:
+    infos = _mounts_for(path)
+    if not infos:
         return ExitCode.FAILED
     after = f"{_GOES_ON.get(req.op, 'the mount is not affected')} (see `memfs status {path}`)"
     try:
-        with _progress(info, req.op):
-            return info, request(info, req, timeout=timeout)
+        if len(infos) == 1:
+            with _progress(infos[0], req.op):
+                return [(infos[0], request(infos[0], req, timeout=timeout))]
+        with ThreadPoolExecutor(len(infos)) as pool:
+            answers = list(pool.map(lambda i: request(i, req, timeout=timeout), infos))
+        return list(zip(infos, answers, strict=True))
     except KeyboardInterrupt:
         return _fail(f"interrupted; {after}", ExitCode.INTERRUPTED)
     except TimeoutError:
@@ -202,10 +218,17 @@ def sync(args: Any) -> int:
     asked = _ask(args.path, protocol.Sync(), args.timeout)
     if isinstance(asked, int):
         return asked
-    _, answer = asked
+    answers = [answer for _, answer in asked]
+    ok = all(answer.get("ok") for answer in answers)
     if args.json:
-        print(json.dumps({"mounts": [answer]}, indent=2))  # `status --json`'s schema
-        return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
+        print(json.dumps({"mounts": answers}, indent=2))  # `status --json`'s schema
+        return ExitCode.OK if ok else ExitCode.FAILED
+    for answer in answers:
+        _print_sync(answer)
+    return ExitCode.OK if ok else ExitCode.FAILED
+
+
+def _print_sync(answer: dict[str, Any]) -> None:
     if answer.get("error"):
         print(f"memfs: {answer['error']}", file=sys.stderr)
     for store in answer.get("stores", []):
@@ -219,7 +242,6 @@ def sync(args: Any) -> int:
             line += f" error={r['error']}"
         print(line)
         _listing("conflict", [f"{c['path']} -> {c['copy']}" for c in r.get("conflict_copies", [])])
-    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
 
 
 # A terminal listing names this many files of each kind; `--json` names them all.
@@ -311,15 +333,14 @@ def status(args: Any) -> int:
     code: int = ExitCode.OK
     answers = []
     if args.path:
-        info = registry.find_mount(args.path)
-        if info is None:
+        mounts = _live_at(args.path)
+        if not mounts:
             dead = _dead_at(args.path)
             if dead is None:
                 return _fail(f"no live memfs mount at {args.path}")
             print(dead_summary(dead), file=sys.stderr)
             answers.append(dead)
             code = ExitCode.FAILED
-        mounts = [info] if info is not None else []
     else:
         registered = registry.registered_mounts()
         mounts = [i for i in registered if i["alive"]]
@@ -391,13 +412,20 @@ def _refusal(r: dict[str, Any]) -> str:
 
 
 def unmount(args: Any) -> int:
-    info = _mount_for(args.path)
-    if info is None:
+    """One mount, or every mount of a session: all checked for users first, then
+    unmounted side by side, each final sync in the one bound."""
+    infos = _mounts_for(args.path)
+    if not infos:
         return ExitCode.FAILED
-    refused = _busy(info, lazy=args.lazy, force=args.force, timeout=args.timeout)
-    if refused is not None:
-        return refused
-    return _unmount(str(info["mountpoint"]), args.timeout)
+    for info in infos:
+        refused = _busy(info, lazy=args.lazy, force=args.force, timeout=args.timeout)
+        if refused is not None:
+            return refused
+    if len(infos) == 1:
+        return _unmount(str(infos[0]["mountpoint"]), args.timeout)
+    with ThreadPoolExecutor(len(infos)) as pool:
+        codes = list(pool.map(lambda i: _unmount(str(i["mountpoint"]), args.timeout), infos))
+    return max(codes)
 
 
 def _busy(info: dict[str, Any], *, lazy: bool, force: bool, timeout: float) -> int | None:
@@ -476,7 +504,7 @@ def _unmount(mountpoint: str, timeout: float) -> int:
     asked = _ask(mountpoint, protocol.Unmount(), timeout)
     if isinstance(asked, int):
         return asked
-    info, answer = asked
+    [(info, answer)] = asked
     pid = int(info.get("pid", 0))
     deadline = time.monotonic() + 15
     while pid and registry.pid_alive(pid) and time.monotonic() < deadline:

@@ -81,9 +81,10 @@ def _mounts(path: str | None) -> list[dict[str, Any]]:
     if path is None:
         return registry.live_mounts()
     info = registry.find_mount(path)
-    if info is None:
+    infos = [info] if info is not None else registry.session_mounts(path)  # a session root
+    if not infos:
         raise CommandFailed(f"no live memfs mount at {path}")
-    return [info]
+    return infos
 
 
 def _conflicts(args: argparse.Namespace) -> int:

@@ -156,6 +156,12 @@ def find_mount(path: str) -> dict[str, Any] | None:
     return _containing(path, live_mounts())
 
 
+def session_mounts(path: str) -> list[dict[str, Any]]:
+    """The live mounts of the session whose root is `path` (one per store)."""
+    roots = {os.path.abspath(path), os.path.realpath(path)}
+    return [i for i in live_mounts() if i.get("session") in roots]
+
+
 def find_dead_mount(path: str) -> dict[str, Any] | None:
     """The registered mount containing `path` whose daemon is gone."""
     return _containing(path, [i for i in registered_mounts() if not i["alive"]])

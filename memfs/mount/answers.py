@@ -41,20 +41,10 @@ class Located:
     node: Node | None
 
 
-def locate(states: list[StoreState], single: bool, rel: str) -> Located:
-    """`rel` is relative to the mount point ('/notes/a.md'; in a session the first
-    segment is the store's directory). The file need not exist any more."""
+def locate(state: StoreState, rel: str) -> Located:
+    """`rel` is relative to the mount point ('/notes/a.md'). The file need not exist
+    any more."""
     parts = [p for p in rel.split("/") if p]
-    if single:
-        state = states[0]
-    else:
-        if not parts:
-            raise history.HistoryError("the session root is not a memory; name a file in a store")
-        by_dir = {s.root.name: s for s in states}
-        found = by_dir.get(parts[0])
-        if found is None:
-            raise history.HistoryError(f"no store of this session is mounted at {parts[0]!r}")
-        state, parts = found, parts[1:]
     if not parts:
         raise history.HistoryError("a store's directory is not a memory; name a file in it")
     node: Node | None = state.root
@@ -102,11 +92,11 @@ def local_json(here: Located) -> dict[str, Any]:
 
 
 async def history_answer(
-    request: protocol.History, states: list[StoreState], single: bool, client: StoreClient
+    request: protocol.History, state: StoreState, client: StoreClient
 ) -> dict[str, Any]:
     """A file's versions, and with `what="show"` one version's content."""
     try:
-        here = locate(states, single, request.path)
+        here = locate(state, request.path)
         local = local_json(here)
         store_id = here.state.store_id
         memory_id = local.get("memory_id")
@@ -141,29 +131,28 @@ async def history_answer(
         }
 
 
-def _local_path(mountpoint: str, single: bool, state: StoreState, path: str) -> str:
+def _local_path(mountpoint: str, path: str) -> str:
     """Where the mount shows store path `path` (long segments by their alias)."""
     parts = [local_name(p) for p in path.strip("/").split("/")]
-    base = mountpoint if single else os.path.join(mountpoint, state.root.name)
-    return os.path.join(base, *parts)
+    return os.path.join(mountpoint, *parts)
 
 
 def _listing(
-    syncs: list[StoreSync], mountpoint: str, single: bool
+    syncs: list[StoreSync], mountpoint: str
 ) -> list[tuple[StoreSync, conflicts.Kept, str]]:
     out = []
     for sync in syncs:
         state = sync.state
         for kept in conflicts.kept_copies(sync.store_id, state.cache.conflicts):
-            out.append((sync, kept, _local_path(mountpoint, single, state, kept.path)))
+            out.append((sync, kept, _local_path(mountpoint, kept.path)))
     return out
 
 
 def conflicts_answer(
-    request: protocol.Conflicts, syncs: list[StoreSync], mountpoint: str, single: bool
+    request: protocol.Conflicts, syncs: list[StoreSync], mountpoint: str
 ) -> dict[str, Any]:
     """The kept copies (`list`); one by id prefix (`get`), marked restored, or dropped."""
-    listing = _listing(syncs, mountpoint, single)
+    listing = _listing(syncs, mountpoint)
     what = request.what
     if what == "list":
         return {
@@ -309,18 +298,16 @@ class Answers:
 
     async def history(self, request: protocol.History) -> dict[str, Any]:
         d = self.daemon
-        states = [s.state for s in d.syncs]
-        return await history_answer(request, states, d.config.single, d.start_client())
+        return await history_answer(request, d.syncs[0].state, d.start_client())
 
     async def conflicts(self, request: protocol.Conflicts) -> dict[str, Any]:
         d = self.daemon
-        return conflicts_answer(request, d.syncs, d.mountpoint, d.config.single)
+        return conflicts_answer(request, d.syncs, d.mountpoint)
 
     async def progress(self, _: protocol.Progress) -> protocol.ProgressAnswer:
         d = self.daemon
         stores = [
-            {"memory_store_id": s.store_id, "label": d.label(s), **s.progress.snapshot()}
-            for s in d.syncs
+            {"memory_store_id": s.store_id, "label": "", **s.progress.snapshot()} for s in d.syncs
         ]
         return {"ok": True, "closing": d.stopping, "stores": stores}
 

@@ -52,6 +52,7 @@ from memfs.mount.preflight import (
     check_outside,
     lookup_store,
     prepare_mountpoint,
+    remove_store_dir,
 )
 from memfs.state.cache import JOURNAL_NAME, CacheDir
 from memfs.state.node import Node
@@ -71,7 +72,7 @@ def _now_iso() -> str:
 
 
 class Daemon:
-    """One FUSE mount serving one or several stores."""
+    """One FUSE mount serving one store (`memfs mount`, or one store of a session)."""
 
     def __init__(self, config: MountConfig, *, notifier: Notifier | None = None) -> None:
         self.config = config
@@ -102,6 +103,7 @@ class Daemon:
         self._display: Display | None = None
         self.http: httpx.AsyncClient | None = None
         self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
+        self._metrics_url: str | None = None  # where --metrics-addr is served
 
     # -- waiting for content (the handlers' only await on remote work) ---------------
     async def wait_for(self, store: StoreState, node: Node) -> str | None:
@@ -157,7 +159,11 @@ class Daemon:
         cache_root = cfg.cache_dir or default_cache_root()
         offline: set[str] = set()
         for spec in cfg.stores:
-            cache_dir = cache_root if (cfg.single and cfg.cache_dir) else cache_root / spec.store_id
+            cache_dir = (
+                cache_root
+                if (cfg.session_root is None and cfg.cache_dir)
+                else cache_root / spec.store_id
+            )
             info, reason = await self._lookup(spec.store_id, cache_dir)
             if info is not None:
                 self.infos[spec.store_id] = info
@@ -189,10 +195,8 @@ class Daemon:
             state = StoreState(
                 self.tree,
                 spec.store_id,
-                spec.dir_name or "",
                 cache,
                 read_only=read_only,
-                parent=None if cfg.single else self.tree.root,
             )
             sync = StoreSync(
                 state,
@@ -211,9 +215,7 @@ class Daemon:
             )
             self.syncs.append(sync)
             if self._display is not None:
-                self._display.watch(self.label(sync), sync.progress)
-        if not cfg.single:
-            self.tree.root.mode = 0o555
+                self._display.watch("", sync.progress)
 
         async def start_one(sync: StoreSync) -> None:
             try:
@@ -243,16 +245,13 @@ class Daemon:
                 raise first from None
             raise
 
-    def label(self, sync: StoreSync) -> str:
-        """How a progress line names a store: by its directory, in a session."""
-        return "" if self.config.single else sync.state.root.name
-
     def _serve_metrics(self, addr: str) -> None:
         try:
             sock = metrics.listen(addr)
         except (OSError, ValueError) as e:
             raise StartError(str(e), ExitCode.USAGE) from None
         metrics.start(sock)
+        self._metrics_url = metrics.url_of(sock)
         metrics.watch_stores(lambda: [(s.store_id, s.statistics()) for s in self.syncs])
 
     def start_client(self) -> StoreClient:
@@ -261,24 +260,14 @@ class Daemon:
 
     def _mount_options(self) -> set[str]:
         options = set(pyfuse3.default_options)
-        # The mount table's source is the store id of a single-store mount, as in an
-        # fstab line, so `mount -a` sees that line is mounted already.
-        source = self.config.stores[0].store_id if self.config.single else "memfs"
-        options |= {f"fsname={source}", "subtype=memfs"}
-        if all(s.state.read_only for s in self.syncs) and self.config.single:
+        # The mount table's source is the store id, as in an fstab line, so `mount -a`
+        # sees that line is mounted already.
+        options |= {f"fsname={self.config.stores[0].store_id}", "subtype=memfs"}
+        if all(s.state.read_only for s in self.syncs):
             options.add("ro")  # read-only at the VFS layer, before we are even asked
         if self.config.allow_other:
             options.add("allow_other")
-        if self._own_permissions:
-            options.discard("default_permissions")  # memfs checks, after EROFS
         return options
-
-    @property
-    def _own_permissions(self) -> bool:
-        """Session mounts mix read-only and writable stores under one superblock: with
-        the kernel checking modes, a non-root writer into a read-only store would get
-        EACCES before memfs could answer EROFS (docs/reliability.md)."""
-        return not self.config.single
 
     async def run(self, ready: Callable[[str], None] | None = None) -> int:
         """Mount, serve until stopped, tear down; returns the process exit code."""
@@ -290,9 +279,7 @@ class Daemon:
     async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
         cfg = self.config
         check_fuse()
-        mountpoint = self.mountpoint = prepare_mountpoint(
-            cfg.mountpoint, allow_nonempty=not cfg.single
-        )
+        mountpoint = self.mountpoint = prepare_mountpoint(cfg.mountpoint)
         cache_root = cfg.cache_dir or default_cache_root()
         check_outside(mountpoint, "cache directory", cache_root)
         try:
@@ -311,7 +298,7 @@ class Daemon:
         try:
             client = StoreClient(self.http)
             # On a terminal: the listing as it streams, and what the last run left.
-            self._display = Display.for_terminal({"listing": "listing", "pushing": "pushing"})
+            self._display = self._terminal({"listing": "listing", "pushing": "pushing"})
             try:
                 await self._start_stores(client, signals)
             finally:
@@ -323,7 +310,6 @@ class Daemon:
                 self.tree,
                 self,
                 content_timeout=cfg.content_timeout,
-                own_permissions=self._own_permissions,
                 read_only_vfs="ro" in options,
                 zero_message_writes=cfg.zero_message_opens,
             )
@@ -365,6 +351,8 @@ class Daemon:
             if made_cache_root and not mounted:
                 with contextlib.suppress(OSError):  # a refused start leaves nothing behind
                     os.rmdir(cache_root)
+            if cfg.session_root is not None and not crashed:
+                remove_store_dir(mountpoint)  # the session made it for this mount
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 
@@ -520,13 +508,13 @@ class Daemon:
         pending = self._unpushed_count()
         if pending:
             log.info("final sync started files=%d mountpoint=%s", pending, self.mountpoint)
-        display = Display.for_terminal({"pushing": "flushing"})
+        display = self._terminal({"pushing": "flushing"})
         self._flushing = True
         try:
             with self._flush_scope:
                 if display is not None:
                     for sync in self.syncs:
-                        display.watch(self.label(sync), sync.progress)
+                        display.watch("", sync.progress)
                 async with trio.open_nursery() as nursery:
                     for sync in self.syncs:
                         nursery.start_soon(one, sync)
@@ -570,20 +558,22 @@ class Daemon:
         return 0 if self._flush_report["ok"] else 1
 
     def places(self) -> dict[str, str]:
-        """Where each store shows in the mount."""
-        return {
-            s.store_id: self.mountpoint
-            if self.config.single
-            else os.path.join(self.mountpoint, s.state.root.name)
-            for s in self.syncs
-        }
+        """Where each store shows: at the mount point."""
+        return {s.store_id: self.mountpoint for s in self.syncs}
+
+    def _terminal(self, names: dict[str, str]) -> Display | None:
+        """Progress on a terminal; not from a session's store daemons, which share one."""
+        return None if self.config.session_root is not None else Display.for_terminal(names)
 
     # -- control ---------------------------------------------------------------------
     def _describe(self) -> dict[str, Any]:
         # The cache directories and the restart command outlive a killed daemon here:
         # `memfs status` reads them to explain a dead mount (memfs/control/recovery.py).
         return {
-            "mode": "single" if self.config.single else "session",
+            "mode": "single" if self.config.session_root is None else "session",
+            "session": self.config.session_root,
+            "session_pid": os.getppid() if self.config.session_root is not None else None,
+            "metrics": self._metrics_url,  # a session's endpoint merges its stores' (supervisor)
             "stores": [s.store_id for s in self.syncs],
             "caches": {
                 s.store_id: str(c.root.resolve())
@@ -592,6 +582,11 @@ class Daemon:
             "excludes": list(self.config.excludes),
             "restart": self.config.restart,
         }
+
+    @property
+    def flush_report(self) -> UnmountAnswer:
+        """What the final sync pushed and left (`memfs unmount`'s answer)."""
+        return self._flush_report
 
     @property
     def stopping(self) -> bool:

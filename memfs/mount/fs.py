@@ -29,7 +29,6 @@ from memfs import metrics
 from memfs.audit import Trail, command_name
 from memfs.errors import FsError
 from memfs.logs import Repeated
-from memfs.mount.permissions import EXEC, READ, WRITE, Permissions
 from memfs.paths import (
     MAX_CONTENT_BYTES,
     MAX_MEMORIES_PER_STORE,
@@ -171,7 +170,6 @@ class MemFs(pyfuse3.Operations):
         waiter: ContentWaiter,
         *,
         content_timeout: float = 30.0,
-        own_permissions: bool = False,
         negative_timeout: float = NEGATIVE_TIMEOUT,
         read_only_vfs: bool = False,
         zero_message_writes: bool = False,
@@ -185,17 +183,15 @@ class MemFs(pyfuse3.Operations):
         # (absent) ACLs, so `ls -l` asks GETXATTR system.posix_acl_* once per inode
         # instead of at every listing (`ls -la` of 20 files: 49 requests -> 27; the
         # rest is security.selinux, which no cache holds). memfs stores no ACLs:
-        # setting one stays ENOTSUP. It turns on the kernel's mode checks, so only
-        # where they are on anyway (not with memfs's own checks, session mounts).
-        self.enable_acl = not own_permissions
+        # setting one stays ENOTSUP. It turns on the kernel's mode checks, which
+        # every memfs mount has anyway (`default_permissions`).
+        self.enable_acl = True
         # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
         # Read-only mounts always; writable ones when asked (--zero-message-opens),
         # trading what OPEN carried (docs/reliability.md, "Zero-message opens").
         self.read_only_vfs = read_only_vfs
         self.zero_message_writes = zero_message_writes
-        self.pass_inode_without_fh = (
-            (read_only_vfs or zero_message_writes) and ZERO_MESSAGE_OPENS and not own_permissions
-        )
+        self.pass_inode_without_fh = (read_only_vfs or zero_message_writes) and ZERO_MESSAGE_OPENS
         self.write_context = self.pass_inode_without_fh  # `write` names its writer
         # Zero-message writes: the last writer the trail named per inode, and when it
         # last wrote (one "write" line per burst of one process, as per open before).
@@ -206,9 +202,6 @@ class MemFs(pyfuse3.Operations):
         # Zero-message readdir: the names of a listing, taken when it starts at offset 0,
         # so offsets stay stable across its READDIRs (what a DirHandle keeps otherwise).
         self._listings: dict[int, list[str]] = {}
-        # None: the kernel checks modes (`default_permissions`); else memfs does, after
-        # EROFS (session mounts, see memfs/mount/permissions.py).
-        self.perms = Permissions(tree.uid, tree.gid, self.mode) if own_permissions else None
         self.waiter = waiter
         # Each read of content that cannot come would say so again: once per cause.
         self._unavailable = Repeated(
@@ -236,13 +229,7 @@ class MemFs(pyfuse3.Operations):
         if self.files_by_inode and not self.read_only_vfs:
             self.tree.writers_tracked = False  # no OPEN or RELEASE will say who writes
         elif self.zero_message_writes and not self.read_only_vfs:
-            why = (
-                "session mounts check permissions at open"
-                if self.perms is not None
-                else "the kernel cannot skip OPEN"
-                if ZERO_MESSAGE_OPENS
-                else "pyfuse3 is a stock build"
-            )
+            why = "the kernel cannot skip OPEN" if ZERO_MESSAGE_OPENS else "a stock pyfuse3"
             log.warning(
                 "--zero-message-opens is not available; opens cost requests as "
                 "without it memory_store_id=%s reason=%s",
@@ -281,15 +268,11 @@ class MemFs(pyfuse3.Operations):
             mode &= ~0o222  # 0444/0555 whatever the journal remembers from a writable mount
         return mode
 
-    def _may(self, node: Node, ctx: pyfuse3.RequestContext, mask: int = 0) -> None:
-        """EACCES unless `ctx` may search to `node` and `mask` it (own checks only)."""
-        if self.perms is not None:
-            self.perms.require(node, ctx, mask)
-
-    def _store(self, node: Node) -> StoreState:
-        if node.store is None:
-            raise FsError(errno.EROFS, "the session root is read-only")
-        return node.store
+    @staticmethod
+    def _store(node: Node) -> StoreState:
+        store = node.store
+        assert store is not None  # every node of a mount belongs to its one store
+        return store
 
     def _mutable(self, node: Node) -> StoreState:
         """The store a mutation under `node` goes to, or the errno that refuses it."""
@@ -376,7 +359,6 @@ class MemFs(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
-        self._may(parent, ctx, EXEC)
         if name == b".":
             return self._lookup_ref(parent)
         if name == b"..":
@@ -413,20 +395,6 @@ class MemFs(pyfuse3.Operations):
         return self.attrs(self.tree.get(inode))
 
     @_guard
-    async def access(self, inode: int, mode: int, ctx: pyfuse3.RequestContext) -> bool:
-        """access(2) and chdir(2); asked only on mounts without default_permissions."""
-        node = self.tree.get(inode)
-        if mode & os.W_OK:
-            self._mutable(node)  # EROFS for everybody, as on a read-only filesystem
-        mask = (
-            (READ if mode & os.R_OK else 0)
-            | (WRITE if mode & os.W_OK else 0)
-            | (EXEC if mode & os.X_OK else 0)
-        )
-        self._may(node, ctx, mask)
-        return True
-
-    @_guard
     async def setattr(
         self,
         inode: int,
@@ -439,8 +407,6 @@ class MemFs(pyfuse3.Operations):
         store = self._mutable(node)
         if node.kind is Kind.MARKER:
             raise FsError(errno.EPERM, "the marker file is read-only")
-        if self.perms is not None:
-            self._may_setattr(node, attr, fields, fh, ctx)
         if fields.update_uid and attr.st_uid != self.tree.uid:
             raise FsError(errno.EPERM, "owners are fixed to the mounting user")
         if fields.update_gid and attr.st_gid != self.tree.gid:
@@ -465,37 +431,6 @@ class MemFs(pyfuse3.Operations):
             )
         return self.attrs(node)
 
-    def _may_setattr(
-        self,
-        node: Node,
-        attr: pyfuse3.EntryAttributes,
-        fields: pyfuse3.SetattrFields,
-        fh: int | None,
-        ctx: pyfuse3.RequestContext,
-    ) -> None:
-        """The kernel's setattr_prepare rules, which it skips without default_permissions."""
-        assert self.perms is not None
-        self._may(node, ctx)
-        if fields.update_size and fh is None:  # truncate(2); ftruncate(2) had an fd for write
-            self._may(node, ctx, WRITE)
-        if fields.update_uid or fields.update_gid:
-            self.perms.require_owner(ctx, "change a file's owner or group")
-        if fields.update_mode:
-            self.perms.require_owner(ctx, "change a file's mode")
-        if fields.update_atime or fields.update_mtime:
-            # pyfuse3 turns UTIME_NOW into the current time; a writer may set "now",
-            # only the owner any other time.
-            wall = time.time_ns()
-            times = [
-                attr.st_atime_ns if fields.update_atime else None,
-                attr.st_mtime_ns if fields.update_mtime else None,
-            ]
-            is_now = all(t is None or abs(t - wall) < 2_000_000_000 for t in times)
-            if not self.perms.owns(ctx):
-                if not is_now:
-                    raise FsError(errno.EPERM, "only the owner may set explicit times")
-                self._may(node, ctx, WRITE)
-
     @_guard
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
         raise pyfuse3.FUSEError(errno.EINVAL)
@@ -507,7 +442,6 @@ class MemFs(pyfuse3.Operations):
         parent = self._dir(parent_inode)
         self._name(name)  # ENAMETOOLONG first, as the kernel's own lookup would answer
         store = self._mutable(parent)
-        self._may(parent, ctx, WRITE | EXEC)
         if not stat.S_ISREG(mode):
             raise FsError(errno.EPERM, "only regular files can live in a memory store")
         node = self._new_file(store, parent, name, mode)
@@ -527,7 +461,6 @@ class MemFs(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         store = self._mutable(parent)
-        self._may(parent, ctx, WRITE | EXEC)
         text = check_name(name)
         if self._find(parent, text) is not None:
             raise FsError(errno.EEXIST)
@@ -541,7 +474,6 @@ class MemFs(pyfuse3.Operations):
         parent = self._dir(parent_inode)
         text = self._name(name)
         store = self._mutable(parent)
-        self._may(parent, ctx, WRITE | EXEC)
         node = self._child(parent, text)
         path = node.store_path()
         store.unlink(parent, node.name)
@@ -554,7 +486,6 @@ class MemFs(pyfuse3.Operations):
         if node.store is not None and node is node.store.root:
             raise FsError(errno.EROFS, "a store's directory cannot be removed")
         store = self._mutable(parent)
-        self._may(parent, ctx, WRITE | EXEC)
         path = node.store_path()
         store.rmdir(parent, node.name)
         self.trail.change(store.store_id, "rmdir", path, ctx.pid, ctx.uid)
@@ -577,7 +508,6 @@ class MemFs(pyfuse3.Operations):
         parent = self._dir(parent_inode)
         self._name(name)  # ENAMETOOLONG, then EROFS, then EPERM: Linux's order
         self._mutable(parent)
-        self._may(parent, ctx, WRITE | EXEC)
         raise FsError(errno.EPERM, "links cannot live in a memory store")
 
     @_guard
@@ -594,16 +524,7 @@ class MemFs(pyfuse3.Operations):
         new_parent = self._dir(parent_inode_new)
         old_name = self._name(name_old)
         check_length(name_new)
-        store = self._mutable(old_parent)
-        new_store = self._mutable(new_parent)
-        if self.perms is not None:
-            self._may(old_parent, ctx, WRITE | EXEC)
-            self._may(new_parent, ctx, WRITE | EXEC)
-            moving = self._find(old_parent, old_name)
-            if moving is not None and moving.is_dir and old_parent is not new_parent:
-                self._may(moving, ctx, WRITE)  # its ".." changes
-        if store is not new_store:
-            raise FsError(errno.EXDEV, "cannot move between memory stores")
+        store = self._mutable(old_parent)  # one store a mount: EXDEV is the kernel's
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
         node = self._child(old_parent, old_name)
@@ -637,9 +558,6 @@ class MemFs(pyfuse3.Operations):
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY or bool(flags & os.O_TRUNC)
         if writing:
             store = self._mutable(node)
-        if self.perms is not None:
-            reading = (flags & os.O_ACCMODE) in (os.O_RDONLY, os.O_RDWR)
-            self._may(node, ctx, (READ if reading else 0) | (WRITE if writing else 0))
         if writing:
             if node.kind is Kind.MARKER:
                 raise FsError(errno.EPERM, "the marker file is read-only")
@@ -671,7 +589,6 @@ class MemFs(pyfuse3.Operations):
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._dir(parent_inode)
         store = self._mutable(parent)
-        self._may(parent, ctx, WRITE | EXEC)
         node = self._new_file(store, parent, name, mode)
         comm = command_name(ctx.pid)
         self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid, comm)
@@ -780,7 +697,6 @@ class MemFs(pyfuse3.Operations):
         if self.dirs_by_inode:
             raise FsError(errno.ENOSYS, "zero-message opens")  # the kernel stops asking
         node = self._dir(inode)
-        self._may(node, ctx, READ)
         # A snapshot of the names makes offsets stable for the life of the handle.
         fh = self._fh(DirHandle(node, self._names(node)))
         if self.cache_readdir:
@@ -883,16 +799,12 @@ class MemFs(pyfuse3.Operations):
         )
 
     def stores(self) -> list[StoreState]:
-        if self.tree.root.store is not None:
-            return [self.tree.root.store]
-        assert self.tree.root.children is not None
-        return [c.store for c in self.tree.root.children.values() if c.store is not None]
+        return [self._store(self.tree.root)]
 
     # -- xattrs ---------------------------------------------------------------------
     @_guard
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node = self.tree.get(inode)
-        self._may(node, ctx, READ if name.startswith(b"user.") else 0)
         value = self._xattrs(node).get(name)
         if value is None:
             raise FsError(pyfuse3.ENOATTR)
@@ -901,7 +813,6 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
         node = self.tree.get(inode)
-        self._may(node, ctx)
         return list(self._xattrs(node))
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
@@ -930,14 +841,12 @@ class MemFs(pyfuse3.Operations):
     ) -> None:
         node = self.tree.get(inode)
         self._mutable(node)
-        self._may(node, ctx, WRITE if name.startswith(b"user.") else 0)
         raise FsError(errno.ENOTSUP, "extended attributes are not stored")
 
     @_guard
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         node = self.tree.get(inode)
         self._mutable(node)
-        self._may(node, ctx, WRITE if name.startswith(b"user.") else 0)
         if name in self._xattrs(node):
             raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
         raise FsError(pyfuse3.ENOATTR)

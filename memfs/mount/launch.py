@@ -14,6 +14,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import NoReturn
 
 import trio
@@ -24,6 +25,7 @@ from memfs.errors import ConfigError, StartError
 from memfs.mount import display, systemd
 from memfs.mount.daemon import Daemon
 from memfs.mount.preflight import clear_dead_mount
+from memfs.mount.supervisor import run_session
 
 log = logging.getLogger("memfs.daemon")
 
@@ -71,55 +73,87 @@ def _abort_start(pid: int, read_fd: int, config: MountConfig) -> int:
 
 def launch(config: MountConfig, *, daemonize: bool) -> int:
     """Run a mount in the foreground, or fork and return once it is live (`--daemon`)."""
+    return _launch(lambda ready: _run_mount(config, ready), config, daemonize=daemonize)
+
+
+def launch_session(configs: list[MountConfig], *, daemonize: bool) -> int:
+    """Run a session (one store daemon per store, `memfs/mount/supervisor.py`) in the
+    foreground, or fork and return once every store is live (`--daemon`)."""
+
+    def serve_store(config: MountConfig, ready_fd: int) -> int:
+        return _report(ready_fd, lambda ready: _run_mount(config, ready))
+
+    return _launch(
+        lambda ready: run_session(configs, ready, serve_store), configs[0], daemonize=daemonize
+    )
+
+
+Serve = Callable[[Callable[[str], None]], int]
+
+
+def _launch(serve: Serve, config: MountConfig, *, daemonize: bool) -> int:
     os.umask(0o077)  # journal, objects, conflict copies and logs are the user's alone
     if not daemonize:
-        return _run_foreground(config)
+        return _run_foreground(serve, config)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid > 0:
         os.close(write_fd)
         return _wait_for_child(pid, read_fd, config)
-    _run_child(read_fd, write_fd, config)
+    _run_child(read_fd, write_fd, serve, config)
 
 
-def _run_foreground(config: MountConfig) -> int:
-    """The mount in this process, with a terminal to report to."""
+def _run_mount(config: MountConfig, ready: Callable[[str], None]) -> int:
+    """One daemon in this process; what its final sync could not push goes to stderr."""
+    daemon = Daemon(config)
+    code = trio.run(daemon.run, ready)
+    for line in display.left_lines(daemon.flush_report):
+        print(line, file=sys.stderr)
+    return code
+
+
+def _run_foreground(serve: Serve, config: MountConfig) -> int:
+    """The mount (or session) in this process, with a terminal to report to."""
+    where = config.session_root or config.mountpoint
 
     def say_ready(mountpoint: str) -> None:
         print(
-            f"memfs: mounted at {mountpoint}; stop with Ctrl-C or `memfs unmount {mountpoint}`",
+            f"memfs: mounted at {mountpoint}; stop with Ctrl-C or `memfs unmount {where}`",
             file=sys.stderr,
             flush=True,
         )
         systemd.notify(f"READY=1\nSTATUS=mounted at {mountpoint}")  # Type=notify
 
-    daemon = Daemon(config)
     try:
-        code = trio.run(daemon.run, say_ready)
+        return serve(say_ready)
     except StartError as e:
         print(f"memfs: {e}", file=sys.stderr)
         return e.exit_code
     except ConfigError as e:
         print(f"memfs: {e}", file=sys.stderr)
         return 2
-    for line in display.left_lines(daemon._flush_report):
-        print(line, file=sys.stderr)
-    return code
 
 
 def _wait_for_child(pid: int, read_fd: int, config: MountConfig) -> int:
     """The parent of `--daemon`: wait for the child's "ok" or its refusal, and say it."""
-    chunks: list[bytes] = []
+    said = b""
     try:
-        while chunk := os.read(read_fd, 4096):
-            chunks.append(chunk)
+        # Until EOF, or the "ok" line: a session's store daemons hold the pipe open.
+        while not (said.startswith(b"ok ") and said.endswith(b"\n")):
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                break
+            said += chunk
     except KeyboardInterrupt:
         return _abort_start(pid, read_fd, config)
     os.close(read_fd)
-    message = b"".join(chunks).decode(errors="replace")
+    message = said.decode(errors="replace")
     if message.startswith("ok "):
         where = config.log_file or (config.cache_dir or default_cache_root()) / "memfs.log"
-        print(f"memfs: mounted at {message[3:]} (pid {pid}); logs: {where}", file=sys.stderr)
+        print(
+            f"memfs: mounted at {message[3:].strip()} (pid {pid}); logs: {where}",
+            file=sys.stderr,
+        )
         return 0
     exit_word, _, text = message.partition(" ")
     print(f"memfs: {text or 'the daemon exited before the mount was live'}", file=sys.stderr)
@@ -142,33 +176,39 @@ def _open_daemon_log(config: MountConfig) -> str | None:
     return None
 
 
-def _run_child(read_fd: int, write_fd: int, config: MountConfig) -> NoReturn:
+def _run_child(read_fd: int, write_fd: int, serve: Serve, config: MountConfig) -> NoReturn:
     """The daemon child: its own session, no terminal, reports readiness through the pipe."""
     os.close(read_fd)
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    if config.log_file is None and (refusal := _open_daemon_log(config)):
-        os.write(write_fd, f"2 {refusal}".encode())
-        os._exit(2)
-
-    def signal_ready(mountpoint: str) -> None:
-        os.write(write_fd, f"ok {mountpoint}".encode())
-        os.close(write_fd)
-
-    code = 1
+    code = 2
     try:
-        code = trio.run(Daemon(config).run, signal_ready)
-    except StartError as e:
-        os.write(write_fd, f"{e.exit_code} {e}".encode())
-        code = e.exit_code
-    except ConfigError as e:
-        os.write(write_fd, f"2 {e}".encode())
-        code = 2
-    except BaseException:
-        log.exception("the daemon crashed")
-        code = 1
+        if config.log_file is None and (refusal := _open_daemon_log(config)):
+            os.write(write_fd, f"2 {refusal}".encode())
+        else:
+            code = _report(write_fd, serve)
     finally:
         logging.shutdown()
         os._exit(code)
+
+
+def _report(write_fd: int, serve: Serve) -> int:
+    """`serve` with its readiness, or why it did not start, written to `write_fd`."""
+
+    def signal_ready(mountpoint: str) -> None:
+        os.write(write_fd, f"ok {mountpoint}\n".encode())
+        os.close(write_fd)
+
+    try:
+        return serve(signal_ready)
+    except StartError as e:
+        os.write(write_fd, f"{e.exit_code} {e}".encode())
+        return e.exit_code
+    except ConfigError as e:
+        os.write(write_fd, f"2 {e}".encode())
+        return 2
+    except BaseException:
+        log.exception("the daemon crashed")
+        return 1

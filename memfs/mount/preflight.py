@@ -72,7 +72,7 @@ def clear_dead_mount(path: str) -> bool:
     return True
 
 
-def prepare_mountpoint(path: str, *, allow_nonempty: bool = False) -> str:
+def prepare_mountpoint(path: str) -> str:
     """Refuse a mount point memfs can't use; clear a dead mount a killed daemon left."""
     real = os.path.realpath(path)
     clear_dead_mount(real)
@@ -86,9 +86,20 @@ def prepare_mountpoint(path: str, *, allow_nonempty: bool = False) -> str:
         raise StartError(f"mount point {path} is not a directory", 2)
     if os.path.ismount(real):
         raise StartError(f"mount point {path} is already a mount", 2)
-    if not allow_nonempty and os.listdir(real):
+    if os.listdir(real):
         raise StartError(f"mount point {path} is not empty", 2)
     return real
+
+
+def remove_store_dir(path: str) -> None:
+    """A session store's directory, made for its mount, once it is empty and unmounted
+    (a dead mount stays: nothing may write into the directory underneath)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.debug("store directory left in place path=%s error=%s", path, e.strerror)
 
 
 def check_outside(mountpoint: str, what: str, path: Path) -> None:

@@ -7,7 +7,6 @@ is mounted, with one clear line each (the reference worker's wording where it ha
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.mount.preflight import START_RETRY, clear_dead_mount, lookup_store
+from memfs.mount.preflight import START_RETRY, clear_dead_mount, lookup_store, remove_store_dir
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
 from memfs.store.client import StoreClient, StoreInfo
 from memfs.store.connection import (
@@ -134,11 +133,8 @@ def load_spec(path: str) -> list[Attachment]:
 
 
 def check_root(root: str) -> str:
-    """The session root must exist, be a writable directory, and not be a mount yet.
-
-    A dead FUSE mount left at the root by a killed daemon (ENOTCONN) is cleared first,
-    the way `memfs mount` clears one at its mount point.
-    """
+    """The session root must exist and be a writable directory. It is never mounted
+    (each store is, below it); any filesystem may hold it."""
     if not os.path.isabs(root) or posixpath.normpath(root) != root.rstrip("/") or root == "/":
         raise StartError(f"the session root {root!r} is not a clean absolute path", 2)
     try:
@@ -150,19 +146,9 @@ def check_root(root: str) -> str:
             2,
         ) from None
     except OSError as e:
-        if e.errno == errno.ENOTCONN and clear_dead_mount(root):
-            return check_root(root)
         raise StartError(f"the session root {root} cannot be used: {e.strerror}", 2) from None
     if not stat.S_ISDIR(st.st_mode):
         raise StartError(f"the session root {root} is not a directory", 2)
-    if os.path.ismount(root):
-        if clear_dead_mount(root):
-            return check_root(root)
-        raise StartError(
-            f"the session root {root} is already a mount (is another session "
-            "running? see `memfs status`)",
-            2,
-        )
     if not os.access(root, os.W_OK | os.X_OK):
         raise StartError(
             f"cannot create the memory store's folder under {root}: "
@@ -232,7 +218,10 @@ def build_specs(
                 2,
             )
         by_dir[dir_name.lower()] = a.store_id
-        if os.path.lexists(os.path.join(root, dir_name)):
+        path = os.path.join(root, dir_name)
+        if clear_dead_mount(path):
+            remove_store_dir(path)  # a killed session's: memfs made it, and mounted it
+        if os.path.lexists(path):
             raise StartError(
                 f"something already exists at the memory store's path: "
                 f"{root}/{dir_name} (memory_store_id={a.store_id}); it must "

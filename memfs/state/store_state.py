@@ -76,11 +76,9 @@ class StoreState(SyncRecords):
         self,
         tree: Tree,
         store_id: str,
-        name: str,
         cache: CacheDir,
         *,
         read_only: bool,
-        parent: Node | None = None,
     ) -> None:
         self.tree = tree
         self.store_id = store_id
@@ -92,11 +90,8 @@ class StoreState(SyncRecords):
         self.by_memory: dict[str, Node] = {}  # linked files with a memory id
         self.tombstones: dict[str, Node] = {}  # unlinked files with a memory id
         now = time.time_ns()
-        if parent is None:
-            self.root = tree.root
-            tree.root.store = self
-        else:
-            self.root = tree.new_node(Kind.DIR, name, parent, self, DIR_MODE, now)
+        self.root = tree.root  # a mount serves one store: its root is the store's
+        tree.root.store = self
         self.marker = tree.new_node(Kind.MARKER, MARKER_NAME, self.root, self, 0o444, now)
         marker = marker_content(store_id)
         self.marker.data = bytearray(marker)

@@ -2,9 +2,10 @@
 
 The SDK materialises a session's memory stores itself (`SessionMemoryStores`, a
 download into plain folders). `MemfsSessionStores` has the same public surface, but
-mounts the stores with memfs instead: one `memfs session … --daemon` process per mount
-root (the parent directory of the stores' `mount_path`s, `/mnt/memory` in practice),
-driven over its control socket. The daemon stays trio in its own process; this side runs
+mounts the stores with memfs instead: one `memfs session … --daemon` per mount root (the
+parent directory of the stores' `mount_path`s, `/mnt/memory` in practice), which mounts
+each store at its `mount_path` with a daemon of its own, driven over their control
+sockets. The daemon stays trio in its own process; this side runs
 on the SDK's anyio event loop and never blocks it.
 
 `environment_worker(client, …)` is the one-line switch: an `EnvironmentWorker` whose
@@ -89,13 +90,13 @@ class _Store:
 
 @dataclass
 class _Mount:
-    """One `memfs session` daemon serving the stores under one root."""
+    """One `memfs session` under one root: a daemon (and a mount) per store."""
 
     root: Path
     stores: list[_Store]
     spec_file: Path
-    info: dict[str, Any] = field(default_factory=dict)
-    pid: int = 0
+    infos: list[dict[str, Any]] = field(default_factory=list)  # one a store's mount
+    pid: int = 0  # the session's process
 
 
 class MemfsSessionStores:
@@ -335,12 +336,8 @@ class MemfsSessionStores:
             message = lines[-1] if lines else f"memfs session exited with {done.returncode}"
             message = message.removeprefix("memfs: ")
             raise SessionMemoryError(message)
-        # Looked up by a store's path: the daemon that serves it, whether it mounted the
-        # root or the store's own directory.
-        info = registry.find_mount(str(mount.stores[0].path))
-        if info is None:
-            raise SessionMemoryError(f"the memfs daemon for {root} is not registered")
-        mount.info, mount.pid = info, int(info.get("pid", 0))
+        if not _own_daemons(mount):
+            raise SessionMemoryError(f"the memfs daemons for {root} are not registered")
         for s in mount.stores:
             log.info(
                 "mounted memory store memory_store_id=%s path=%s access=%s",
@@ -350,46 +347,35 @@ class MemfsSessionStores:
             )
 
     async def _unmount(self, mount: _Mount) -> None:
-        if not mount.info:  # cut off while starting: its daemon may have mounted anyway
-            found = _own_daemon(mount)
-            if found is None:
-                return
-            mount.info, mount.pid = found, int(found.get("pid", 0))
-        if not self._finished:
-            # A session that did not end cleanly sends no deletes: what it removed may be
-            # a stopped call's half-done move. Its edits are still pushed at unmount.
-            await self._ask(mount, protocol.Restore(sync=False), bound=REQUEST_TIMEOUT)
-        answer = await self._ask(mount, protocol.Unmount(), bound=MEMORY_FLUSH_TIMEOUT + 15)
-        for store_id, paths in (answer.get("unpushed") or {}).items():
-            log.warning(
-                "memory flush left changed files un-pushed; they stay in the "
-                "journal for the next mount root=%s memory_store_id=%s files=%d paths=%s",
-                mount.root,
-                store_id,
-                len(paths),
-                ",".join(paths[:20]),
-            )
-        for store_id, files in (answer.get("refused") or {}).items():
-            log.warning(
-                "the store refused these files, so it does not have them; they stay "
-                "only in the cache until their content changes root=%s "
-                "memory_store_id=%s files=%d paths=%s",
-                mount.root,
-                store_id,
-                len(files),
-                ",".join(f"{f['path']} ({f['why']})" for f in files[:20]),
-            )
-        for _ in range(300):  # the daemon exits right after its answer; bounded at 15 s
-            if not (mount.pid and registry.pid_alive(mount.pid)):
-                break
-            await anyio.sleep(0.05)
-        await anyio.to_thread.run_sync(_force_gone, mount)
+        # Cut off while starting, its daemons may have mounted anyway.
+        if not (mount.infos or _own_daemons(mount)):
+            return
+        answers: list[dict[str, Any]] = []
+
+        async def one(info: dict[str, Any]) -> None:
+            if not self._finished:
+                # A session that did not end cleanly sends no deletes: what it removed
+                # may be a stopped call's half-done move. Its edits are still pushed.
+                await _ask(info, protocol.Restore(sync=False), bound=REQUEST_TIMEOUT)
+            answers.append(await _ask(info, protocol.Unmount(), bound=MEMORY_FLUSH_TIMEOUT + 15))
+
+        try:
+            async with anyio.create_task_group() as tg:  # every store's final sync at once
+                for info in mount.infos:
+                    tg.start_soon(one, info)
+        finally:
+            for answer in answers:
+                _log_left(mount, answer)
+            for _ in range(300):  # the session exits right after its stores; bounded at 15 s
+                if not (mount.pid and registry.pid_alive(mount.pid)):
+                    break
+                await anyio.sleep(0.05)
+            await anyio.to_thread.run_sync(_force_gone, mount)
 
     def _remove_store_dirs(self, mount: _Mount) -> None:
-        """Store directories left under an unmounted root (never into a live mount)."""
-        if not os.path.ismount(mount.root):
-            for store in mount.stores:
-                self._remove_if_empty(store.path)
+        """Store directories the session left (never a live mount's)."""
+        for store in mount.stores:
+            self._remove_if_empty(store.path)
         with _quiet():
             mount.spec_file.unlink()
 
@@ -402,9 +388,9 @@ class MemfsSessionStores:
     async def _each(self, req: protocol.Request, bound: float = REQUEST_TIMEOUT) -> None:
         """Ask every daemon; log failures, never raise (mid-session syncs never do)."""
 
-        async def one(mount: _Mount) -> None:
+        async def one(mount: _Mount, info: dict[str, Any]) -> None:
             try:
-                answer = await self._ask(mount, req, bound=bound)
+                answer = await _ask(info, req, bound=bound)
             except Exception as e:
                 log.warning("memory request failed op=%s root=%s error=%s", req.op, mount.root, e)
                 return
@@ -418,34 +404,60 @@ class MemfsSessionStores:
 
         async with anyio.create_task_group() as tg:
             for mount in self._mounts:
-                if mount.info:
-                    tg.start_soon(one, mount)
-
-    async def _ask(self, mount: _Mount, req: protocol.Request, *, bound: float) -> dict[str, Any]:
-        """One request on the daemon's control socket, given up after `bound` seconds."""
-        with anyio.fail_after(bound):
-            return await arequest(mount.info, req)
+                for info in mount.infos:
+                    tg.start_soon(one, mount, info)
 
 
-def _own_daemon(mount: _Mount) -> dict[str, Any] | None:
-    """The live daemon mounted at this mount's root or first store, if any."""
-    found = registry.find_mount(str(mount.stores[0].path))
-    ours = (os.path.realpath(mount.root), os.path.realpath(mount.stores[0].path))
-    return found if found is not None and found["mountpoint"] in ours else None
+async def _ask(info: dict[str, Any], req: protocol.Request, *, bound: float) -> dict[str, Any]:
+    """One request on a store daemon's control socket, given up after `bound` seconds."""
+    with anyio.fail_after(bound):
+        return await arequest(info, req)
+
+
+def _log_left(mount: _Mount, answer: dict[str, Any]) -> None:
+    """What a store's final sync left: changed files not pushed, files refused."""
+    for store_id, paths in (answer.get("unpushed") or {}).items():
+        log.warning(
+            "memory flush left changed files un-pushed; they stay in the "
+            "journal for the next mount root=%s memory_store_id=%s files=%d paths=%s",
+            mount.root,
+            store_id,
+            len(paths),
+            ",".join(paths[:20]),
+        )
+    for store_id, files in (answer.get("refused") or {}).items():
+        log.warning(
+            "the store refused these files, so it does not have them; they stay "
+            "only in the cache until their content changes root=%s "
+            "memory_store_id=%s files=%d paths=%s",
+            mount.root,
+            store_id,
+            len(files),
+            ",".join(f"{f['path']} ({f['why']})" for f in files[:20]),
+        )
+
+
+def _own_daemons(mount: _Mount) -> bool:
+    """Find the live daemons of this mount's session (one per store); any?"""
+    mount.infos = registry.session_mounts(str(mount.root))
+    if mount.infos:
+        mount.pid = int(mount.infos[0].get("session_pid") or 0)
+    return bool(mount.infos)
 
 
 def _force_gone(mount: _Mount) -> None:
-    """A daemon that did not exit in time is stopped, and its mount detached."""
+    """A session that did not exit in time is stopped, and its mounts detached."""
     if mount.pid and registry.pid_alive(mount.pid):
         log.warning(
             "the memfs daemon did not exit; stopping it pid=%d root=%s", mount.pid, mount.root
         )
         with _quiet():
             os.kill(mount.pid, signal.SIGTERM)
-    if os.path.ismount(mount.root):
-        subprocess.run(
-            ["fusermount3", "-u", "-z", str(mount.root)], check=False, capture_output=True
-        )
+    for store in mount.stores:
+        if os.path.ismount(store.path):
+            subprocess.run(
+                ["fusermount3", "-u", "-z", str(store.path)], check=False, capture_output=True
+            )
 
 
 def _failed_stores(answer: dict[str, Any]) -> str:

@@ -191,7 +191,7 @@ def test_session_root_may_be_relative(
         )
         assert out.returncode == 0, out.stderr
         assert f"-> {root}/relative-root [read_write]" in out.stderr, out.stderr
-        assert is_mounted(root)
+        assert is_mounted(root / "relative-root") and not is_mounted(root)
         assert os.listdir(root) == ["relative-root"]
         down = subprocess.run(
             [sys.executable, "-m", "memfs.cli", "unmount", "memory"],
@@ -202,9 +202,9 @@ def test_session_root_may_be_relative(
             timeout=120,
         )
         assert down.returncode == 0, down.stderr
-        assert not is_mounted(root)
+        assert not is_mounted(root / "relative-root") and os.listdir(root) == []
     finally:
-        lazy_unmount(root)
+        lazy_unmount(root / "relative-root")
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

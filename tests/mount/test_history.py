@@ -314,9 +314,9 @@ def test_a_session_shows_each_store_history_audit_and_refuses_the_read_only_one(
         assert refused.returncode == 1 and b"read-only store" in refused.stderr
         assert remote.get_memory(team, fact["id"])["content"] == "v2\n"
         for where, why in [
-            (root, b"the session root is not a memory"),
+            (root, b"no live memfs mount at"),  # the root is no mount; each store is one
             (root / "team", b"a store's directory is not a memory"),
-            (root / "other" / "x.md", b"no store of this session"),
+            (root / "other" / "x.md", b"no live memfs mount at"),
         ]:
             wrong = cli_bytes(proc, "log", str(where))
             assert wrong.returncode == 1 and why in wrong.stderr, wrong.stderr

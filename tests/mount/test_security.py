@@ -52,6 +52,7 @@ def run(op, a):
         with open(a["path"], "rb") as f: return f.read().decode(errors="replace")
     if op == "stat":
         return oct(os.stat(a["path"]).st_mode & 0o7777)
+    if op == "statvfs": os.statvfs(a["path"]); return None
     if op == "listdir":
         return ",".join(sorted(os.listdir(a["path"])))
     if op == "mkdir": os.mkdir(a["path"]); return None
@@ -381,9 +382,9 @@ def ro_rw_session(shared_server: ServerProcess) -> Iterator[tuple[Path, str, str
 def test_read_only_store_in_a_session_is_erofs_for_every_user(
     user: str, ro_rw_session: tuple[Path, str, str], shared_api: Api
 ) -> None:
-    """Session mode is not `ro` at the mount (other stores are writable), so memfs checks
-    permissions itself after EROFS: every write into a read-only store, and into the
-    session root, is EROFS for root and for other users alike, as on `--read-only`."""
+    """A read-only store of a session is a `ro` mount of its own: every write into it is
+    EROFS from the kernel for root and for other users alike, as on `--read-only`; a
+    move between stores is EXDEV, a store's directory cannot go."""
     root, ro, _ = ro_rw_session
     before = {m["path"]: m["content_sha256"] for m in shared_api.list_memories(ro)}
     work = root.parent / f"work-{user}"
@@ -395,22 +396,22 @@ def test_read_only_store_in_a_session_is_erofs_for_every_user(
     table = read_only_table(root / "ro", outside)
     got = run_ops(table, user=user)
     assert got == {label: EXPECTED_READ_ONLY.get(label, "EROFS") for label, _, _ in table}
+    # The root is the host's own directory (0755, root's): the kernel's answers there.
+    gone = "EBUSY" if user == "root" else "EACCES"  # a mount point; no write permission
     assert run_ops(
         [
-            ("create", "open", {"path": str(root / "new.md"), "flags": os.O_CREAT | os.O_WRONLY}),
-            ("mkdir", "mkdir", {"path": str(root / "dir")}),
             ("rmdir_store", "rmdir", {"path": str(root / "ro")}),
             ("rename_store", "rename", {"src": str(root / "rw"), "dst": str(root / "x")}),
-            ("chmod", "chmod", {"path": str(root), "mode": 0o777}),
+            ("to_rw", "rename", {"src": str(root / "ro/top.md"), "dst": str(root / "rw/t.md")}),
+            ("from_rw", "rename", {"src": str(root / "rw"), "dst": str(root / "ro/rw")}),
             ("access_w", "access_w", {"path": str(root / "ro/top.md")}),
         ],
         user=user,
     ) == {
-        "create": "EROFS",
-        "mkdir": "EROFS",
-        "rmdir_store": "EROFS",
-        "rename_store": "EROFS",
-        "chmod": "EROFS",
+        "rmdir_store": gone,
+        "rename_store": gone,
+        "to_rw": "EXDEV",
+        "from_rw": "EXDEV",
         "access_w": "EROFS",
     }
     assert shell_writes(root / "ro", user) == {label: "EROFS" for label, _ in SHELL_WRITES}
@@ -511,11 +512,33 @@ def test_allow_other_keeps_other_users_to_the_modes_shown(
 def test_writable_store_in_a_session_keeps_other_users_to_the_modes_shown(
     ro_rw_session: tuple[Path, str, str],
 ) -> None:
-    """memfs's own checks in session mode give nobody what the kernel's give it on a
-    single mount (the same table as the test above)."""
+    """A writable store of a session is mounted with `default_permissions`: the kernel
+    gives nobody what it gives it on a single mount (the same table as the test above),
+    the sticky bit and a 0700 directory included, whatever root looked up first."""
     rw = ro_rw_session[0] / "rw"
     ops, expected = other_user_table(rw)
+    (rw / "sticky").mkdir()
+    os.chmod(rw / "sticky", 0o1777)
+    (rw / "sticky/roots.md").write_text("root's\n")
+    os.chmod(rw / "sticky/roots.md", 0o666)
+    assert (rw / "private/inside.md").read_text() == "inside\n"  # root's lookups, cached
+    p = str(rw)
+    ops += [
+        ("sticky_unlink", "unlink", {"path": f"{p}/sticky/roots.md"}),
+        ("sticky_replace", "rename", {"src": f"{p}/shared/n.md", "dst": f"{p}/sticky/roots.md"}),
+        ("sticky_write", "write", {"path": f"{p}/sticky/roots.md", "flags": os.O_WRONLY}),
+        ("stat_private", "stat", {"path": f"{p}/private/inside.md"}),
+        ("statvfs_private", "statvfs", {"path": f"{p}/private/inside.md"}),
+    ]
+    expected |= {
+        "sticky_unlink": "EPERM",
+        "sticky_replace": "EPERM",
+        "sticky_write": "ok",
+        "stat_private": "EACCES",
+        "statvfs_private": "EACCES",
+    }
     assert run_ops(ops, user="nobody") == expected
+    assert (rw / "sticky/roots.md").read_text() == "xoot's\n"  # its one byte written
     check_other_user_results(rw)
     # the mounting user (root here) and the owner bits still rule for itself
     assert run_ops(

@@ -1,8 +1,10 @@
-"""`memfs session`: several stores under one read-only root, on real FUSE mounts.
+"""`memfs session`: several stores under one root, one real FUSE mount per store.
 
 Each test starts real `memfs session` processes against a real `memfs serve`: mount
-paths, access, the root's refusals, `memfs status` / `sync` / `unmount`, the final flush
-at SIGTERM, and every refusal before anything is mounted, with its message and exit code.
+paths, access (a read-only store is a kernel `ro` mount), the root as an ordinary
+directory, `memfs status` / `sync` / `unmount` of the whole session, the final flush at
+SIGTERM, a session that is all or nothing, and every refusal before anything is
+mounted, with its message and exit code.
 """
 
 from __future__ import annotations
@@ -127,6 +129,20 @@ def start_session(
 def assert_nothing_mounted(root: Path, before: list[str]) -> None:
     assert not is_mounted(root)
     assert sorted(os.listdir(root)) == before
+    with open("/proc/self/mounts") as f:
+        assert not [line for line in f if line.split()[1].startswith(f"{root}/")]
+
+
+def mount_options(path: Path) -> list[str]:
+    """The mount table's options of the mount at `path` (one line, or a failure)."""
+    with open("/proc/self/mounts") as f:
+        [line] = [line for line in f if line.split()[1] == str(path)]
+    return line.split()[3].split(",")
+
+
+def parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
 
 
 # --------------------------------------------------------------- a three-store session
@@ -225,8 +241,13 @@ def test_layout_mount_paths_and_ignored_resources(three_shared: Three) -> None:
     assert (root / "user-preferences/projects/memfs.md").read_text() == "a FUSE filesystem\n"
     assert (root / "team-notes-2026/deep/a/b.md").read_text() == "deep\n"
     assert (root / "scratch/todo.md").read_text() == "- test sessions\n"
-    mode = os.stat(root).st_mode
-    assert stat.S_ISDIR(mode) and mode & 0o222 == 0
+    # the root is an ordinary directory; each store is a mount of its own, the read-only
+    # one `ro`, and the kernel checks every mode (`default_permissions`)
+    assert not is_mounted(root)
+    for dir_name in ("user-preferences", "team-notes-2026", "scratch"):
+        options = mount_options(root / dir_name)
+        assert "default_permissions" in options, options
+        assert ("ro" in options) == (dir_name == "team-notes-2026"), options
     assert os.stat(root / "team-notes-2026").st_mode & 0o222 == 0
     assert os.stat(root / "user-preferences").st_mode & 0o200
     log = three.proc.log()
@@ -237,35 +258,28 @@ def test_layout_mount_paths_and_ignored_resources(three_shared: Three) -> None:
     ), log
 
 
-def test_root_refuses_every_write(three_shared: Three, tmp_path: Path) -> None:
+def test_the_root_is_an_ordinary_directory_and_each_store_a_mount(
+    three_shared: Three, tmp_path: Path
+) -> None:
     root = three_shared.root
     prefs = root / "user-preferences"
     outside = tmp_path / "outside.md"
     outside.write_text("outside\n")
-    refused(errno.EROFS, os.open, root / "new.md", os.O_CREAT | os.O_WRONLY, 0o644)
-    refused(errno.EROFS, os.mkdir, root / "new-dir")
-    refused(errno.EROFS, os.mknod, root / "node", stat.S_IFREG | 0o644)
-    refused(errno.EROFS, os.symlink, "user-preferences", root / "link")
-    refused(errno.EROFS, os.link, prefs / "style.md", root / "hard.md")
-    # rename within the root, into it and out of it
-    refused(errno.EROFS, os.rename, prefs, root / "renamed")
-    refused(errno.EROFS, os.rename, prefs / "style.md", root / "style.md")
-    refused(errno.EROFS, os.rename, prefs, root / "scratch" / "moved")
-    # across the mount boundary the kernel answers before memfs is asked
-    refused(errno.EXDEV, os.rename, prefs, tmp_path / "stolen")
-    refused(errno.EXDEV, os.rename, outside, root / "outside.md")
-    # a store's directory can't be removed; unlink(2) of a directory is EISDIR in the VFS
-    refused(errno.EROFS, os.rmdir, root / "team-notes-2026")
-    refused(errno.EROFS, os.rmdir, root / "scratch")
+    # memfs does not mount the root: what is written there is the host's business
+    (root / "host-file").write_text("not a memory\n")
+    os.unlink(root / "host-file")
+    # between stores, and in or out of one, the kernel answers before memfs is asked
+    refused(errno.EXDEV, os.rename, prefs / "style.md", root / "scratch" / "style.md")
+    refused(errno.EXDEV, os.rename, prefs / "style.md", root / "style.md")
+    refused(errno.EXDEV, os.rename, prefs, root / "scratch" / "moved")
+    refused(errno.EXDEV, os.rename, outside, prefs / "outside.md")
+    refused(errno.EXDEV, os.link, prefs / "style.md", root / "hard.md")
+    # a store's directory is a mount point: it can't be removed or moved away
+    refused(errno.EBUSY, os.rmdir, root / "team-notes-2026")
+    refused(errno.EBUSY, os.rmdir, root / "scratch")
+    refused(errno.EBUSY, os.rename, prefs, root / "renamed")
     refused(errno.EISDIR, os.unlink, prefs)
-    refused(errno.EROFS, os.chmod, root, 0o777)
-    refused(errno.EROFS, os.utime, root, None)
-    refused(errno.EROFS, os.setxattr, root, "user.x", b"1")
     # a shell sees the same
-    result = subprocess.run(
-        ["sh", "-c", f"echo hi > '{root}/x.md'"], capture_output=True, text=True, timeout=10
-    )
-    assert result.returncode != 0 and "Read-only file system" in result.stderr
     result = subprocess.run(
         ["rm", "-rf", str(root / "team-notes-2026")], capture_output=True, text=True, timeout=10
     )
@@ -289,8 +303,8 @@ def test_read_only_store_refuses_every_mutation_even_for_root(
     refused(errno.EROFS, os.rmdir, team / "deep/a")
     refused(errno.EROFS, os.rename, a, team / "deep/a/c.md")
     refused(errno.EROFS, os.rename, team / "deep", team / "shallow")
-    refused(errno.EROFS, os.rename, a, three.root / "scratch/stolen.md")
-    refused(errno.EROFS, os.rename, three.root / "scratch/todo.md", team / "todo.md")
+    refused(errno.EXDEV, os.rename, a, three.root / "scratch/stolen.md")
+    refused(errno.EXDEV, os.rename, three.root / "scratch/todo.md", team / "todo.md")
     refused(errno.EROFS, os.chmod, a, 0o600)
     refused(errno.EROFS, os.utime, a, None)
     refused(errno.EROFS, os.truncate, a, 0)
@@ -371,13 +385,19 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared
     now = time.time()
 
     data = _status_json(three, str(root))
-    assert _status_json(three) == {"mounts": data["mounts"]}  # no PATH: every live mount
-    assert len(data["mounts"]) == 1
-    mount = data["mounts"][0]
-    assert mount["ok"] and mount["mountpoint"] == str(root)
-    assert mount["pid"] == three.proc.proc.pid  # type: ignore[union-attr]
-    stores = {s["memory_store_id"]: s for s in mount["stores"]}
+    # no PATH: every live mount, the session's among them
+    every = {m["mountpoint"] for m in _status_json(three)["mounts"]}
+    assert every == {m["mountpoint"] for m in data["mounts"]}
+    assert len(data["mounts"]) == 3  # one mount, and one daemon of the session, per store
+    stores = {}
+    for mount in data["mounts"]:
+        [store] = mount["stores"]
+        assert mount["ok"] and mount["mountpoint"] == store["mount_path"]
+        assert parent_pid(mount["pid"]) == three.proc.pid
+        stores[store["memory_store_id"]] = store
     assert set(stores) == {three.prefs, three.team, three.scratch}
+    [alone] = _status_json(three, str(root / "scratch" / "todo.md"))["mounts"]
+    assert alone["mountpoint"] == f"{root}/scratch"  # a path in a store: that store's mount
     p, t, s = stores[three.prefs], stores[three.team], stores[three.scratch]
     assert (p["mount_path"], p["access"]) == (f"{root}/user-preferences", "read_write")
     assert (t["mount_path"], t["access"]) == (f"{root}/team-notes-2026", "read_only")
@@ -411,7 +431,8 @@ def test_status_shows_every_store_in_json_and_on_a_terminal(three: Three, shared
 
     text = _status_on_a_terminal(three.proc.env, str(root))
     assert not text.lstrip().startswith("{"), text
-    assert f"{root} (pid {mount['pid']})" in text
+    for mount in data["mounts"]:
+        assert f"{mount['mountpoint']} (pid {mount['pid']})" in text
     assert re.search(
         rf"{re.escape(str(root))}/user-preferences  {three.prefs}  read_write"
         r"  \(User Preferences\)",
@@ -537,9 +558,15 @@ def test_a_killed_session_is_cleared_and_its_journal_pushed_at_the_next_start(
     proc = start_session(tmp_path, shared_server.url, runtime_dir, spec, root)
     try:
         (root / "crash-test/survivor.md").write_text("outlives SIGKILL\n")
-        proc.kill()
-        assert is_mounted(root)  # a dead mount (ENOTCONN), never a bare directory
-        refused(errno.ENOTCONN, os.listdir, root)
+        store_pid = next(
+            m["pid"] for m in json.loads(proc.memfs("status", "--json").stdout)["mounts"]
+        )
+        proc.kill()  # its store daemons die with it (PR_SET_PDEATHSIG)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{store_pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert is_mounted(root / "crash-test")  # a dead mount (ENOTCONN), never a bare dir
+        refused(errno.ENOTCONN, os.listdir, root / "crash-test")
     finally:
         proc.kill()
     again = start_session(tmp_path, shared_server.url, runtime_dir, spec, root)
@@ -568,7 +595,7 @@ def test_an_outside_fusermount_unmount_still_runs_the_final_sync(
     proc = start_session(tmp_path, shared_server.url, runtime_dir, spec, root)
     try:
         (root / "outside/late.md").write_text("pushed after fusermount3 -u\n")
-        subprocess.run(["fusermount3", "-u", str(root)], check=True, timeout=10)
+        subprocess.run(["fusermount3", "-u", str(root / "outside")], check=True, timeout=10)
         assert proc.wait(timeout=45) == 0
         assert "the mount was unmounted from outside (umount or fusermount3 -u)" in proc.log()
         assert store_contents(shared_api, store_id) == {"/late.md": "pushed after fusermount3 -u\n"}
@@ -662,8 +689,8 @@ def expect_refusals(cases: list[Case], *, user: bool = False) -> None:
         one_line(result, code, pattern, context=" ".join(args))
 
 
-def _must_not_mount(config: Any, *, daemonize: bool) -> int:
-    raise AssertionError(f"a refused session went on to mount {config.mountpoint}")
+def _must_not_mount(configs: Any, *, daemonize: bool) -> int:
+    raise AssertionError(f"a refused session went on to mount {configs[0].mountpoint}")
 
 
 @pytest.fixture
@@ -677,8 +704,8 @@ def expect_refusals_in_process(
     from memfs.cli import main as memfs_cli
     from memfs.mount import launch
 
-    # `commands` imports `launch` from memfs.mount.launch when it runs.
-    monkeypatch.setattr(launch, "launch", _must_not_mount)
+    # `commands` imports `launch_session` from memfs.mount.launch when it runs.
+    monkeypatch.setattr(launch, "launch_session", _must_not_mount)
 
     def run(cases: list[Case]) -> None:
         for env, args, code, pattern in cases:
@@ -936,9 +963,6 @@ def test_root_problems_are_refused(
     missing = tmp_path / "missing"
     a_file = tmp_path / "a-file"
     a_file.write_text("")
-    mounted = tmp_path / "mounted"
-    mounted.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mounted)], check=True)
 
     def case(root: str, message: str) -> Case:
         return (
@@ -948,27 +972,19 @@ def test_root_problems_are_refused(
             re.escape(f"memfs: {message}"),
         )
 
-    try:
-        expect_refusals_in_process(
-            [
-                case(
-                    str(missing),
-                    f"the session root {missing} does not exist; prepare the "
-                    f'host with: sudo mkdir -p {missing} && sudo chown "$USER" {missing}',
-                ),
-                case(str(a_file), f"the session root {a_file} is not a directory"),
-                case("/", "the session root '/' is not a clean absolute path"),
-                case(
-                    str(mounted),
-                    f"the session root {mounted} is already a mount (is another "
-                    "session running? see `memfs status`)",
-                ),
-            ]
-        )
-        expect_refusals([case(str(a_file), f"the session root {a_file} is not a directory")])
-        assert not missing.exists() and os.listdir(mounted) == []
-    finally:
-        subprocess.run(["umount", str(mounted)], check=True)
+    expect_refusals_in_process(
+        [
+            case(
+                str(missing),
+                f"the session root {missing} does not exist; prepare the "
+                f'host with: sudo mkdir -p {missing} && sudo chown "$USER" {missing}',
+            ),
+            case(str(a_file), f"the session root {a_file} is not a directory"),
+            case("/", "the session root '/' is not a clean absolute path"),
+        ]
+    )
+    expect_refusals([case(str(a_file), f"the session root {a_file} is not a directory")])
+    assert not missing.exists()
 
 
 def test_a_root_the_user_cannot_write_is_refused(
@@ -1103,7 +1119,7 @@ def test_an_archived_store_mounts_read_only_with_a_warning(
     try:
         assert result.returncode == 0, result.stderr
         assert f"memfs: {old} (Old Archive) -> {root}/old-archive [read_only]" in (result.stderr)
-        assert f"memfs: mounted at {root} (pid " in result.stderr
+        assert f"memfs: mounted at {root}/live, {root}/old-archive (pid " in result.stderr
         assert re.search(
             r"WARNING memfs\.session: memory store is archived; mounting it "
             rf"read-only memory_store_id={old}",
@@ -1114,7 +1130,9 @@ def test_an_archived_store_mounts_read_only_with_a_warning(
         refused(errno.EROFS, os.unlink, root / "old-archive/history.md")
         (root / "live/ok.md").write_text("fine\n")
         status = json.loads(cli(env, "status", str(root), "--json").stdout)
-        access = {s["memory_store_id"]: s["access"] for s in status["mounts"][0]["stores"]}
+        access = {
+            m["stores"][0]["memory_store_id"]: m["stores"][0]["access"] for m in status["mounts"]
+        }
         assert access == {live: "read_write", old: "read_only"}
         done = cli(env, "unmount", str(root))
         assert done.returncode == 0, done.stderr
@@ -1169,7 +1187,8 @@ def test_eight_stores_of_1000_memories_are_ready_and_tear_down_cleanly(
                 assert (d / "d9/note-0999.md").read_text() == f"store {i} note 999\n"
             (root / "big-store-0/new.md").write_text("one more\n")
             status = json.loads(proc.memfs("status", str(root), "--json").stdout)
-            stores = status["mounts"][0]["stores"]
+            mounts = sorted(status["mounts"], key=lambda m: m["mountpoint"])
+            stores = [m["stores"][0] for m in mounts]
             assert [s["memories"] for s in stores] == [1001] + [1000] * 7
             assert [s["access"] for s in stores] == ["read_write"] * 3 + ["read_only"] + [
                 "read_write"

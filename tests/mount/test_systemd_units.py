@@ -205,7 +205,8 @@ def test_memfs_session_service(
             timeout=30,
         )
         assert status.returncode == 0, status.stderr
-        assert json.loads(status.stdout)["mounts"][0]["mountpoint"] == str(root)
+        [mount] = json.loads(status.stdout)["mounts"]  # the session's one store
+        assert mount["mountpoint"] == str(root / "agent-notes")
         assert stop_service(unit, proc) == 0
         assert not is_mounted(root) and not os.listdir(root)
         assert store_files(shared_api, store) == {"n.md": "noted\n"}
@@ -213,4 +214,4 @@ def test_memfs_session_service(
         notify.close()
         if proc.poll() is None:
             proc.kill()
-        lazy_unmount(root)
+        lazy_unmount(root / "agent-notes")

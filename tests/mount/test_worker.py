@@ -78,8 +78,9 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, daemons: DaemonWatch) 
     try:
         yield root
     finally:
-        if is_mounted(root):  # never leave a mount behind a failed test
-            os.system(f"fusermount3 -u -z {root}")
+        for store in ("notes", "reference"):  # never leave a mount behind a failed test
+            if is_mounted(root / store):
+                os.system(f"fusermount3 -u -z {root / store}")
         shutil.rmtree(runtime, ignore_errors=True)
 
 
@@ -178,7 +179,7 @@ def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
 
     def after(index: int, posted: Posted) -> None:
         if index == 0:  # the first call ran inside a live mount
-            seen["mounted"] = is_mounted(host)
+            seen["mounted"] = [is_mounted(n), is_mounted(r), is_mounted(host)]
         if index == 2:  # a sync mid-session: the write reached the store already
             wait_for(lambda: "new.md" in store_files(api, notes["id"]), "a mid-session sync")
 
@@ -213,7 +214,7 @@ def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
         assert plane.stopped.is_set()
         assert plane.heartbeats >= 1
         results = plane.results
-    assert seen["mounted"]
+    assert seen["mounted"] == [True, True, False]  # a mount per store; the root is none
     assert [p.is_error for p in results] == [False, False, False, False, True, True, False, False]
     assert "first line" in results[0].text
     assert "read-only" in results[4].text.lower() and "read-only" in results[5].text.lower()
@@ -272,8 +273,7 @@ def test_a_session_that_errors_or_is_cancelled_loses_nothing_acknowledged(
 def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(api: Api, host: Path) -> None:
     """The worker's tools may run as a non-root user: EROFS for them too.
 
-    Needs part 4 of issue 13 (EROFS for every user in session mode, the `erofs` change):
-    before it, a non-root writer gets EACCES from the modes.
+    A read-only store is a kernel `ro` mount: EROFS for every user before memfs is asked.
     """
     # A root other users can reach (pytest's temporary directories are private).
     root = Path(tempfile.mkdtemp(prefix="mfs-wk-root-", dir="/tmp"))
@@ -303,8 +303,9 @@ def test_a_bash_write_into_a_read_only_store_as_another_user_is_erofs(api: Api, 
         assert store_files(api, ref["id"]) == {"facts.md": "the sky is blue\n"}
         assert os.listdir(root) == []
     finally:
-        if is_mounted(root):
-            os.system(f"fusermount3 -u -z {root}")
+        for store in ("notes", "reference"):
+            if is_mounted(root / store):
+                os.system(f"fusermount3 -u -z {root / store}")
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -496,14 +497,14 @@ def test_stores_under_two_roots_get_a_mount_each(api: Api, host: Path) -> None:
         try:
             assert engine.roots == [host / "notes", other / "reference"]
             assert engine.read_only_roots == [other / "reference"]
-            assert is_mounted(host) and is_mounted(other)
+            assert is_mounted(host / "notes") and is_mounted(other / "reference")
             assert (host / "notes" / "notes.md").read_text() == "first line\n"
             assert (other / "reference" / "facts.md").read_text() == "the sky is blue\n"
         finally:
             await engine.dispose()
 
     anyio.run(main)
-    assert not is_mounted(host) and not (host.parent / "elsewhere").exists()
+    assert not is_mounted(host / "notes") and not (host.parent / "elsewhere").exists()
     assert os.listdir(host) == []
 
 

@@ -243,7 +243,7 @@ def test_on_work_script_for_other_languages_example(
     script.chmod(0o755)
     worker = h.tmp / "worker.sh"
     worker.write_text(
-        f"#!/bin/sh\nset -eu\nmountpoint -q {h.root}\n"
+        f"#!/bin/sh\nset -eu\nmountpoint -q {h.root}/doc-notes\n"
         f"echo 'the example ran' > {h.root}/doc-notes/from-docs.md\n"
     )
     worker.chmod(0o755)

@@ -91,7 +91,7 @@ class Harness:
     def _open(self, read_only: bool) -> None:
         self.tree = Tree(uid=os.getuid(), gid=os.getgid())
         self.cache = CacheDir(self.cache_path, self.store_id)
-        self.state = StoreState(self.tree, self.store_id, "", self.cache, read_only=read_only)
+        self.state = StoreState(self.tree, self.store_id, self.cache, read_only=read_only)
         self.loaded = self.state.load_journal()
         self.waiter = Waiter()
         # No kernel here to cache a negative entry: a missing name is plain ENOENT.

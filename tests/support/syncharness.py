@@ -64,7 +64,7 @@ class Harness:
         store_id = self.fake.store_id
         self.cache = CacheDir(self.tmp_path / "cache", store_id)
         self.tree = Tree(uid=0, gid=0)
-        self.state = StoreState(self.tree, store_id, "", self.cache, read_only=self.read_only)
+        self.state = StoreState(self.tree, store_id, self.cache, read_only=self.read_only)
         self.notifier = NullNotifier()
         self.client = StoreClient(self.http, retry=self.retry)
         self.sync = StoreSync(self.state, self.client, self.notifier, **self.sync_kw)

@@ -36,7 +36,7 @@ class Store:
     def _open(self) -> None:
         self.cache = CacheDir(self.root, STORE)
         self.state = StoreState(
-            Tree(uid=os.getuid(), gid=os.getgid()), STORE, "", self.cache, read_only=False
+            Tree(uid=os.getuid(), gid=os.getgid()), STORE, self.cache, read_only=False
         )
         self.state.load_journal()
 

@@ -15,11 +15,8 @@ import pyfuse3
 import pytest
 import trio
 
-from memfs.mount.fs import MemFs
 from memfs.paths import MAX_CONTENT_BYTES, marker_content, sha256_hex
-from memfs.state.cache import CacheDir
 from memfs.state.store_state import StateStatistics, StoreState
-from memfs.state.tree import Tree
 from tests.support.files import MARKER as MARKER_TEXT
 from tests.support.fsharness import (
     CTX,
@@ -28,7 +25,6 @@ from tests.support.fsharness import (
     O_WR,
     STORE_ID,
     Harness,
-    Waiter,
     attrs,
     fails,
     fields,
@@ -785,36 +781,3 @@ async def test_namespace_errnos(h: Harness) -> None:
         "empty",
         "file.md",
     ]
-
-
-async def test_rename_between_stores_is_exdev(tmp_path: Path) -> None:
-    tree = Tree(uid=os.getuid(), gid=os.getgid())
-    caches = [CacheDir(tmp_path / n, n) for n in ("memstore_a", "memstore_b")]
-    states = [
-        StoreState(
-            tree,
-            c.journal.get_meta("memory_store_id") or "",
-            name,
-            c,
-            read_only=False,
-            parent=tree.root,
-        )
-        for c, name in zip(caches, ("a", "b"), strict=True)
-    ]
-    fs = MemFs(tree, Waiter())
-    try:
-        a = (await fs.lookup(ROOT, b"a", CTX)).st_ino
-        b = (await fs.lookup(ROOT, b"b", CTX)).st_ino
-        fi, _ = await fs.create(a, b"x.md", stat.S_IFREG | 0o644, O_WR, CTX)
-        await fs.release(fi.fh)
-        await fails(errno.EXDEV, fs.rename(a, b"x.md", b, b"x.md", 0, CTX))
-        # the session root itself is read-only; a store's directory can't go
-        await fails(errno.EROFS, fs.mkdir(ROOT, b"c", stat.S_IFDIR | 0o755, CTX))
-        await fails(errno.EROFS, fs.create(ROOT, b"c.md", stat.S_IFREG | 0o644, O_WR, CTX))
-        await fails(errno.EROFS, fs.rmdir(ROOT, b"a", CTX))
-        await fails(errno.EROFS, fs.rename(ROOT, b"a", ROOT, b"c", 0, CTX))
-        assert [n.name for n in states[0].walk_files()] == ["x.md"]
-        assert list(states[1].walk_files()) == []
-    finally:
-        for c in caches:
-            c.close()
