@@ -559,3 +559,34 @@ def test_two_sessions_sharing_a_store_see_each_other_live(api: Api, host: Path) 
     anyio.run(main)
     content = store_files(api, notes["id"])["notes.md"]
     assert sorted(content.splitlines()) == ["first line", "one adds", "two adds"]
+
+
+def test_the_teardown_names_the_files_the_store_refused(
+    api: Api, host: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file the store cannot take (not UTF-8) is only in the cache after the session:
+    the teardown names it and why (issue 24 item 11)."""
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+    script = Script(
+        resources=resources,
+        calls=[
+            Call(
+                "bash",
+                {"command": f"printf 'ok\\n' > {n}/fine.md; printf '\\377\\376' > {n}/bin.md"},
+            ),
+        ],
+    )
+    with caplog.at_level("WARNING", logger="memfs.worker"):
+        with ControlPlane(script, api.client.base_url.__str__()) as plane:
+            assert handle(plane, host.parent / "work") is None
+    assert store_files(api, notes["id"])["fine.md"] == "ok\n"
+    assert "bin.md" not in store_files(api, notes["id"])
+    (line,) = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("the store refused these files")
+    ]
+    assert (
+        f"memory_store_id={notes['id']} files=1 paths=/bin.md (content is not valid UTF-8)" in line
+    )
