@@ -384,11 +384,20 @@ class StoreClient:
                     error,
                 )
             raise error
-        args = (op, store_id, memory_path, attempt, delay, error)
         if attempt == 1:
-            log.debug(self._retrying.message, *args)
+            log.debug(
+                "retrying store request op=%s memory_store_id=%s path=%s "
+                "attempt=%d delay=%.2f error=%s",
+                op,
+                store_id,
+                memory_path,
+                attempt,
+                delay,
+                error,
+            )
         else:  # a server down for hours repeats these every pass: once per cause
-            self._retrying.warning((op, store_id, type(error), error.status), *args)
+            cause = (op, store_id, type(error), error.status)
+            self._retrying.warning(cause, op, store_id, memory_path, attempt, delay, error)
         return delay
 
     async def _send(

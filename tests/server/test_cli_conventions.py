@@ -351,14 +351,25 @@ def test_operations_has_the_one_exit_code_table() -> None:
             assert not re.search(r"^\| (Exit|Code) \|", doc.read_text(), re.MULTILINE), doc
     # `--daemon` logs to the cache directory by default (tests/mount checks that it does)
     assert "give it `--log-file` to keep its logs" not in text
-    assert "it logs to\n`memfs.log` in the cache directory" in text
+    assert "it logs to\n`memfs.log` in `--cache-dir`" in text
 
 
 def _log_calls() -> Iterator[tuple[str, int, str, int]]:
-    """(file, line, format string, number of arguments) of every `log.*(...)` call."""
+    """(file, line, format string, number of arguments) of every `log.*(...)` call, and
+    of every `Repeated(log, "...")` (a warning logged once per cause, memfs/logs.py)."""
     for path in sorted((REPO_ROOT / "memfs").rglob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "Repeated"
+                and len(node.args) >= 2
+            ):
+                message = node.args[1]
+                assert isinstance(message, ast.Constant), (path, node.lineno)
+                text = str(message.value)
+                yield f"{path.relative_to(REPO_ROOT)}:{node.lineno}", 1, text, text.count("%")
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
