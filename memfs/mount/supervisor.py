@@ -187,9 +187,10 @@ def _failed(m: Member, members: list[Member]) -> StartError:
         reason,
     )
     others = len(members) - 1
+    stopped = "other store is" if others == 1 else f"{others} other stores are"
     return StartError(
         f"memory store {m.store_id} at {m.config.mountpoint} did not start"
-        + (f"; the session's {others} other stores are stopped" if others else "")
+        + (f"; the session's {stopped} stopped" if others else "")
         + f"\nmemfs: {reason}",
         int(exit_word) if exit_word.isdigit() else ExitCode.FAILED,
     )

@@ -321,6 +321,44 @@ def test_read_only_store_refuses_every_mutation_even_for_root(
     assert store_contents(shared_api, three.team) == before
 
 
+@pytest.mark.pyfuse3_builds
+def test_a_read_only_store_answers_warm_reads_with_no_request(three_shared: Three) -> None:
+    """Its own `ro` mount: on the patched pyfuse3 the kernel keeps pages, listings and
+    attributes and sends not even an OPEN, so a warm `grep -r` costs the daemon nothing."""
+    team = three_shared.root / "team-notes-2026"
+
+    def mount() -> dict[str, Any]:
+        [found] = json.loads(three_shared.memfs("status", str(team), "--json").stdout)["mounts"]
+        assert found["mountpoint"] == str(team)
+        return found
+
+    def grep() -> None:
+        found = subprocess.run(
+            ["grep", "-rlx", "-e", "welcome", "-e", "deep", str(team)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert sorted(found.stdout.split()) == [
+            str(team / "deep/a/b.md"),
+            str(team / "onboarding.md"),
+        ]
+
+    grep()  # warm
+    before = mount()
+    grep()
+    after = mount()
+    spent = {
+        k: n - before["fuse_requests"].get(k, 0)
+        for k, n in after["fuse_requests"].items()
+        if n != before["fuse_requests"].get(k, 0)
+    }
+    if after["pyfuse3"]["zero_message_opens_used"]:
+        assert spent == {}, spent
+    else:  # a stock pyfuse3: one OPEN (and FLUSH, RELEASE) per file read
+        assert spent.get("open", 0) >= 2, spent
+
+
 def test_writable_stores_behave_normally_and_sync_covers_every_store(
     three: Three, shared_api: Api
 ) -> None:
@@ -637,6 +675,11 @@ def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
         lines = result.stderr.strip().splitlines()
         assert lines[-1].startswith(
             f"memfs: failed to download memory store memory_store_id={bad}: "
+        ), lines
+        # which store, and that the other is stopped: never half a session
+        assert lines[-2] == (
+            f"memfs: memory store {bad} at {root}/bad did not start; the session's other "
+            "store is stopped"
         ), lines
         assert_nothing_mounted(root, [])
         # the cache directory of the good store is not left locked
