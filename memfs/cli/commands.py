@@ -291,15 +291,20 @@ def _learning(store: dict[str, Any]) -> str:
     return f"learns of changes by: {store.get('learns_by', '-')}; last heard from the store: {ago}"
 
 
-def _dead_at(path: str) -> dict[str, Any] | None:
-    """The `status` answer for a dead mount containing `path`, if there is one."""
+def _dead_at(path: str) -> list[dict[str, Any]]:
+    """The `status` answers for the dead mount containing `path`, or for the dead
+    mounts of a killed session rooted there."""
     from memfs.control.recovery import dead_mount_at, describe_dead
 
     info = registry.find_dead_mount(path)
     if info is not None:
-        return describe_dead(info, str(info["mountpoint"]))
+        return [describe_dead(info, str(info["mountpoint"]))]
     mountpoint = dead_mount_at(path)
-    return describe_dead(None, mountpoint) if mountpoint is not None else None
+    if mountpoint is not None:
+        return [describe_dead(None, mountpoint)]
+    return [
+        describe_dead(i, str(i["mountpoint"])) for i in registry.session_mounts(path, alive=False)
+    ]
 
 
 # A live daemon answers `status` from memory in milliseconds; waiting longer only delays
@@ -335,11 +340,10 @@ def status(args: Any) -> int:
     if args.path:
         mounts = _live_at(args.path)
         if not mounts:
-            dead = _dead_at(args.path)
-            if dead is None:
+            answers = _dead_at(args.path)
+            if not answers:
                 return _fail(f"no live memfs mount at {args.path}")
-            print(dead_summary(dead), file=sys.stderr)
-            answers.append(dead)
+            print("\n".join(dead_summary(dead) for dead in answers), file=sys.stderr)
             code = ExitCode.FAILED
     else:
         registered = registry.registered_mounts()

@@ -156,10 +156,10 @@ def find_mount(path: str) -> dict[str, Any] | None:
     return _containing(path, live_mounts())
 
 
-def session_mounts(path: str) -> list[dict[str, Any]]:
-    """The live mounts of the session whose root is `path` (one per store)."""
+def session_mounts(path: str, *, alive: bool = True) -> list[dict[str, Any]]:
+    """The live (or dead) mounts of the session whose root is `path`, one per store."""
     roots = {os.path.abspath(path), os.path.realpath(path)}
-    return [i for i in live_mounts() if i.get("session") in roots]
+    return [i for i in registered_mounts() if i["alive"] == alive and i.get("session") in roots]
 
 
 def find_dead_mount(path: str) -> dict[str, Any] | None:

@@ -605,6 +605,10 @@ def test_a_killed_session_is_cleared_and_its_journal_pushed_at_the_next_start(
             time.sleep(0.05)
         assert is_mounted(root / "crash-test")  # a dead mount (ENOTCONN), never a bare dir
         refused(errno.ENOTCONN, os.listdir, root / "crash-test")
+        dead = proc.memfs("status", str(root), check=False)  # the session's root explains it
+        assert dead.returncode == 1, dead.stderr
+        assert f"memfs: the mount at {root}/crash-test is dead" in dead.stderr, dead.stderr
+        assert f"memfs session {spec} --root {root}" in dead.stderr, dead.stderr
     finally:
         proc.kill()
     again = start_session(tmp_path, shared_server.url, runtime_dir, spec, root)
