@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.mount import MountProcess, mount_store, require_fuse
+from tests.support.mount import QUIET, MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess
 
 DEFAULT_DEADLINE = 300  # seconds; the slowest single test here takes about a minute
@@ -39,12 +39,7 @@ def quiet(
         tmp_path,
         shared_server.url,
         str(store["id"]),
-        "--sync-interval",
-        "3600",
-        "--no-push-soon",
-        "--no-watch",
-        "--probe-budget",
-        "0",
+        *QUIET,
     )
     try:
         yield proc

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.files import store_contents
-from tests.support.mount import cli_ok, mount_store, xattrs
+from tests.support.mount import QUIET, cli_ok, mount_store, xattrs
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(240)]
@@ -37,12 +37,7 @@ def test_a_memory_with_an_excluded_name_is_synced_like_any_other(
         tmp_path,
         shared_server.url,
         sid,
-        "--sync-interval",
-        "3600",
-        "--no-push-soon",
-        "--no-watch",
-        "--probe-budget",
-        "0",
+        *QUIET,
     )
     try:
         root = mount.mountpoint

@@ -18,7 +18,7 @@ import pytest
 
 from memfs.server.wire import api_key_id
 from tests.support.api import Api
-from tests.support.mount import MountProcess, cli_bytes, cli_ok
+from tests.support.mount import QUIET, MountProcess, cli_bytes, cli_ok
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
@@ -42,12 +42,7 @@ def start_mount(
         str(mountpoint),
         "--cache-dir",
         str(tmp_path / f"{name}-c"),
-        "--sync-interval",
-        "3600",
-        "--no-push-soon",
-        "--no-watch",
-        "--probe-budget",
-        "0",
+        *QUIET,
         *extra,
     ]
     return MountProcess(

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.files import store_files
-from tests.support.mount import is_mounted, mount_store
+from tests.support.mount import QUIET, is_mounted, mount_store
 from tests.support.refusals import tool_fails
 from tests.support.server import ServerProcess
 
@@ -46,12 +46,7 @@ def test_unmount_names_every_refused_file_and_exits_1(
         tmp_path,
         shared_server.url,
         store_id,
-        "--sync-interval",
-        "3600",
-        "--no-push-soon",
-        "--no-watch",
-        "--probe-budget",
-        "0",
+        *QUIET,
     )
     root = proc.mountpoint
     try:
@@ -91,12 +86,7 @@ def test_a_dead_mount_does_not_count_refused_files_as_pushed_at_the_next_start(
         tmp_path,
         shared_server.url,
         store_id,
-        "--sync-interval",
-        "3600",
-        "--no-push-soon",
-        "--no-watch",
-        "--probe-budget",
-        "0",
+        *QUIET,
     )
     root = proc.mountpoint
     try:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.metrics import free_port, scrape, value
-from tests.support.mount import MountProcess, mount_store
+from tests.support.mount import QUIET, MountProcess, mount_store
 from tests.support.server import ServerProcess
 
 
@@ -31,12 +31,7 @@ def test_a_live_mount_counts_its_work(
         sid,
         "--metrics-addr",
         f"127.0.0.1:{port}",
-        "--sync-interval",
-        "3600",
-        "--no-push-soon",
-        "--no-watch",
-        "--probe-budget",
-        "0",
+        *QUIET,
     )
     try:
         root = proc.mountpoint

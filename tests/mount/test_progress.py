@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
-from tests.support.mount import MountProcess, lazy_unmount, mount_store
+from tests.support.mount import QUIET, MountProcess, lazy_unmount, mount_store
 from tests.support.server import ServerProcess, start_server
 from tests.support.tty import PtyProcess
 
@@ -42,12 +42,7 @@ def mount_args(store_id: str, tmp_path: Path, *extra: str) -> list[str]:
         str(tmp_path / "mnt"),
         "--cache-dir",
         str(tmp_path / "cache"),
-        "--sync-interval",
-        "3600",
-        "--no-push-soon",
-        "--no-watch",
-        "--probe-budget",
-        "0",
+        *QUIET,
         *extra,
     ]
 
@@ -183,12 +178,7 @@ def test_sync_and_unmount_show_pushing_on_a_terminal_and_stay_clean_on_a_pipe(
             tmp_path,
             server.url,
             sid,
-            "--sync-interval",
-            "3600",
-            "--no-push-soon",
-            "--no-watch",
-            "--probe-budget",
-            "0",
+            *QUIET,
         )
         try:
             for i in range(80):

@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.files import store_files
-from tests.support.mount import MountProcess, mount_store, xattrs
+from tests.support.mount import QUIET, MountProcess, mount_store, xattrs
 from tests.support.server import ServerProcess, start_server
 from tests.support.terminal import on_a_terminal
 
@@ -59,12 +59,7 @@ def test_a_create_refused_by_a_full_store_arrives_once_space_is_freed(
             tmp_path,
             small.url,
             sid,
-            "--sync-interval",
-            "3600",
-            "--no-push-soon",
-            "--no-watch",
-            "--probe-budget",
-            "0",
+            *QUIET,
         )
         root = mount.mountpoint
         try:

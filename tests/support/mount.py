@@ -260,6 +260,11 @@ class MountProcess:
         return [f"{self.args[0]} at {self.mountpoint}: {p}" for p in self.problems]
 
 
+# A mount that syncs only when asked: no interval pass, push soon, watch or probe comes
+# between a test's steps, so each step's outcome is known.
+QUIET = ("--sync-interval", "3600", "--no-push-soon", "--no-watch", "--probe-budget", "0")
+
+
 def mount_store(
     tmp_path: Path,
     url: str,
