@@ -372,40 +372,67 @@ def status(args: Any) -> int:
         if not answer.get("ok"):
             print(f"  error: {answer.get('error')}")
             continue
+        if answer.get("pyfuse3"):
+            print(f"  {_pyfuse3_build(answer['pyfuse3'])}")
         for s in answer["stores"]:
-            lp = s.get("last_pass") or {}
-            print(
-                f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}"
-                + (f"  ({s['name']})" if s.get("name") else "")
-            )
-            print(
-                f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
-                f"conflicts={s['conflicts']} refused={s['refused']} "
-                f"pending_deletes={s['pending_deletes']}"
-            )
-            last = (
-                f"{_clock(lp.get('at'))} {lp.get('outcome', '-')} {lp.get('duration_s', '-')}s"
-                if lp
-                else "-"
-            )
-            if lp.get("error"):
-                last += f" error={lp['error']}"
-            print(f"    last pass: {last}; next pass: {_next_pass(s)}")
-            print(f"    {_learning(s)}")
-            if s.get("offline"):
-                print(
-                    "    OFFLINE: the store does not answer; changes are kept in the "
-                    "journal and pushed once it does"
-                )
-            _listing("dirty", list(s.get("dirty_files", [])), "    ")
-            _listing(
-                "conflict",
-                [f"{c['path']} -> {c['copy']}" for c in s.get("conflict_copies", [])],
-                "    ",
-            )
-            _listing("refused", [_refusal(r) for r in s.get("refused_files", [])], "    ")
-            _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
+            _print_store(s)
     return code
+
+
+def _print_store(s: dict[str, Any]) -> None:
+    """One store of `memfs status` on a terminal."""
+    lp = s.get("last_pass") or {}
+    print(
+        f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}"
+        + (f"  ({s['name']})" if s.get("name") else "")
+    )
+    print(
+        f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
+        f"conflicts={s['conflicts']} refused={s['refused']} "
+        f"pending_deletes={s['pending_deletes']}"
+    )
+    last = (
+        f"{_clock(lp.get('at'))} {lp.get('outcome', '-')} {lp.get('duration_s', '-')}s"
+        if lp
+        else "-"
+    )
+    if lp.get("error"):
+        last += f" error={lp['error']}"
+    print(f"    last pass: {last}; next pass: {_next_pass(s)}")
+    print(f"    {_learning(s)}")
+    if s.get("offline"):
+        print(
+            "    OFFLINE: the store does not answer; changes are kept in the "
+            "journal and pushed once it does"
+        )
+    _listing("dirty", list(s.get("dirty_files", [])), "    ")
+    _listing(
+        "conflict",
+        [f"{c['path']} -> {c['copy']}" for c in s.get("conflict_copies", [])],
+        "    ",
+    )
+    _listing("refused", [_refusal(r) for r in s.get("refused_files", [])], "    ")
+    _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
+
+
+def _pyfuse3_build(levers: dict[str, Any]) -> str:
+    """`pyfuse3 3.5.0+memfs.… (patched: …)` or `pyfuse3 3.5.0 (stock: …)`: a slow mount
+    on a stock build is told from a slow store at a glance (docs/pyfuse3-patch.md)."""
+    if not levers.get("noflush"):
+        return (
+            f"pyfuse3 {levers.get('version')} (stock: no noflush, cache_readdir or "
+            "zero-message opens; docs/worker.md says how to install the patched build)"
+        )
+    used = [
+        name
+        for name, key in [
+            ("noflush", "noflush_used"),
+            ("cache_readdir", "cache_readdir_used"),
+            ("zero-message opens", "zero_message_opens_used"),
+        ]
+        if levers.get(key)
+    ]
+    return f"pyfuse3 {levers.get('version')} (patched; in use: {', '.join(used) or 'none'})"
 
 
 def _refusal(r: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,8 +35,9 @@ from tests.support.controlplane import (
     work_secret,
 )
 from tests.support.files import store_files
-from tests.support.mount import is_mounted
+from tests.support.mount import is_mounted, mount_store
 from tests.support.server import ServerProcess, start_server
+from tests.support.terminal import on_a_terminal
 
 pytestmark = pytest.mark.fuse
 
@@ -269,3 +271,52 @@ def test_on_work_script_for_other_languages_example(
     assert store_files(api, h.store)["from-docs.md"] == "the example ran\n"
     assert not is_mounted(h.root)
     assert os.listdir(h.root) == []
+
+
+@pytest.mark.deadline(600)
+def test_wheelhouse_example_installs_the_patched_build(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, Any]
+) -> None:
+    """The two lines of docs/worker.md's wheelhouse example: the checkout leaves a
+    wheelhouse, a fresh venv installs 'memfs[anthropic]' from it alone (no index, no
+    pip configuration), and a mount run by that venv's `memfs` is on the patched
+    pyfuse3 and says so in `memfs status`."""
+    build, install = (line.split("#")[0].strip() for line in example("wheelhouse").splitlines())
+    wheels = tmp_path / "wheels"
+    repo = DOC.parents[1]
+    subprocess.run(
+        build.replace("/srv/memfs-wheels", str(wheels)), shell=True, cwd=repo, check=True
+    )
+    venv = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    offline = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    offline["PIP_CONFIG_FILE"] = os.devnull  # nothing but the wheelhouse to install from
+    subprocess.run(
+        install.replace("/srv/memfs-wheels", str(wheels)).replace("pip ", f"{venv}/bin/pip ", 1),
+        shell=True,
+        cwd=tmp_path,
+        env=offline,
+        check=True,
+    )
+    probe = "import pyfuse3, importlib.metadata as m; print(m.version('pyfuse3'))"
+    probe += "; print(hasattr(pyfuse3.FileInfo, 'noflush'))"
+    version, noflush = subprocess.run(
+        [venv / "bin" / "python", "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "+memfs." in version and noflush == "True", (version, noflush)
+
+    memfs = [str(venv / "bin" / "memfs")]
+    mount = mount_store(tmp_path, shared_server.url, str(store["id"]), memfs=memfs)
+    try:
+        f = mount.mountpoint / "note.md"
+        f.write_text("fast\n")
+        before = mount.fuse_requests()
+        assert f.read_text() == "fast\n"
+        assert mount.fuse_requests().get("flush", 0) == before.get("flush", 0)  # noflush
+        levers = mount.mount_status()["pyfuse3"]
+        assert levers["version"] == version and levers["noflush_used"], levers
+        code, human, err = on_a_terminal([*memfs, "status", str(mount.mountpoint)], mount.env)
+        assert code == 0, err
+        assert f"\n  pyfuse3 {version} (patched; in use: noflush" in human, human
+    finally:
+        mount.cleanup()

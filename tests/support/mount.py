@@ -77,8 +77,10 @@ class MountProcess:
         log_path: Path,
         env: dict[str, str] | None = None,
         log_level: str = "debug",
+        memfs: Sequence[str] = (sys.executable, "-m", "memfs.cli"),
     ) -> None:
         self.args = list(args)
+        self.program = list(memfs)  # another install's `bin/memfs` (tests of installs)
         self.mountpoint = mountpoint
         self.url = url
         self.log_path = log_path
@@ -119,9 +121,7 @@ class MountProcess:
         self._finished = False
         self.expected_exit = 0
         cmd = [
-            sys.executable,
-            "-m",
-            "memfs.cli",
+            *self.program,
             "--log-level",
             self.log_level,
             "--log-file",
@@ -175,7 +175,7 @@ class MountProcess:
     ) -> subprocess.CompletedProcess[str]:
         """Run a `memfs` CLI command against this mount's server."""
         result = subprocess.run(
-            [sys.executable, "-m", "memfs.cli", *args],
+            [*self.program, *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -272,13 +272,15 @@ def mount_store(
     *extra: str,
     name: str = "mnt",
     cache: str | None = None,
+    memfs: Sequence[str] = (sys.executable, "-m", "memfs.cli"),
 ) -> MountProcess:
     mountpoint = tmp_path / name
     cache_dir = tmp_path / (cache or f"{name}-cache")
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
     if os.environ.get("MEMFS_TEST_ZERO_MESSAGE_OPENS") == "1":
         args.append("--zero-message-opens")  # the whole suite in that mode (docs/testing)
-    return MountProcess(args, mountpoint, url=url, log_path=tmp_path / f"{name}.log").start()
+    log_path = tmp_path / f"{name}.log"
+    return MountProcess(args, mountpoint, url=url, log_path=log_path, memfs=memfs).start()
 
 
 def pyfuse3_build(mount: MountProcess) -> dict[str, Any]:
