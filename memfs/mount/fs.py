@@ -828,7 +828,7 @@ class MemFs(pyfuse3.Operations):
             sha = node.current_sha()
             if sha:
                 values[b"user.memfs.sha256"] = sha.encode()
-            values[b"user.memfs.state.store_state"] = node.state_name().encode()
+            values[b"user.memfs.state"] = node.state_name().encode()
             if node.refused_why and node.state_name() == "refused":
                 values[b"user.memfs.refused"] = node.refused_why.encode()
             if node.conflict:

@@ -28,7 +28,7 @@ from memfs.paths import (
 if TYPE_CHECKING:
     from memfs.state.store_state import StoreState
 
-# A file's sync state, as xattrs (`user.memfs.state.store_state`), status and history show it.
+# A file's sync state, as xattrs (`user.memfs.state`), status and history show it.
 FileState = Literal["clean", "dirty", "refused", "conflict", "pending-delete"]
 FILE_MODE = 0o644
 DIR_MODE = 0o755

@@ -71,7 +71,7 @@ def test_a_forced_conflict_is_listed_shown_and_restored_to_the_store(
     assert back["content"].encode() == LOSING and back["id"] == winner["id"]
     (after,) = listed(quiet)
     assert after["restored_at"] is not None
-    assert xattrs(f)["user.memfs.state.store_state"] == "clean"  # the pushed edit resolved it
+    assert xattrs(f)["user.memfs.state"] == "clean"  # the pushed edit resolved it
     status = [sys.executable, "-m", "memfs.cli", "status", str(quiet.mountpoint)]
     code, human, _ = on_a_terminal(status, quiet.env)
     assert code == 0 and " conflicts=0 " in human and "conflict:" not in human, human

@@ -51,7 +51,7 @@ def test_a_memory_with_an_excluded_name_is_synced_like_any_other(
             (root / "new" / n).write_text("a local temporary\n")
         status = mount.mount_status()["stores"][0]
         assert status["dirty"] == 2 * len(NAMES), status  # edit/ and both/, not new/
-        assert xattrs(root / "edit" / "x~")["user.memfs.state.store_state"] == "dirty"
+        assert xattrs(root / "edit" / "x~")["user.memfs.state"] == "dirty"
         mount.sync()
         held = store_contents(shared_api, sid)
         for n in NAMES:

@@ -85,7 +85,7 @@ def test_kill_9_recovery(
 
         proc = mount_store(tmp_path, shared_server.url, store_id)  # same --cache-dir
         assert tree_of(root) == expected
-        assert xattrs(root / "bin.md")["user.memfs.state.store_state"] == "refused"
+        assert xattrs(root / "bin.md")["user.memfs.state"] == "refused"
         proc.sync()
         assert store_contents(shared_api, store_id) == {
             "/keep.md": "keep\n",

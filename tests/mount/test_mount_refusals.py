@@ -62,7 +62,7 @@ def test_read_only_mount_refuses_every_mutation_even_for_root(
     refused(errno.EROFS, os.mknod, root / "node.md", stat.S_IFREG | 0o644)
     refused(errno.EROFS, os.mkfifo, root / "fifo")
     refused(errno.EROFS, os.setxattr, a, "user.x", b"1")
-    refused(errno.EROFS, os.removexattr, a, "user.memfs.state.store_state")
+    refused(errno.EROFS, os.removexattr, a, "user.memfs.state")
     with open(a, "rb") as f:  # a read handle can't write
         refused(errno.EBADF, os.write, f.fileno(), b"x")
     tool_fails("fallocate", "-l", "10", str(a), message="Read-only file system")
@@ -170,12 +170,12 @@ def test_non_utf8_content_is_eilseq_at_close_and_never_uploaded(
     refused(errno.EILSEQ, os.close, fd)
     (root / "fine.md").write_text("fine\n")
     attrs = xattrs(path)
-    assert attrs["user.memfs.state.store_state"] == "refused"
+    assert attrs["user.memfs.state"] == "refused"
     assert "UTF-8" in attrs["user.memfs.refused"]
     dump = subprocess.run(
         ["getfattr", "-d", str(path)], capture_output=True, text=True, check=True
     ).stdout
-    assert 'user.memfs.state.store_state="refused"' in dump
+    assert 'user.memfs.state="refused"' in dump
     status = json.loads(mount.memfs("status", str(root), "--json").stdout)
     text = json.dumps(status)
     assert "/latin1.md" in text and '"refused": 1' in text
@@ -186,7 +186,7 @@ def test_non_utf8_content_is_eilseq_at_close_and_never_uploaded(
     assert "not valid UTF-8" in mount.log()
     # fixing it makes it sync
     path.write_text("café\n")
-    assert xattrs(path)["user.memfs.state.store_state"] == "dirty"
+    assert xattrs(path)["user.memfs.state"] == "dirty"
     mount.sync()
     paths = [m["path"] for m in shared_api.list_memories(str(store["id"]))]
     assert paths == ["/fine.md", "/latin1.md"]
@@ -232,7 +232,7 @@ def test_xattrs_statfs_and_modes(
     (root / "d").mkdir()
     path = root / "d/a.md"
     path.write_text("hello\n")
-    assert xattrs(path)["user.memfs.state.store_state"] == "dirty"
+    assert xattrs(path)["user.memfs.state"] == "dirty"
     mount.sync()
     memory = shared_api.list_memories(str(store["id"]))[0]
     dump = subprocess.run(
@@ -241,14 +241,14 @@ def test_xattrs_statfs_and_modes(
     assert f'user.memfs.memory_id="{memory["id"]}"' in dump
     sha = sha256_hex(b"hello\n")
     assert f'user.memfs.sha256="{sha}"' in dump
-    assert 'user.memfs.state.store_state="clean"' in dump
-    refused(errno.ENOTSUP, os.setxattr, path, "user.memfs.state.store_state", b"dirty")
+    assert 'user.memfs.state="clean"' in dump
+    refused(errno.ENOTSUP, os.setxattr, path, "user.memfs.state", b"dirty")
     refused(errno.ENOTSUP, os.setxattr, path, "user.mine", b"1")
-    refused(errno.ENOTSUP, os.removexattr, path, "user.memfs.state.store_state")
+    refused(errno.ENOTSUP, os.removexattr, path, "user.memfs.state")
     tool_fails(
         "setfattr", "-n", "user.mine", "-v", "1", str(path), message="Operation not supported"
     )
-    assert xattrs(path)["user.memfs.state.store_state"] == "clean"
+    assert xattrs(path)["user.memfs.state"] == "clean"
     s = os.statvfs(root)
     assert s.f_bsize > 0 and s.f_blocks * s.f_frsize >= 10_000 * MAX_CONTENT_BYTES // 2
     assert 0 < s.f_bavail <= s.f_blocks and s.f_files >= 10_000 and s.f_ffree > 0

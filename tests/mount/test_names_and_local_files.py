@@ -167,7 +167,7 @@ def test_vim_swap_files_are_local_only_and_the_save_reaches_the_store(
     os.fsync(fd)
     os.close(fd)
     assert (root / ".other.md.swp").read_bytes() == b"b0VIM 9.0\x00\xff\xfe binary"
-    assert xattrs(root / ".other.md.swp")["user.memfs.state.store_state"] != "refused"
+    assert xattrs(root / ".other.md.swp")["user.memfs.state"] != "refused"
     mount.sync()
     assert store_files(shared_api, str(store["id"])) == {"notes.md": "line one\nline two\n"}
     status = mount.memfs("status", str(root), "--json")

@@ -59,7 +59,7 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
     assert (root / "half.md").stat().st_size <= MAX_CONTENT_BYTES
     for name in ("big.md", "ls.md", "half.md"):
         attrs = xattrs(root / name)
-        assert attrs["user.memfs.state.store_state"] == "refused", (name, attrs)
+        assert attrs["user.memfs.state"] == "refused", (name, attrs)
         assert "File too large" in attrs["user.memfs.refused"], attrs
     mount.sync()
     assert store_files(shared_api, store_id) == {"keep.md": "kept\n"}
@@ -70,15 +70,15 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
     mount.expect_exit(1)
     assert mount.stop() == 1
     mount.start()
-    assert xattrs(root / "big.md")["user.memfs.state.store_state"] == "refused"
+    assert xattrs(root / "big.md")["user.memfs.state"] == "refused"
     mount.sync()
     assert store_files(shared_api, store_id) == {"keep.md": "kept\n"}
     # a successful write or truncate ends it, even to the same (empty) content
     (root / "big.md").write_text("small now\n")
     subprocess.run(["truncate", "-s", "0", str(root / "ls.md")], check=True)
-    assert xattrs(root / "big.md")["user.memfs.state.store_state"] == "dirty"
-    assert xattrs(root / "ls.md")["user.memfs.state.store_state"] == "dirty"
-    assert xattrs(root / "half.md")["user.memfs.state.store_state"] == "refused"
+    assert xattrs(root / "big.md")["user.memfs.state"] == "dirty"
+    assert xattrs(root / "ls.md")["user.memfs.state"] == "dirty"
+    assert xattrs(root / "half.md")["user.memfs.state"] == "refused"
     mount.sync()
     assert store_files(shared_api, store_id) == {
         "keep.md": "kept\n",
@@ -99,7 +99,7 @@ def test_a_refused_overwrite_keeps_the_memory_as_it_was(
     (root / "notes.md").write_text("version 1\n")
     mount.sync()
     tool_fails("cp", str(big), str(root / "notes.md"), message="File too large")
-    assert xattrs(root / "notes.md")["user.memfs.state.store_state"] == "refused"
+    assert xattrs(root / "notes.md")["user.memfs.state"] == "refused"
     mount.sync()
     assert store_files(shared_api, store_id) == {"notes.md": "version 1\n"}
     (root / "notes.md").write_text("version 2\n")

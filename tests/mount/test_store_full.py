@@ -71,7 +71,7 @@ def test_a_create_refused_by_a_full_store_arrives_once_space_is_freed(
             assert held["/c.md"]["why"] == FULL and held["/c.md"]["transient"] is True
             assert held["/c.md"]["next_retry"] is not None
             assert held["/bin.md"]["transient"] is False and held["/bin.md"]["next_retry"] is None
-            assert xattrs(root / "c.md")["user.memfs.state.store_state"] == "refused"
+            assert xattrs(root / "c.md")["user.memfs.state"] == "refused"
             code, text, _ = on_a_terminal(
                 [sys.executable, "-m", "memfs.cli", "status", str(root)], mount.env
             )
@@ -84,7 +84,7 @@ def test_a_create_refused_by_a_full_store_arrives_once_space_is_freed(
             wait_for(lambda: "c.md" in store_files(api, sid), 60, "the retried create")
             assert store_files(api, sid)["c.md"] == "waits for space\n"
             wait_for(lambda: "/c.md" not in refused(mount), 10, "the status update")
-            assert xattrs(root / "c.md")["user.memfs.state.store_state"] == "clean"
+            assert xattrs(root / "c.md")["user.memfs.state"] == "clean"
             assert "/bin.md" in refused(mount)  # waits for new content
 
             # Full again: `memfs sync` retries at once once space is freed.

@@ -69,7 +69,7 @@ def test_conflict_store_wins_copy_kept_and_reported(
     assert "memory changed both locally and remotely; keeping the remote version" in log
     assert copy["copy"] in log
     attrs = xattrs(f)
-    assert attrs["user.memfs.state.store_state"] == "conflict"
+    assert attrs["user.memfs.state"] == "conflict"
     assert attrs["user.memfs.conflict_copy"] == copy["copy"]
 
 
@@ -136,7 +136,7 @@ def test_local_renames_and_saves_keep_memory_ids(
     assert now["/sed.md"]["id"] == ids["/sed.md"]
     assert contents(shared_api, sid)["/atomic.md"] == "after"
     assert contents(shared_api, sid)["/sed.md"] == "bye"
-    assert xattrs(root / "atomic.md")["user.memfs.state.store_state"] == "clean"
+    assert xattrs(root / "atomic.md")["user.memfs.state"] == "clean"
 
 
 @pytest.mark.parametrize("mode", ["enabled", "log_only", "disabled"])

@@ -347,25 +347,25 @@ async def test_usage_totals_follow_every_change(h: Harness) -> None:
 async def test_xattrs(h: Harness) -> None:
     node = h.seed("/a.md", b"a", "mem_a")
     names = set(await h.fs.listxattr(node.ino, CTX))
-    assert {b"user.memfs.memory_id", b"user.memfs.sha256", b"user.memfs.state.store_state"} <= names
+    assert {b"user.memfs.memory_id", b"user.memfs.sha256", b"user.memfs.state"} <= names
     assert await h.fs.getxattr(node.ino, b"user.memfs.memory_id", CTX) == b"mem_a"
     assert await h.fs.getxattr(node.ino, b"user.memfs.sha256", CTX) == sha256_hex(b"a").encode()
-    assert await h.fs.getxattr(node.ino, b"user.memfs.state.store_state", CTX) == b"clean"
+    assert await h.fs.getxattr(node.ino, b"user.memfs.state", CTX) == b"clean"
     await fails(pyfuse3.ENOATTR, h.fs.getxattr(node.ino, b"user.other", CTX))
     for name in (
-        b"user.memfs.state.store_state",
+        b"user.memfs.state",
         b"user.memfs.memory_id",
         b"user.other",
         b"security.selinux",
         b"trusted.x",
     ):
         await fails(errno.ENOTSUP, h.fs.setxattr(node.ino, name, b"v", CTX))
-    await fails(errno.ENOTSUP, h.fs.removexattr(node.ino, b"user.memfs.state.store_state", CTX))
+    await fails(errno.ENOTSUP, h.fs.removexattr(node.ino, b"user.memfs.state", CTX))
     await fails(pyfuse3.ENOATTR, h.fs.removexattr(node.ino, b"user.other", CTX))
     await fails(errno.ENOTSUP, h.fs.setxattr(ROOT, b"user.x", b"v", CTX))
     # The state follows the file.
     await h.write_file("/a.md", b"changed")
-    assert await h.fs.getxattr(node.ino, b"user.memfs.state.store_state", CTX) == b"dirty"
+    assert await h.fs.getxattr(node.ino, b"user.memfs.state", CTX) == b"dirty"
     assert (
         await h.fs.getxattr(node.ino, b"user.memfs.sha256", CTX) == sha256_hex(b"changed").encode()
     )
@@ -600,7 +600,7 @@ async def test_read_only_store_refuses_every_mutation(ro: Harness) -> None:
     await fails(errno.EROFS, fs.symlink(notes, b"sym", b"a.md", CTX))
     await fails(errno.EROFS, fs.mknod(notes, b"fifo", stat.S_IFIFO | 0o644, 0, CTX))
     await fails(errno.EROFS, fs.setxattr(a, b"user.x", b"1", CTX))
-    await fails(errno.EROFS, fs.removexattr(a, b"user.memfs.state.store_state", CTX))
+    await fails(errno.EROFS, fs.removexattr(a, b"user.memfs.state", CTX))
     # A read handle cannot be used to write either.
     fi = await fs.open(a, O_RD, CTX)
     await fails(errno.EBADF, fs.write(fi.fh, 0, b"x"))
@@ -719,7 +719,7 @@ async def test_eilseq_at_close_and_fsync_and_the_file_is_refused(h: Harness) -> 
     await h.fs.release(fi.fh)
     node = h.node("/bin.md")
     assert node.state_name() == "refused"
-    assert await h.fs.getxattr(a.st_ino, b"user.memfs.state.store_state", CTX) == b"refused"
+    assert await h.fs.getxattr(a.st_ino, b"user.memfs.state", CTX) == b"refused"
     assert b"UTF-8" in await h.fs.getxattr(a.st_ino, b"user.memfs.refused", CTX)
     stats = h.state.statistics()
     assert (stats.refused, stats.dirty) == (1, 0)
