@@ -22,12 +22,25 @@ def _by_id(browser: Any, ident: str) -> Any:
 
 def _navigate(browser: Any, element: Any) -> None:
     """Click, then wait until the page the click leads to has replaced this one."""
-    from selenium.webdriver.support import expected_conditions
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
+
+    def gone(_: Any) -> bool:
+        """The old page's element is stale; mid-navigation Chromium may say so as
+        "Node with given id does not belong to the document" instead."""
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            if "does not belong to the document" in str(e):
+                return True
+            raise
+        return False
 
     element.click()
     wait = WebDriverWait(browser, 20)
-    wait.until(expected_conditions.staleness_of(element))
+    wait.until(gone)
     wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
 
 
