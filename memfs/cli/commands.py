@@ -91,6 +91,7 @@ def mount(args: Any) -> int:
     try:
         config = _config(args, args.mountpoint, StoreSpec(args.store_id, read_only=args.read_only))
         config.zero_message_opens = args.zero_message_opens
+        config.xattrs = not args.no_xattrs
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
     config.restart = _restart(args, config)

@@ -236,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
         '"Zero-message opens"). Read-only mounts do this anyway',
     )
     mount.add_argument(
+        "--no-xattrs",
+        action="store_true",
+        help="answer extended-attribute requests ENOSYS, so the kernel stops asking: "
+        "no GETXATTR per `ls -la` entry or per write; the user.memfs.* attributes "
+        'are then not shown (docs/performance.md, "Extended attributes")',
+    )
+    mount.add_argument(
         "--cache-dir", help="this mount's cache directory (default: ~/.cache/memfs/STORE_ID)"
     )
 

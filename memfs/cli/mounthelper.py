@@ -44,6 +44,7 @@ OPTIONS = (
     Option("gid", "--gid", "GID"),
     Option("umask", "--umask", "UMASK"),
     Option("zero_message_opens", "--zero-message-opens"),
+    Option("no_xattrs", "--no-xattrs"),
     Option("sync_interval", "--sync-interval", "SECONDS"),
     Option("deletions", "--deletions", "MODE"),
     Option("deletes_when_asked", "--deletes-when-asked"),

@@ -312,6 +312,7 @@ class Daemon:
                 content_timeout=cfg.content_timeout,
                 read_only_vfs="ro" in options,
                 zero_message_writes=cfg.zero_message_opens,
+                xattrs=cfg.xattrs,
             )
             self.ops.trail = self.trail
             try:

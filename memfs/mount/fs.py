@@ -173,6 +173,7 @@ class MemFs(pyfuse3.Operations):
         negative_timeout: float = NEGATIVE_TIMEOUT,
         read_only_vfs: bool = False,
         zero_message_writes: bool = False,
+        xattrs: bool = True,
     ) -> None:
         super().__init__()
         self.tree = tree
@@ -186,6 +187,10 @@ class MemFs(pyfuse3.Operations):
         # setting one stays ENOTSUP. It turns on the kernel's mode checks, which
         # every memfs mount has anyway (`default_permissions`).
         self.enable_acl = True
+        # --no-xattrs: every xattr request answers ENOSYS, which the kernel remembers
+        # for the connection (fc->no_getxattr, …), so `ls -la` and writes stop asking
+        # for security.selinux and security.capability (docs/performance.md).
+        self.xattrs = xattrs
         # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
         # Read-only mounts always; writable ones when asked (--zero-message-opens),
         # trading what OPEN carried (docs/reliability.md, "Zero-message opens").
@@ -804,7 +809,7 @@ class MemFs(pyfuse3.Operations):
     # -- xattrs ---------------------------------------------------------------------
     @_guard
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        node = self.tree.get(inode)
+        node = self._xattr_node(inode)
         value = self._xattrs(node).get(name)
         if value is None:
             raise FsError(pyfuse3.ENOATTR)
@@ -812,8 +817,14 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        node = self.tree.get(inode)
+        node = self._xattr_node(inode)
         return list(self._xattrs(node))
+
+    def _xattr_node(self, inode: int) -> Node:
+        """The node an xattr request is about; ENOSYS, once and for all, with --no-xattrs."""
+        if not self.xattrs:
+            raise FsError(errno.ENOSYS)
+        return self.tree.get(inode)
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
         if node.store is None:
@@ -839,13 +850,13 @@ class MemFs(pyfuse3.Operations):
     async def setxattr(
         self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
     ) -> None:
-        node = self.tree.get(inode)
+        node = self._xattr_node(inode)
         self._mutable(node)
         raise FsError(errno.ENOTSUP, "extended attributes are not stored")
 
     @_guard
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        node = self.tree.get(inode)
+        node = self._xattr_node(inode)
         self._mutable(node)
         if name in self._xattrs(node):
             raise FsError(errno.ENOTSUP, "memfs attributes are read-only")

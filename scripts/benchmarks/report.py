@@ -574,6 +574,47 @@ median of those two runs. The same GETATTR is table 1's `read_warm` request. Wha
 the agent workload is GETXATTR (`ls -la`'s security.selinux, and security.capability \
 before each write), the first READ of each file, and the writes themselves.
 
+## Extended attributes: `--no-xattrs` (issue 25 item 3)
+
+FUSE caches no GETXATTR answer: `ls -la` asks `security.selinux` of every entry at every \
+listing, and the kernel asks `security.capability` before every write (to drop file \
+capabilities), so GETXATTR was the largest request kind of the agent workload on a fast mount. \
+Only ENOSYS stops the kernel asking: it then answers EOPNOTSUPP itself for the rest of the \
+connection (`fc->no_getxattr`, and likewise for list, set and remove). `memfs mount \
+--no-xattrs` answers every xattr request that way. Measured on a real mount, warm, the FUSE \
+requests the daemon answered (`fuse_requests` of `memfs status --json`):
+
+| command | default | `--no-xattrs` |
+|---|---|---|
+| second `ls -la` of a 50-file directory | 57 requests, 55 of them GETXATTR | 2, no GETXATTR |
+| 20 x `echo x >> f` | 120, 20 GETXATTR | 100, none |
+| 20 x `echo x > new` (creates) | 159, 20 GETXATTR | 139, none |
+| `getfattr -d f` | shows `user.memfs.*` | exit 1, `Operation not supported` |
+| vim: edit and `:wq` | 20, written | 17, written |
+| `cp -a` of a file with a `user.*` xattr | written (`cp` ignores ENOTSUP) | written, none |
+
+The agent workload (the 300 commands of table 2 over its 1,000-file tree, each mount warm), \
+two repeats side by side in one run, memfs / native per repeat, and the requests of the last \
+repeat:
+
+| mount | memfs / native | requests | GETXATTR |
+|---|---|---|---|
+| default | 3.22 / 2.36 | 24,833 | 2,642 |
+| `--no-xattrs` | 3.16 / 3.98 | 22,159 | 1 |
+| `--zero-message-opens` | 1.58 / 1.34 | 4,135 | 2,641 |
+| `--zero-message-opens --no-xattrs` | 1.14 / 1.07 | 1,465 | 1 |
+
+On a default mount the 10,000 OPEN and RELEASE requests hide the gain; with zero-message opens \
+GETXATTR was two thirds of what was left, and both flags together bring the workload within \
+issue 25's 1.2x target. The choice: `--no-xattrs` is a flag, and the default keeps answering \
+xattrs, because `user.memfs.*` is the documented way to read a file's sync state, why it was \
+refused, its conflict copy and a long name's real path (`getfattr`; docs/sync.md, \
+reliability.md §3). Under `--no-xattrs` `memfs status` still lists dirty, refused and \
+conflicting files, but an alias's real path (`user.memfs.path`) is not shown. Sessions the \
+worker adapter mounts for agents are the place to turn it on by default (they read no \
+`user.memfs.*`); that belongs with making zero-message opens their default (issue 25 item 2). \
+Tested by `tests/mount/test_round_trips.py::test_no_xattrs_stops_the_kernel_asking`.
+
 ## Trade-offs that buy speed, and the tests that keep them safe
 
 - Negative entries: a missing name is cached as missing for 300 s; memfs remembers which names \
@@ -595,6 +636,10 @@ of the writer's close, open-time refusals move to the write, O_TRUNC arrives as 
 O_APPEND lands at the kernel's size, and the audit trail names one writer per burst \
 (docs/reliability.md §3; `tests/mount/test_zero_message_writes.py`, and the whole mount \
 suite with `MEMFS_TEST_ZERO_MESSAGE_OPENS=1`).
+- No xattrs, opt-in (`--no-xattrs`): every xattr request answers ENOSYS once, so the kernel \
+stops asking (no GETXATTR per `ls -la` entry or per write); `user.memfs.*` are then not shown \
+and `getfattr` answers "Operation not supported" \
+(`tests/mount/test_round_trips.py::test_no_xattrs_stops_the_kernel_asking`).
 - Cached directory listings (patched pyfuse3): memfs invalidates a directory whose names a pull \
 changed (`Tree.listing_changed`); tested by \
 `tests/mount/test_round_trips.py::test_cached_listings_follow_remote_and_local_changes`.

@@ -10,12 +10,15 @@ import errno
 import os
 import stat
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.mount import MountProcess, pyfuse3_build
+from tests.support.files import store_files
+from tests.support.mount import MountProcess, mount_store, pyfuse3_build
+from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.pyfuse3_builds]
 
@@ -152,3 +155,66 @@ def test_ls_l_asks_for_acls_once_per_inode(mount: MountProcess) -> None:
         os.setxattr(d / "masked.md", "system.posix_acl_access", acl)
     assert info.value.errno in (errno.ENOTSUP, errno.EOPNOTSUPP)
     assert stat.S_IMODE(os.stat(d / "masked.md").st_mode) == 0o600
+
+
+def xattr_requests(mount: MountProcess, command: str) -> int:
+    """The xattr requests (get, list, set) `command` (a shell line in the mount) costs."""
+    before = mount.fuse_requests()
+    subprocess.run(command, shell=True, cwd=mount.mountpoint, check=True, capture_output=True)
+    after = mount.fuse_requests()
+    return sum(delta(before, after, k) for k in ("getxattr", "listxattr", "setxattr"))
+
+
+def test_no_xattrs_stops_the_kernel_asking(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
+    """--no-xattrs answers the first xattr request ENOSYS and the kernel asks no more:
+    a second `ls -la` and shell writes cost no GETXATTR (the default mount: one per entry
+    and one per write); `getfattr` says "Operation not supported"; vim and `cp -a`
+    (which copies xattrs) still write their files."""
+    costs = {}
+    for flags in ((), ("--no-xattrs",)):
+        sid = str(shared_api.create_store("xattrs")["id"])
+        for i in range(20):
+            shared_api.create_memory(sid, f"/d/f{i:02}.md", f"note {i}\n")
+        name = "fast" if flags else "default"
+        mount = mount_store(tmp_path, shared_server.url, sid, *flags, name=name)
+        try:
+            xattr_requests(mount, "ls -la d")
+            costs[name] = (
+                xattr_requests(mount, "ls -la d"),
+                xattr_requests(mount, "for i in $(seq 10); do echo x >> d/f01.md; done"),
+            )
+            dump = subprocess.run(
+                ["getfattr", "-d", "d/f02.md"], cwd=mount.mountpoint, capture_output=True, text=True
+            )
+            src = tmp_path / f"src-{name}.md"
+            src.write_text("copied\n")
+            os.setxattr(src, "user.origin", b"elsewhere")
+            subprocess.run(["cp", "-a", str(src), "d/copied.md"], cwd=mount.mountpoint, check=True)
+            vim = [
+                "vim",
+                "-u",
+                "NONE",
+                "-n",
+                "-es",
+                "-c",
+                "normal Goedited",
+                "-c",
+                "wq",
+                "d/f03.md",
+            ]
+            subprocess.run(vim, cwd=mount.mountpoint, check=True)
+            assert (mount.mountpoint / "d" / "copied.md").read_text() == "copied\n"
+            assert (mount.mountpoint / "d" / "f03.md").read_text() == "note 3\nedited\n"
+            mount.sync()
+            files = store_files(shared_api, sid)
+            assert files["d/copied.md"] == "copied\n" and files["d/f03.md"] == "note 3\nedited\n"
+            if flags:
+                assert dump.returncode == 1 and "Operation not supported" in dump.stderr, dump
+            else:
+                assert 'user.memfs.state.store_state="clean"' in dump.stdout, dump
+        finally:
+            mount.cleanup()
+    assert costs["fast"] == (0, 0), costs
+    assert costs["default"][0] >= 20 and costs["default"][1] >= 10, costs
