@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1000,
         metavar="N",
-        help="watches (memfs's change feed) open at once; more get 503 and probe "
+        help="watches (memfs's change feed) open at once; more get 429 and probe "
         "(default 1000; 0 turns the watch off)",
     )
     serve.add_argument(

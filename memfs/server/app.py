@@ -258,6 +258,13 @@ def _page_response(items: list[dict[str, Any]], next_page: str | None) -> Respon
     return JSONResponse({"data": items, "next_page": next_page})
 
 
+async def _cancel_on_disconnect(request: Request, scope: trio.CancelScope) -> None:
+    """Cancel `scope` when the client disconnects (its request body is read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
 # ---------------------------------------------------------------- handlers
 
 
@@ -449,10 +456,27 @@ class Handlers:
         if after is None:
             head = await self._head(store_id)
         else:
-            head = after or None
-            with trio.move_on_after(timeout):
-                head = await self.watch.wait(store_id, head, self._head)
+            with self.watch.admit():
+                head = await self._wait(request, store_id, after or None, timeout)
         return _ok({"type": "memfs_watch", "head": head})
+
+    async def _wait(
+        self, request: Request, store_id: str, after: str | None, seconds: float
+    ) -> str | None:
+        """The watch's wait, ended early by the client going away (a killed mount frees
+        its place at once). An API error (the store is gone) leaves as itself."""
+        head = after
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_disconnect, request, nursery.cancel_scope)
+                with trio.move_on_after(seconds):
+                    head = await self.watch.wait(store_id, after, self._head)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ApiError):
+                raise group.exceptions[0] from None
+            raise
+        return head
 
     async def _head(self, store_id: str) -> str | None:
         return await self._read(self.db.head, store_id)

@@ -10,13 +10,15 @@ store's write commits; on PostgreSQL through LISTEN/NOTIFY, the NOTIFY sent in t
 write's own transaction, so every instance on the database hears every commit and a
 rolled-back write wakes nobody. A waiting watch sleeps on an event: it reads the head
 once when it starts and once per wake-up, never on a timer. Watchers are bounded per
-instance; one over the bound gets 503 and its client probes instead.
+instance; one over the bound gets 429 and its client probes instead. A watch whose
+client went away (a killed mount) leaves at once: the handler listens for the disconnect.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -88,9 +90,9 @@ class WatchHub:
             self._token = trio.lowlevel.current_trio_token()
             self.storage.follow_changes(self.changed)
 
-    async def wait(self, store_id: str, after: str | None, head_of: HeadOf) -> str | None:
-        """The store's head once it is not `after` (the caller bounds the wait); `after`
-        at once when the server is stopping."""
+    @contextmanager
+    def admit(self) -> Iterator[None]:
+        """A place for one watch while the block runs; 429 when every place is taken."""
         if self._watchers >= self.max_watchers:
             self._refused += 1
             if self._refused == 1 or self._refused % 100 == 0:
@@ -100,20 +102,25 @@ class WatchHub:
                     self._refused,
                 )
             raise errors.ApiError(
-                503,
-                "overloaded_error",
+                429,
+                "rate_limit_error",
                 f"this server has {self.max_watchers} watches open; probe instead",
             )
-        self._start()
         self._watchers += 1
         try:
-            while not self._everything.is_set():
-                event = self._events.setdefault(store_id, trio.Event())
-                head = await head_of(store_id)
-                if head != after:
-                    return head
-                log.debug("watch waiting memory_store_id=%s watchers=%d", store_id, self._watchers)
-                await event.wait()
-            return after
+            yield
         finally:
             self._watchers -= 1
+
+    async def wait(self, store_id: str, after: str | None, head_of: HeadOf) -> str | None:
+        """The store's head once it is not `after` (the caller admits the watch and
+        bounds the wait); `after` at once when the server is stopping."""
+        self._start()
+        while not self._everything.is_set():
+            event = self._events.setdefault(store_id, trio.Event())
+            head = await head_of(store_id)
+            if head != after:
+                return head
+            log.debug("watch waiting memory_store_id=%s watchers=%d", store_id, self._watchers)
+            await event.wait()
+        return after
