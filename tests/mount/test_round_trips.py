@@ -213,7 +213,7 @@ def test_no_xattrs_stops_the_kernel_asking(
             if flags:
                 assert dump.returncode == 1 and "Operation not supported" in dump.stderr, dump
             else:
-                assert 'user.memfs.state.store_state="clean"' in dump.stdout, dump
+                assert 'user.memfs.state="clean"' in dump.stdout, dump
         finally:
             mount.cleanup()
     assert costs["fast"] == (0, 0), costs
