@@ -80,6 +80,7 @@ def _config(
         metrics_addr=metrics_addr,
         probe_budget=args.probe_budget,
         watch=args.watch,
+        zero_message_opens=args.zero_message_opens,
     )
 
 
@@ -90,7 +91,6 @@ def mount(args: Any) -> int:
 
     try:
         config = _config(args, args.mountpoint, StoreSpec(args.store_id, read_only=args.read_only))
-        config.zero_message_opens = args.zero_message_opens
         config.xattrs = not args.no_xattrs
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)

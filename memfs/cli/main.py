@@ -228,14 +228,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--read-only", action="store_true", help="refuse every change (EROFS), even for root"
     )
     mount.add_argument(
-        "--zero-message-opens",
-        action="store_true",
-        help="the kernel sends no OPEN, RELEASE or FLUSH (a warm cat "
-        "costs no request); a non-UTF-8 file is then refused at fsync "
-        "and at the push, not at close (docs/reliability.md, "
-        '"Zero-message opens"). Read-only mounts do this anyway',
-    )
-    mount.add_argument(
         "--no-xattrs",
         action="store_true",
         help="answer extended-attribute requests ENOSYS, so the kernel stops asking: "
@@ -373,6 +365,15 @@ def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_mount_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--zero-message-opens",
+        action="store_true",
+        help="the kernel sends no OPEN, RELEASE or FLUSH (a warm cat "
+        "costs no request); a non-UTF-8 file is then refused at fsync "
+        "and at the push, not at close (docs/reliability.md, "
+        '"Zero-message opens"). Read-only mounts, and a session\'s read-only stores, '
+        "do this anyway",
+    )
     parser.add_argument(
         "--sync-interval",
         type=float,

@@ -209,10 +209,10 @@ def restart_command(
         ]
         if args.read_only:
             cmd.append("--read-only")
-        if getattr(args, "zero_message_opens", False):
-            cmd.append("--zero-message-opens")
         if getattr(args, "no_xattrs", False):
             cmd.append("--no-xattrs")
+    if getattr(args, "zero_message_opens", False):
+        cmd.append("--zero-message-opens")
     if api_url:
         cmd += ["--api-url", api_url]
     cmd += _option_flags(args)

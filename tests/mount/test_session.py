@@ -359,6 +359,46 @@ def test_a_read_only_store_answers_warm_reads_with_no_request(three_shared: Thre
         assert spent.get("open", 0) >= 2, spent
 
 
+@pytest.mark.pyfuse3_builds
+def test_zero_message_opens_reach_a_session_s_writable_stores(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
+) -> None:
+    """Each store is a single-store mount of its own, so `--zero-message-opens` applies to
+    a session's writable stores as to `memfs mount`'s."""
+    require_fuse()
+    notes = shared_api.create_store("Fast Notes")["id"]
+    root = tmp_path / "memory"
+    root.mkdir()
+    spec = write_spec(tmp_path / "spec.json", [ms(notes)])
+    proc = start_session(
+        tmp_path, shared_server.url, runtime_dir, spec, root, "--zero-message-opens"
+    )
+    try:
+        f = root / "fast-notes" / "n.md"
+        f.write_text("fast\n")
+        assert f.read_text() == "fast\n"
+
+        def opens() -> tuple[bool, int]:
+            [mount] = json.loads(proc.memfs("status", str(root), "--json").stdout)["mounts"]
+            return mount["pyfuse3"]["zero_message_opens_used"], mount["fuse_requests"].get(
+                "open", 0
+            )
+
+        used, before = opens()
+        for _ in range(5):
+            assert f.read_text() == "fast\n"
+        _, after = opens()
+        if used:  # the patched pyfuse3: not one OPEN more
+            assert after == before
+        else:  # a stock build: one OPEN a read, and one warning that says why
+            assert after >= before + 5
+            assert "--zero-message-opens is not available" in proc.log()
+        proc.sync()
+        assert store_contents(shared_api, notes) == {"/n.md": "fast\n"}
+    finally:
+        proc.cleanup()
+
+
 def test_writable_stores_behave_normally_and_sync_covers_every_store(
     three: Three, shared_api: Api
 ) -> None:
