@@ -615,6 +615,33 @@ worker adapter mounts for agents are the place to turn it on by default (they re
 `user.memfs.*`); that belongs with making zero-message opens their default (issue 25 item 2). \
 Tested by `tests/mount/test_round_trips.py::test_no_xattrs_stops_the_kernel_asking`.
 
+## Zero-message opens by default on writable stores? (issue 25 item 2)
+
+Not yet: `--zero-message-opens` stays opt-in. The speed is there. In the side-by-side run of \
+"Extended attributes" above (the agent workload of table 2, two repeats, memfs / native per \
+repeat) a default mount ran 3.22 / 2.36, `--zero-message-opens` 1.58 / 1.34, and \
+`--zero-message-opens --no-xattrs` 1.14 / 1.07. What the flag gives up (docs/reliability.md §3 \
+lists all six) is not yet closed:
+
+- No close event. A shell write (`echo v > f`) reached the store 0.26 s (median of 5, \
+0.23–0.28) after the command returned on a default mount, and 2.12 s (2.11–2.13) with the \
+flag, measured side by side on two mounts of one server: the push waits for 2 s without a \
+write (`plan.WRITE_QUIET_NS`), because memfs no longer sees the close. Sessions sharing a \
+store would see each other's edits about 8x later; a push rule that does not wait for a close \
+is not built.
+- Content that is not UTF-8 is refused at close by default (`EILSEQ`: the writer, an agent's \
+tool included, sees it); with the flag only at `fsync` and at the push, so a writer that never \
+calls `fsync` learns of it from `memfs status`, the exit 1 of `memfs sync` or the unmount's \
+log.
+- The append-before-pull window: a descriptor opened for append before a pull changed the file \
+writes at the old end, over the bytes the pull brought.
+- The audit trail names one writer per burst, from the WRITE's context, not the process that \
+opened the file.
+
+Until the push rule and the append window are closed, the fast path is two flags \
+(`--zero-message-opens --no-xattrs`); the worker adapter's agent sessions, which read no \
+`user.memfs.*`, are where a default would come first.
+
 ## Trade-offs that buy speed, and the tests that keep them safe
 
 - Negative entries: a missing name is cached as missing for 300 s; memfs remembers which names \
