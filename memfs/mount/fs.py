@@ -801,6 +801,7 @@ class MemFs(pyfuse3.Operations):
                 zero_message_opens_used=self.files_by_inode,
             ),
             negative_entries=self.tree.negatives.statistics(),
+            xattrs=self.xattrs,
         )
 
     def stores(self) -> list[StoreState]:
@@ -883,6 +884,7 @@ class FuseStatistics:
     fuse_requests: dict[str, int]  # handler name -> requests, sorted by name
     pyfuse3: Pyfuse3Statistics
     negative_entries: NegativeStatistics
+    xattrs: bool  # False with --no-xattrs: every xattr request answers ENOSYS
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -180,6 +180,7 @@ def test_no_xattrs_stops_the_kernel_asking(
         name = "fast" if flags else "default"
         mount = mount_store(tmp_path, shared_server.url, sid, *flags, name=name)
         try:
+            assert mount.mount_status()["xattrs"] is not bool(flags)
             xattr_requests(mount, "ls -la d")
             costs[name] = (
                 xattr_requests(mount, "ls -la d"),
