@@ -2,7 +2,7 @@
 
 import sys
 
-from memfs.worker.engine import main
+from memfs.worker.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

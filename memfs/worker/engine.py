@@ -8,20 +8,12 @@ each store at its `mount_path` with a daemon of its own, driven over their contr
 sockets. The daemon stays trio in its own process; this side runs
 on the SDK's anyio event loop and never blocks it.
 
-`environment_worker(client, …)` is the one-line switch: an `EnvironmentWorker` whose
-sessions use memfs. The SDK has no public hook for the engine, so this module uses one
-patch point, `anthropic.lib.environments._worker.SessionMemoryStores` (the name
-`WorkItemRun.__init__` builds its engine from), replaced by a dispatcher that builds a
-`MemfsSessionStores` only inside a memfs worker and the SDK's own class everywhere else.
-`check_sdk_internals()` verifies, before the patch goes in, that the installed SDK still
-looks the way the patch assumes; tests/unit/test_worker_sdk.py runs it against the
-installed SDK. Docs: docs/worker.md.
+`memfs.worker.sdk.environment_worker(client, …)` puts it into the SDK's worker, and
+`memfs-worker` (memfs/worker/cli.py) runs that worker. Docs: docs/worker.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextvars
 import json
 import logging
 import os
@@ -30,14 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from memfs import logs
 from memfs.control import protocol, registry
 from memfs.control.client import arequest
 from memfs.paths import MAX_STORES_PER_SESSION
@@ -48,7 +38,6 @@ try:
         MEMORY_FLUSH_TIMEOUT,
         MemoryDeleteMode,
         SessionMemoryError,
-        SessionMemoryStores,
         _check_sync_interval,
     )
 except ImportError as e:  # pragma: no cover - the extra is missing
@@ -58,16 +47,9 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
-    from anthropic.lib.environments import EnvironmentWorker
     from anthropic.types.beta import BetaManagedAgentsSession
 
 log = logging.getLogger("memfs.worker")
-
-#: The SDK releases the patch point was checked against (pyproject's `anthropic` extra
-#: pins the same range; a test keeps the two equal).
-SDK_MIN = (2, 16, 0)
-SDK_BELOW = (2, 17, 0)
-SDK_RANGE = "anthropic>=2.16.0,<2.17"
 
 #: How long `download` waits for every mount of a session to be live.
 START_TIMEOUT = 120.0
@@ -488,299 +470,3 @@ class _quiet:
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> bool:
         return kind is not None and issubclass(kind, OSError)
-
-
-# -- the patch point -------------------------------------------------------------------
-_ENGINE: contextvars.ContextVar[Callable[..., Any] | None] = contextvars.ContextVar(
-    "memfs_worker_engine", default=None
-)
-#: The engine methods the SDK's WorkItemRun calls (checked against its bytecode).
-ENGINE_SURFACE = (
-    "download",
-    "roots",
-    "read_only_roots",
-    "sync_if_due",
-    "restore_missing",
-    "finish",
-    "flush_writes",
-    "dispose",
-)
-
-
-class SDKMismatch(RuntimeError):
-    """The installed SDK is not one the patch point was checked against."""
-
-
-def sdk_version() -> tuple[int, ...]:
-    import anthropic
-
-    parts = []
-    for piece in anthropic.__version__.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-def check_sdk_internals() -> None:
-    """Fail loudly unless the SDK still builds its engine the way the patch assumes."""
-    from anthropic.lib.environments import _worker
-    from anthropic.lib.tools import _memories
-
-    version = sdk_version()
-    problems: list[str] = []
-    if not SDK_MIN <= version < SDK_BELOW:
-        problems.append(f"anthropic {'.'.join(map(str, version))} is outside {SDK_RANGE}")
-    current = getattr(_worker, "SessionMemoryStores", None)
-    if current is not _memories.SessionMemoryStores and not getattr(
-        current, "_memfs_dispatch", False
-    ):
-        problems.append(
-            "anthropic.lib.environments._worker.SessionMemoryStores is not the SDK's engine class"
-        )
-    run = getattr(_worker, "WorkItemRun", None)
-    init = getattr(run, "__init__", None)
-    if init is None or "SessionMemoryStores" not in init.__code__.co_names:
-        problems.append(
-            "WorkItemRun.__init__ no longer builds its engine from the module "
-            "name SessionMemoryStores"
-        )
-    import inspect
-
-    params = set(inspect.signature(_memories.SessionMemoryStores.__init__).parameters)
-    if not {"client", "workdir", "sync_interval", "sync_deletions"} <= params:
-        problems.append(f"SessionMemoryStores takes {sorted(params)}")
-    used: set[str] = set()
-    for value in vars(run).values() if run is not None else ():
-        code = getattr(value, "__code__", None)
-        if code is not None:
-            used |= set(code.co_names)
-    public = {n for n in dir(_memories.SessionMemoryStores) if not n.startswith("_")}
-    missing = sorted((public & used) - set(ENGINE_SURFACE))
-    if missing:
-        problems.append(f"WorkItemRun uses engine members memfs does not provide: {missing}")
-    absent = sorted(set(ENGINE_SURFACE) - public)
-    if absent:
-        problems.append(f"the SDK's engine no longer has {absent}")
-    if problems:
-        raise SDKMismatch(
-            "memfs.worker.engine cannot drive this SDK: "
-            + "; ".join(problems)
-            + f" (checked: {SDK_RANGE}; see docs/worker.md)"
-        )
-
-
-def install_patch() -> None:
-    """Route `WorkItemRun`'s engine through a dispatcher (idempotent, checked first)."""
-    from anthropic.lib.environments import _worker
-
-    check_sdk_internals()
-    current = getattr(_worker, "SessionMemoryStores")  # noqa: B009 - not re-exported
-    if getattr(current, "_memfs_dispatch", False):
-        return
-    original: Callable[..., Any] = current
-
-    def dispatch(client: Any, **options: Any) -> Any:
-        factory = _ENGINE.get()
-        return original(client, **options) if factory is None else factory(client, **options)
-
-    dispatch._memfs_dispatch = True  # type: ignore[attr-defined]
-    dispatch._memfs_original = original  # type: ignore[attr-defined]
-    setattr(_worker, "SessionMemoryStores", dispatch)  # noqa: B010 - the patch point
-
-
-def _worker_class() -> type[EnvironmentWorker]:
-    from anthropic.lib.environments import EnvironmentWorker
-
-    class MemfsEnvironmentWorker(EnvironmentWorker):
-        """An `EnvironmentWorker` whose sessions mount their memory stores with memfs."""
-
-        _memfs_options: dict[str, Any]
-
-        def _engine(self, client: Any, **options: Any) -> MemfsSessionStores:
-            return MemfsSessionStores(client, **options, **self._memfs_options)
-
-        async def run(self) -> None:
-            token = _ENGINE.set(self._engine)
-            try:
-                await super().run()
-            finally:
-                _ENGINE.reset(token)
-
-        async def handle_item(self, **kwargs: Any) -> None:
-            token = _ENGINE.set(self._engine)
-            try:
-                await super().handle_item(**kwargs)
-            finally:
-                _ENGINE.reset(token)
-
-    return MemfsEnvironmentWorker
-
-
-def environment_worker(
-    client: AsyncAnthropic,
-    *,
-    cache_dir: str | os.PathLike[str] | None = None,
-    allow_other: bool = False,
-    **options: Any,
-) -> EnvironmentWorker:
-    """An `EnvironmentWorker(client, **options)` whose sessions use memfs for memory.
-
-    `options` are the SDK constructor's (environment_id, environment_key, workdir,
-    memory_sync_interval, memory_sync_deletions, …); `cache_dir` is memfs's cache root;
-    `allow_other` lets users other than the worker's into the mounts (tools that run as
-    another user; a non-root worker needs `user_allow_other` in /etc/fuse.conf).
-    """
-    install_patch()
-    worker = _worker_class()(client, **options)
-    worker._memfs_options = {  # type: ignore[attr-defined]
-        "cache_dir": cache_dir,
-        "allow_other": allow_other,
-    }
-    return worker
-
-
-# -- `memfs-worker`: the commands docs/worker.md uses ------------------------------------------
-def _secret_from_stdin() -> None:
-    """`ant beta:worker poll --on-work` hands the work item JSON on stdin."""
-    if os.environ.get("ANTHROPIC_WORK_SECRET") or sys.stdin is None or sys.stdin.isatty():
-        return
-    try:
-        item = json.loads(sys.stdin.read() or "null")
-    except ValueError:
-        return
-    if isinstance(item, dict) and isinstance(item.get("secret"), str) and item["secret"]:
-        os.environ["ANTHROPIC_WORK_SECRET"] = item["secret"]
-
-
-def _parser() -> argparse.ArgumentParser:
-    from memfs import __version__
-
-    parser = argparse.ArgumentParser(
-        prog="memfs-worker",
-        description="Serve self-hosted sessions with the SDK's EnvironmentWorker, memory "
-        "stores mounted by memfs.",
-    )
-    parser.add_argument("--version", action="version", version=f"memfs-worker {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="least severe log lines shown (default info; HTTP requests are debug)",
-    )
-    parser.add_argument(
-        "--log-file",
-        metavar="FILE",
-        default=None,
-        help="append the worker's log lines to FILE (default: stderr); each mount daemon "
-        "logs to memfs.log in the cache root (--cache-dir, default ~/.cache/memfs)",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    item = sub.add_parser(
-        "handle-item",
-        help="serve one claimed work item (an --on-work "
-        "script); reads ANTHROPIC_* and the work item JSON on stdin",
-    )
-    poll = sub.add_parser("poll", help="poll an environment and serve its sessions forever")
-    poll.add_argument(
-        "--environment-id",
-        default=os.environ.get("ANTHROPIC_ENVIRONMENT_ID"),
-        help="the environment to poll (default $ANTHROPIC_ENVIRONMENT_ID)",
-    )
-    for p in (item, poll):
-        p.add_argument("--workdir", default=None, help="the tools' working directory")
-        p.add_argument(
-            "--cache-dir",
-            default=None,
-            metavar="DIR",
-            help="memfs cache root: each store's cache is DIR/STORE_ID, the mount daemons "
-            "log to DIR/memfs.log (default ~/.cache/memfs)",
-        )
-        p.add_argument(
-            "--sync-interval",
-            type=float,
-            default=DEFAULT_MEMORY_SYNC_INTERVAL,
-            metavar="SECONDS",
-            help="seconds between the sessions' memory sync passes (default "
-            f"{DEFAULT_MEMORY_SYNC_INTERVAL:g}, as the SDK's memory_sync_interval)",
-        )
-        p.add_argument(
-            "--deletions",
-            choices=["enabled", "log_only", "disabled"],
-            default="enabled",
-            help="what a local delete does in the store (default enabled)",
-        )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logs.configure(args.log_level, args.log_file, http_requests=True)
-    from anthropic import AsyncAnthropic
-
-    options: dict[str, Any] = {
-        "workdir": args.workdir,
-        "memory_sync_interval": args.sync_interval,
-        "memory_sync_deletions": args.deletions,
-    }
-    if args.command == "handle-item":
-        _secret_from_stdin()
-    else:
-        key = os.environ.get("ANTHROPIC_ENVIRONMENT_KEY")
-        if not args.environment_id or not key:
-            print(
-                "memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) "
-                "and ANTHROPIC_ENVIRONMENT_KEY",
-                file=sys.stderr,
-            )
-            return 2
-        options.update(environment_id=args.environment_id, environment_key=key)
-
-    async def serve() -> None:
-        worker = environment_worker(AsyncAnthropic(), cache_dir=args.cache_dir, **options)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with anyio.create_task_group() as tg:
-
-                async def stop_on_signal() -> None:
-                    async for signum in signals:
-                        log.info(
-                            "stopping; the session gets its teardown signal=%s",
-                            signal.Signals(signum).name,
-                        )
-                        tg.cancel_scope.cancel()
-                        return
-
-                tg.start_soon(stop_on_signal)
-                try:
-                    if args.command == "handle-item":
-                        await worker.handle_item()
-                    else:
-                        await worker.run()
-                except Exception as e:  # raised below, outside the task group
-                    failed.append(e)
-                tg.cancel_scope.cancel()
-        if failed:
-            raise failed[0]
-
-    failed: list[Exception] = []
-
-    try:
-        anyio.run(serve)
-    except ValueError as e:  # a missing ANTHROPIC_* variable or credential
-        print(f"memfs-worker: {e}", file=sys.stderr)
-        return 2
-    except (SessionMemoryError, SDKMismatch) as e:
-        print(f"memfs-worker: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-__all__ = [
-    "SDK_RANGE",
-    "MemfsSessionStores",
-    "SDKMismatch",
-    "SessionMemoryError",
-    "SessionMemoryStores",
-    "check_sdk_internals",
-    "environment_worker",
-    "install_patch",
-]

@@ -69,7 +69,7 @@ def one_run(engine: str, url: str, store_id: str, n: int, work: Path) -> dict[st
     from anthropic import AsyncAnthropic
     from anthropic.lib.environments import EnvironmentWorker
 
-    from memfs.worker.engine import environment_worker
+    from memfs.worker.sdk import environment_worker
 
     if work.exists():
         shutil.rmtree(work)

@@ -22,7 +22,8 @@ import pytest
 from anthropic import AsyncAnthropic
 from anthropic.lib.tools._memories import SessionMemoryError
 
-from memfs.worker.engine import MemfsSessionStores, environment_worker
+from memfs.worker.engine import MemfsSessionStores
+from memfs.worker.sdk import environment_worker
 from tests.support.api import Api
 from tests.support.controlplane import (
     ENV_ID,

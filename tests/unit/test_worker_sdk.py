@@ -20,11 +20,12 @@ from anthropic import AsyncAnthropic
 from anthropic.lib.environments import EnvironmentWorker, _worker
 from anthropic.lib.tools._memories import SessionMemoryStores
 
-from memfs.worker import engine as memfs_worker
-from memfs.worker.engine import (
+from memfs.worker import cli as worker_cli
+from memfs.worker import sdk as worker_sdk
+from memfs.worker.engine import MemfsSessionStores
+from memfs.worker.sdk import (
     ENGINE_SURFACE,
     SDK_RANGE,
-    MemfsSessionStores,
     SDKMismatch,
     check_sdk_internals,
     environment_worker,
@@ -59,11 +60,11 @@ def test_only_a_memfs_worker_gets_the_memfs_engine() -> None:
     assert getattr(build, "_memfs_dispatch", False)
     # Outside a memfs worker's run/handle_item: the SDK's own engine, untouched.
     assert type(build(client, workdir="/tmp")) is SessionMemoryStores
-    token = memfs_worker._ENGINE.set(worker._engine)  # type: ignore[attr-defined]
+    token = worker_sdk._ENGINE.set(worker._engine)  # type: ignore[attr-defined]
     try:
         assert type(build(client, workdir="/tmp", sync_interval=5.0)) is MemfsSessionStores
     finally:
-        memfs_worker._ENGINE.reset(token)
+        worker_sdk._ENGINE.reset(token)
     environment_worker(client)  # installing twice keeps one dispatcher
     assert _worker.SessionMemoryStores is build
 
@@ -78,7 +79,7 @@ def test_a_changed_sdk_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SDKMismatch, match="no longer builds its engine from the module name"):
         check_sdk_internals()
     monkeypatch.undo()
-    monkeypatch.setattr(memfs_worker, "SDK_BELOW", (2, 16, 0))
+    monkeypatch.setattr(worker_sdk, "SDK_BELOW", (2, 16, 0))
     with pytest.raises(SDKMismatch, match=r"is outside anthropic>=2\.16\.0,<2\.17"):
         environment_worker(AsyncAnthropic(base_url="http://127.0.0.1:9", auth_token="t"))
 
@@ -94,13 +95,13 @@ def test_memfs_worker_commands_refuse_missing_settings_with_one_line(
         "ANTHROPIC_WORK_SECRET",
     ):
         monkeypatch.delenv(name, raising=False)
-    assert memfs_worker.main(["poll"]) == 2
+    assert worker_cli.main(["poll"]) == 2
     assert capsys.readouterr().err == (
         "memfs-worker: poll needs --environment-id (or ANTHROPIC_ENVIRONMENT_ID) and "
         "ANTHROPIC_ENVIRONMENT_KEY\n"
     )
     monkeypatch.setattr("sys.stdin", None)
-    assert memfs_worker.main(["handle-item"]) == 2
+    assert worker_cli.main(["handle-item"]) == 2
     assert capsys.readouterr().err == (
         "memfs-worker: handle_item: work_id is required — pass it or set ANTHROPIC_WORK_ID\n"
     )
@@ -127,7 +128,7 @@ def test_the_worker_command_names_itself_and_documents_every_option() -> None:
     for command in ("poll", "handle-item"):
         done = _worker_cli(command, "--help")
         assert done.stdout.startswith(f"usage: memfs-worker {command} "), done.stdout
-        parser = memfs_worker._parser()
+        parser = worker_cli._parser()
         (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         for action in [*parser._actions, *sub.choices[command]._actions]:
             assert action.help or not action.option_strings, (command, action.option_strings)
