@@ -6,6 +6,8 @@ Layout of a cache directory (one per store):
                             `lock` reads, writes or collects them (memfs/state/cachegc.py)
     journal.sqlite          one row per local file, directory or tombstone; the truth
                             after a crash
+    extents.log             the changes of dirty files since their rows' bases, one
+                            record per write (memfs/state/extents.py)
     conflicts/              losing local bytes from store-wins conflicts, each with a
                             hidden `.<copy>.json` record (memfs/state/conflicts.py)
     audit.jsonl[.N]         the audit trail of accepted changes (memfs/audit.py)
@@ -13,8 +15,9 @@ Layout of a cache directory (one per store):
 
 Synchronous on purpose: every call is a few local writes, and a journal update must be
 on disk before the system call that caused it returns (invariant: nothing acknowledged
-is lost to a `kill -9`). WAL with synchronous=NORMAL survives a killed process; an
-explicit `fsync()` from the agent asks for a full checkpoint.
+is lost to a `kill -9`). WAL with synchronous=NORMAL survives a killed process, and so
+does a record `os.write`n to the extent log (it is in the page cache); an explicit
+`fsync()` from the agent syncs the log and asks for a full checkpoint.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import errno
 import fcntl
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ from memfs.config import private_dir
 from memfs.errors import ConfigError
 from memfs.paths import is_sha256_hex, sha256_hex
 from memfs.state import extents
+from memfs.state.extents import TOUCH, TRUNCATE, WRITE, Record
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,22 +60,15 @@ CREATE TABLE IF NOT EXISTS entries (
     sent_path   TEXT,                 -- path of a create/rename whose answer may be lost
     refused_sha TEXT,                 -- content the server refused (400/413) or non-UTF-8
     refused_why TEXT,
-    conflict    TEXT                  -- path of the last conflict copy, if any
+    conflict    TEXT,                 -- path of the last conflict copy, if any
+    -- the last extent-log sequence number `data` covers: replay applies the newer
+    -- records of the row (memfs/state/extents.py)
+    base_seq    INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS entries_memory ON entries(memory_id);
 -- Clean contents the collector evicted under --cache-max-size: fetched again on demand,
 -- never in the background; the size keeps st_size right while the bytes are away.
 CREATE TABLE IF NOT EXISTS evicted (sha TEXT PRIMARY KEY, size INTEGER NOT NULL);
--- A dirty file's changes since the base in its row's `data` (memfs/state/extents.py):
--- a write (offset, bytes) or a truncate (size, NULL), replayed in seq order at load.
-CREATE TABLE IF NOT EXISTS extents (
-    entry_id    INTEGER NOT NULL,
-    seq         INTEGER NOT NULL,
-    offset      INTEGER NOT NULL,
-    data        BLOB,
-    mtime_ns    INTEGER NOT NULL,
-    PRIMARY KEY (entry_id, seq)
-) WITHOUT ROWID;
 """
 
 
@@ -291,34 +289,162 @@ class EntryFields(TypedDict, total=False):
 _UPDATABLE = frozenset(EntryFields.__annotations__)
 
 
+def _open_log(path: Path) -> int:
+    """The extent log, appended to: never through a link, created 0600 where new."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | _NOFOLLOW)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
 class Journal:
-    """The SQLite journal of one store's local state."""
+    """The SQLite journal of one store's local state, and the extent log beside it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = _Db(sqlite3.connect(path, isolation_level=None, check_same_thread=False))
+        log = path.with_name(EXTENT_LOG_NAME)
+        try:
+            self._log = _open_log(log)
+        except OSError as e:
+            self._db.close()
+            raise ConfigError(
+                f"cannot use cache directory {path.parent}: {log} is {_why(e)}"
+            ) from e
+        self._log_size = 0
+        self._broken = False  # a failed write left bytes the log could not take back
+        self._logs: dict[int, int] = {}
+        self._seq = 0
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
-        self._load_logs()
+        self._migrate()
+        records, valid = self._read_log()
+        if valid < os.fstat(self._log).st_size:  # a torn tail: no write(2) returned it
+            os.ftruncate(self._log, valid)
+        self._log_size = valid
+        row = self._db.execute("SELECT max(base_seq) FROM entries").fetchone()
+        self._seq = max([int(row[0] or 0), *(r.seq for r in records)])
+        self._load_logs(records)
 
-    def _load_logs(self) -> None:
-        """Which rows hold a base an extent may follow, and the cost of their logs.
+    def _migrate(self) -> None:
+        """Fold an older journal's `extents` table (one SQLite row per change) into
+        its rows' bases, and drop it: the extent log replaces it."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(entries)")}
+        if "base_seq" not in columns:
+            self._db.execute("ALTER TABLE entries ADD COLUMN base_seq INTEGER NOT NULL DEFAULT 0")
+        table = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='extents'"
+        if self._db.execute(table).fetchone() is None:
+            return
+        old: dict[int, list[Record]] = {}
+        for entry_id, seq, offset, payload, mtime_ns in self._db.execute(
+            "SELECT entry_id, seq, offset, data, mtime_ns FROM extents ORDER BY seq"
+        ):
+            kind = TRUNCATE if payload is None else WRITE
+            old.setdefault(entry_id, []).append(
+                Record(kind, entry_id, seq, offset, mtime_ns, payload)
+            )
+        with self.transaction():
+            self._rebase(old)
+            self._db.execute("DROP TABLE extents")
 
-        A row is missing from `_logs` when it holds no base, or when a rolled-back
-        transaction left its state unknown: its next change then rewrites the whole
-        content (`update` with `data`), which is always safe.
-        """
-        costs: dict[int, int] = {}
-        for entry_id, payload in self._db.execute("SELECT entry_id, length(data) FROM extents"):
-            costs[entry_id] = costs.get(entry_id, 0) + extents.ROW_OVERHEAD + (payload or 0)
-        based = self._db.execute("SELECT entry_id FROM entries WHERE data IS NOT NULL")
-        self._logs: dict[int, int] = {eid: costs.get(eid, 0) for (eid,) in based}
-        row = self._db.execute("SELECT max(seq) FROM extents").fetchone()
-        self._seq = int(row[0] or 0)
+    def _read_log(self) -> tuple[list[Record], int]:
+        """The log's valid records, and where they end (a torn or broken tail after)."""
+        buf = os.pread(self._log, os.fstat(self._log).st_size, 0)
+        decoded = list(extents.decode(buf))
+        return [r for r, _ in decoded], (decoded[-1][1] if decoded else 0)
+
+    def _live(self, records: list[Record]) -> dict[int, list[Record]]:
+        """Every row holding a base, with the records newer than it, in order."""
+        live: dict[int, list[Record]] = {}
+        based: dict[int, int] = {}
+        for entry_id, base_seq in self._db.execute(
+            "SELECT entry_id, base_seq FROM entries WHERE data IS NOT NULL"
+        ):
+            live[entry_id], based[entry_id] = [], base_seq
+        for r in records:
+            if r.seq > based.get(r.entry_id, r.seq):
+                live[r.entry_id].append(r)
+        return live
+
+    def _load_logs(self, records: list[Record]) -> None:
+        """Which rows hold a base a record may follow, and the cost of their records."""
+        self._logs = {
+            entry_id: sum(extents.cost(r.payload) for r in rs)
+            for entry_id, rs in self._live(records).items()
+        }
+
+    def _reload_logs(self) -> None:
+        """After a rollback: what the rows' bases are again. A row missing from `_logs`
+        (if even this fails) rewrites its whole content at its next change, always safe."""
+        self._logs = {}
+        try:
+            self._load_logs(self._read_log()[0])
+        except (OSError, sqlite3.Error):
+            pass
+
+    def _rebase(self, live: Mapping[int, list[Record]]) -> None:
+        """Rewrite the base of each row in `live` with its records applied."""
+        for entry_id, records in live.items():
+            if not records:
+                continue
+            row = self._db.execute(
+                "SELECT data FROM entries WHERE entry_id=?", (entry_id,)
+            ).fetchone()
+            if row is None or row[0] is None:
+                continue
+            data, mtime_ns = extents.replay(row[0], records)
+            self._db.execute(
+                "UPDATE entries SET data=?, mtime_ns=?, base_seq=? WHERE entry_id=?",
+                (data, mtime_ns, self._seq, entry_id),
+            )
+            self._logs[entry_id] = 0
+
+    def _compact(self) -> None:
+        """Fold every record into its row's base, then empty the log. The new bases are
+        committed and synced first, so a kill (or a power loss) at any point loses
+        nothing: until the log is emptied, replay finds its records older than them."""
+        if self._db.in_transaction:
+            raise ValueError("the extent log cannot be compacted inside a transaction")
+        with self.transaction():
+            self._rebase(self._live(self._read_log()[0]))
+        self._db.execute("PRAGMA wal_checkpoint(FULL)")
+        os.ftruncate(self._log, 0)
+        self._log_size = 0
+        self._broken = False
+
+    def _add(
+        self, kind: int, entry_id: int, offset: int, payload: bytes | None, mtime_ns: int
+    ) -> None:
+        """Append one record with one `os.write`: in the page cache when it returns, so it
+        survives a killed daemon. A failed write is taken back (ftruncate), so a record
+        never follows garbage; if even that fails, the log is compacted before the next."""
+        if self._db.in_transaction:
+            raise ValueError("a record cannot join a transaction: a rollback would keep it")
+        record = extents.encode(Record(kind, entry_id, self._seq + 1, offset, mtime_ns, payload))
+        if self._broken or self._log_size + len(record) > extents.LOG_FILE_MAX:
+            self._compact()
+        try:
+            written = os.write(self._log, record)
+            if written != len(record):
+                raise OSError(errno.ENOSPC, "cache disk full: a short write to the extent log")
+        except OSError:
+            try:
+                os.ftruncate(self._log, self._log_size)
+            except OSError:
+                self._broken = True
+            raise
+        self._seq += 1
+        self._log_size += written
+        self._logs[entry_id] += extents.cost(payload)
 
     def close(self) -> None:
         self._db.close()
+        os.close(self._log)
 
     # meta -------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
@@ -330,23 +456,16 @@ class Journal:
 
     # entries ----------------------------------------------------------------------
     def rows(self) -> Iterator[EntryRow]:
-        """Every row, a dirty file's content with its extents replayed (kill -9 recovery)."""
-        logs: dict[int, list[tuple[int, bytes | None, int]]] = {}
-        for entry_id, offset, payload, mtime_ns in self._db.execute(
-            "SELECT entry_id, offset, data, mtime_ns FROM extents ORDER BY entry_id, seq"
-        ):
-            logs.setdefault(entry_id, []).append((offset, payload, mtime_ns))
+        """Every row, a dirty file's content with its records replayed (kill -9 recovery)."""
+        live = self._live(self._read_log()[0])
         for r in self._db.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY path"):
             values = list(r)
             values[8] = bool(values[8])
             row = EntryRow(*values)
-            log = logs.get(row.entry_id)
-            if log and row.data is not None:
-                content = bytearray(row.data)
-                for offset, payload, _ in log:
-                    extents.apply(content, offset, payload)
-                row.data = bytes(content)
-                row.mtime_ns = log[-1][2]
+            records = live.get(row.entry_id)
+            if records and row.data is not None:
+                row.data, mtime_ns = extents.replay(row.data, records)
+                row.mtime_ns = mtime_ns or row.mtime_ns
             yield row
 
     def is_empty(self) -> bool:
@@ -358,36 +477,33 @@ class Journal:
         if missing:
             raise ValueError(f"a journal row needs {sorted(missing)}")
         self._check(fields)
-        names = ["kind", *fields]
+        names = ["kind", "base_seq", *fields]
         cur = self._db.execute(
             f"INSERT INTO entries({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-            (kind, *fields.values()),
+            (kind, self._seq, *fields.values()),
         )
-        assert cur.lastrowid is not None  # a fresh id has no extents: `delete` drops them
+        assert cur.lastrowid is not None  # a reused id's old records are older than its base
         self._rebased(cur.lastrowid, fields.get("data"))
         return cur.lastrowid
 
     def update(self, entry_id: int, **fields: Unpack[EntryFields]) -> None:
-        """Set columns; setting `data` (a new base, or None) drops the row's extents."""
+        """Set columns; setting `data` (a new base, or None) drops the row's records."""
         self._check(fields)
-        sets = ", ".join(f"{k}=?" for k in fields)
-        sql = f"UPDATE entries SET {sets} WHERE entry_id=?"
-        if "data" not in fields:
-            if "mtime_ns" not in fields or self._logs.get(entry_id) == 0:
-                self._db.execute(sql, (*fields.values(), entry_id))
-                return
-            with self.transaction():  # replay takes the last extent's time: keep it true
-                self._db.execute(sql, (*fields.values(), entry_id))
-                self._db.execute(
-                    "UPDATE extents SET mtime_ns=? WHERE entry_id=? AND seq=("
-                    "SELECT max(seq) FROM extents WHERE entry_id=?)",
-                    (fields["mtime_ns"], entry_id, entry_id),
-                )
-            return
-        with self.transaction():
-            self._db.execute(sql, (*fields.values(), entry_id))
-            self._db.execute("DELETE FROM extents WHERE entry_id=?", (entry_id,))
-        self._rebased(entry_id, fields["data"])
+        touch = "data" not in fields and "mtime_ns" in fields and bool(self._logs.get(entry_id))
+        if touch and self._db.in_transaction:  # replay takes the last record's time
+            self._rebase({entry_id: self._live(self._read_log()[0]).get(entry_id, [])})
+            touch = False
+        values: dict[str, object] = dict(fields)
+        if "data" in fields:
+            values["base_seq"] = self._seq
+        sets = ", ".join(f"{k}=?" for k in values)
+        self._db.execute(
+            f"UPDATE entries SET {sets} WHERE entry_id=?", (*values.values(), entry_id)
+        )
+        if "data" in fields:
+            self._rebased(entry_id, fields["data"])
+        elif touch:
+            self._add(TOUCH, entry_id, 0, None, fields["mtime_ns"])
 
     def _rebased(self, entry_id: int, data: bytes | None) -> None:
         if data is None:
@@ -396,27 +512,20 @@ class Journal:
             self._logs[entry_id] = 0
 
     def logged(self, entry_id: int) -> int | None:
-        """The cost of the row's extent log (memfs/state/extents.py), or None if the row
-        holds no base to append to: the next change must set `data`."""
-        return self._logs.get(entry_id)
+        """The cost of the row's records (memfs/state/extents.py), or None if the row
+        holds no base to append to, or a transaction is open (a rollback could not take a
+        record back): the next change must set `data`."""
+        return None if self._db.in_transaction else self._logs.get(entry_id)
 
     def append(self, entry_id: int, offset: int, payload: bytes | None, mtime_ns: int) -> None:
         """Log one change after the row's base: a write of `payload` at `offset`, or with
-        `payload` None a truncate to `offset` bytes. One small row, whatever the size."""
-        logged = self._logs.get(entry_id)
-        if logged is None:
+        `payload` None a truncate to `offset` bytes. One small record, whatever the size."""
+        if self.logged(entry_id) is None:
             raise ValueError(f"journal row {entry_id} holds no base to log a change after")
-        self._db.execute(
-            "INSERT INTO extents(entry_id, seq, offset, data, mtime_ns) VALUES (?, ?, ?, ?, ?)",
-            (entry_id, self._seq + 1, offset, payload, mtime_ns),
-        )
-        self._seq += 1
-        self._logs[entry_id] = logged + extents.cost(payload)
+        self._add(TRUNCATE if payload is None else WRITE, entry_id, offset, payload, mtime_ns)
 
     def delete(self, entry_id: int) -> None:
-        with self.transaction():
-            self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
-            self._db.execute("DELETE FROM extents WHERE entry_id=?", (entry_id,))
+        self._db.execute("DELETE FROM entries WHERE entry_id=?", (entry_id,))
         self._logs.pop(entry_id, None)
 
     def referenced_shas(self) -> set[str]:
@@ -439,10 +548,11 @@ class Journal:
             self._db.executemany("DELETE FROM evicted WHERE sha=?", [(s,) for s in dropped])
 
     def transaction(self) -> _Transaction:
-        return _Transaction(self._db, self._logs.clear)
+        return _Transaction(self._db, self._reload_logs)
 
     def checkpoint(self) -> None:
         """Make everything so far durable against power loss too (the agent's fsync)."""
+        os.fsync(self._log)
         self._db.execute("PRAGMA wal_checkpoint(FULL)")
 
     @staticmethod
@@ -470,19 +580,24 @@ class _Transaction:
         if not self._outer:
             return
         if exc_type is not None:
-            self._rolled_back()
-            self._db.execute("ROLLBACK")
+            try:
+                self._db.execute("ROLLBACK")
+            finally:
+                self._rolled_back()
             return
         try:
             self._db.execute("COMMIT")
         except BaseException:
-            self._rolled_back()
-            if self._db.in_transaction:  # a COMMIT that failed (disk full) stays open
-                self._db.execute("ROLLBACK")
+            try:
+                if self._db.in_transaction:  # a COMMIT that failed (disk full) stays open
+                    self._db.execute("ROLLBACK")
+            finally:
+                self._rolled_back()
             raise
 
 
 JOURNAL_NAME = "journal.sqlite"
+EXTENT_LOG_NAME = "extents.log"
 LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
 
 
@@ -517,7 +632,11 @@ class CacheDir:
         except ConfigError:
             os.close(self._lock_fd)
             raise
-        self.journal = Journal(root / JOURNAL_NAME)
+        try:
+            self.journal = Journal(root / JOURNAL_NAME)
+        except ConfigError:
+            os.close(self._lock_fd)
+            raise
         self.objects.evicted = self.journal.evicted()
         known = self.journal.get_meta("memory_store_id")
         if known is None:

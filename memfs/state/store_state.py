@@ -362,11 +362,12 @@ class StoreState(SyncRecords):
         self._changed(node, data)
 
     def _log_change(self, node: Node, offset: int, payload: bytes | None) -> bool:
-        """Apply a change to a dirty file in place, logged as one extent after the base in
-        its journal row (memfs/state/extents.py): a write costs what it writes, not the
-        file's size. Journal first, as in `_changed`. False when the change must rewrite
-        the whole content instead: the file is clean or refused (its row holds no base,
-        or a refusal to end), or its log is due for compaction."""
+        """Apply a change to a dirty file in place, logged as one record in the extent
+        log after the base in its journal row (memfs/state/extents.py, `Journal.append`):
+        a write costs what it writes, not the file's size, and no SQLite commit. Journal
+        first, as in `_changed`. False when the change must rewrite the whole content
+        instead: the file is clean or refused (its row holds no base, or a refusal to
+        end), or its records are due for compaction."""
         data = node.data
         if data is None or node.sha is not None or node.refused_sha is not None or not node.dirty:
             return False
@@ -384,7 +385,7 @@ class StoreState(SyncRecords):
         """Install `data` as the node's content, journal first: a change the journal
         cannot hold (a full cache disk) changes nothing. A successful change ends a
         refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
-        close. The journal row's base becomes `data` and its extent log is dropped."""
+        close. The journal row's base becomes `data`; its older records are ignored."""
         now = time.time_ns()
         fields: EntryFields = {"data": bytes(data), "dirty": 1, "sha": None, "mtime_ns": now}
         if node.refused_sha is not None:
@@ -627,7 +628,8 @@ class StoreState(SyncRecords):
 
     # -- flushing -------------------------------------------------------------------
     def checkpoint(self) -> None:
-        """Fold the journal's write-ahead log back (after a large write is closed)."""
+        """Make the journal durable against power loss too: fsync the extent log and fold
+        SQLite's write-ahead log back (the agent's fsync(2))."""
         self.journal.checkpoint()
 
     # -- open files -----------------------------------------------------------------

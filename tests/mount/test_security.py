@@ -603,6 +603,7 @@ def cache_files_are_expected(cache: Path) -> None:
             "journal.sqlite",
             "journal.sqlite-wal",
             "journal.sqlite-shm",
+            "extents.log",
             "lock",
             "audit.jsonl",
         ) or re.fullmatch(r"audit\.jsonl\.\d+", rel[0]):

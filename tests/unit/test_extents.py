@@ -1,11 +1,16 @@
-"""The extent journal (memfs/state/extents.py): a dirty file's writes are logged as
-(offset, bytes) after a base, and reloading the journal (what a restart after `kill -9`
-does) rebuilds exactly the bytes the file held, whatever mix of writes, truncates,
-compactions, pushes and reloads came before."""
+"""The extent log (memfs/state/extents.py): a dirty file's writes are records
+(offset, bytes) in `extents.log` after a base in its journal row, and reloading the
+journal (what a restart after `kill -9` does) rebuilds exactly the bytes the file held,
+whatever mix of writes, truncates, compactions, pushes and reloads came before; a torn
+tail is ignored, and a kill at any point of a compaction loses nothing."""
 
 from __future__ import annotations
 
 import os
+import signal
+import sqlite3
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,12 +18,14 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memfs.errors import ConfigError
 from memfs.paths import sha256_hex
 from memfs.state import extents
-from memfs.state.cache import CacheDir, Journal
+from memfs.state.cache import EXTENT_LOG_NAME, CacheDir, Journal
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree
@@ -50,8 +57,12 @@ class Store:
 
 
 @contextmanager
-def store(*, log_min: int) -> Iterator[Store]:
-    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(extents, "LOG_MIN_BYTES", log_min):
+def store(*, log_min: int, log_max: int = extents.LOG_FILE_MAX) -> Iterator[Store]:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mock.patch.object(extents, "LOG_MIN_BYTES", log_min),
+        mock.patch.object(extents, "LOG_FILE_MAX", log_max),
+    ):
         s = Store(Path(tmp) / "cache")
         try:
             yield s
@@ -84,11 +95,15 @@ OPS = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=OPS, log_min=st.sampled_from([0, 100, 64 * 1024]))
+@given(
+    ops=OPS,
+    log_min=st.sampled_from([0, 100, 64 * 1024]),
+    log_max=st.sampled_from([300, 2000, extents.LOG_FILE_MAX]),
+)
 def test_random_writes_and_truncates_match_a_bytearray_across_reloads(
-    ops: list[tuple[str, int, Any]], log_min: int
+    ops: list[tuple[str, int, Any]], log_min: int, log_max: int
 ) -> None:
-    with store(log_min=log_min) as s:
+    with store(log_min=log_min, log_max=log_max) as s:
         s.state.create_file(s.state.root, "f.md", 0o644)
         model = bytearray()
         for op, offset, payload in ops:
@@ -151,17 +166,20 @@ def test_a_push_drops_the_log_and_the_next_write_starts_a_new_base(tmp_path: Pat
     s.cache.close()
 
 
-def test_a_rolled_back_transaction_forgets_what_it_knew_of_the_logs(tmp_path: Path) -> None:
+def test_a_rolled_back_transaction_restores_what_it_knew_of_the_records(
+    tmp_path: Path,
+) -> None:
     j = Journal(tmp_path / "j.sqlite")
     a = j.insert(path="/a.md", kind="file", mode=0o644, mtime_ns=1, data=b"base", dirty=1)
     j.append(a, 4, b"+", 2)
     try:
         with j.transaction():
             j.update(a, data=None, sha=sha256_hex(b"base+"))
+            assert j.logged(a) is None  # no record may join a transaction
             raise RuntimeError("abort")
     except RuntimeError:
         pass
-    assert j.logged(a) is None  # unknown: the next change rewrites the base, safely
+    assert j.logged(a) == extents.cost(b"+")  # the base and its record are back
     assert next(j.rows()).data == b"base+"
     j.close()
     again = Journal(tmp_path / "j.sqlite")
@@ -169,3 +187,157 @@ def test_a_rolled_back_transaction_forgets_what_it_knew_of_the_logs(tmp_path: Pa
     again.delete(a)
     assert again.is_empty() and again.logged(a) is None
     again.close()
+
+
+def test_replay_applies_the_records_in_order_with_the_last_mtime(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.sqlite")
+    a = j.insert(path="/a.md", kind="file", mode=0o644, mtime_ns=1, data=b"hello", dirty=1)
+    b = j.insert(path="/b.md", kind="file", mode=0o644, mtime_ns=1, data=b"", dirty=1)
+    j.append(a, 5, b" world", 2)
+    j.append(b, 0, b"other", 3)
+    j.append(a, 0, b"J", 4)
+    j.append(a, 8, None, 5)
+    j.update(a, mtime_ns=7)  # a utime after the writes: a record too
+    j.close()
+    again = Journal(tmp_path / "j.sqlite")
+    rows = {r.path: (r.data, r.mtime_ns) for r in again.rows()}
+    assert rows == {"/a.md": (b"Jello wo", 7), "/b.md": (b"other", 3)}
+    again.close()
+
+
+def test_a_torn_tail_is_ignored_and_the_next_record_follows_the_valid_ones(
+    tmp_path: Path,
+) -> None:
+    j = Journal(tmp_path / "j.sqlite")
+    a = j.insert(path="/a.md", kind="file", mode=0o644, mtime_ns=1, data=b"", dirty=1)
+    j.append(a, 0, b"kept", 2)
+    j.append(a, 4, b" torn", 3)
+    j.close()
+    log = tmp_path / EXTENT_LOG_NAME
+    whole = log.stat().st_size
+    os.truncate(log, whole - 2)  # a power loss cut the last record short
+    again = Journal(tmp_path / "j.sqlite")
+    assert next(again.rows()).data == b"kept"
+    assert log.stat().st_size == whole - extents.cost(b" torn")  # taken off at open
+    again.append(a, 4, b" next", 4)
+    again.close()
+    with open(log, "r+b") as f:  # a flipped bit in a payload fails its crc
+        f.seek(extents.RECORD_OVERHEAD + 1)
+        f.write(b"X")
+    third = Journal(tmp_path / "j.sqlite")
+    assert next(third.rows()).data == b""
+    third.close()
+
+
+def test_records_older_than_a_base_are_ignored(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.sqlite")
+    a = j.insert(path="/a.md", kind="file", mode=0o644, mtime_ns=1, data=b"", dirty=1)
+    j.append(a, 0, b"old", 2)
+    j.update(a, data=b"new base", mtime_ns=3)
+    j.append(a, 8, b"!", 4)
+    j.delete(a)  # its id comes back for the next row, its records must not
+    b = j.insert(path="/b.md", kind="file", mode=0o644, mtime_ns=5, data=b"fresh", dirty=1)
+    assert b == a
+    j.close()
+    again = Journal(tmp_path / "j.sqlite")
+    assert [(r.path, r.data, r.mtime_ns) for r in again.rows()] == [("/b.md", b"fresh", 5)]
+    assert again.logged(b) == 0
+    again.close()
+
+
+KILLED_CHILD = """
+import os, signal, sys
+from pathlib import Path
+from memfs.state import extents
+from memfs.state.cache import Journal
+
+extents.LOG_FILE_MAX = 600
+where, at = sys.argv[2], int(sys.argv[3])
+real, calls = os.ftruncate, 0
+
+def ftruncate(fd, size):
+    global calls
+    calls += 1
+    if calls == at and where == "before":  # the new bases committed, the log still full
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(fd, size)
+    if calls == at and where == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+os.ftruncate = ftruncate
+j = Journal(Path(sys.argv[1]))
+ids = [j.insert(path=f"/{n}.md", kind="file", mode=0o644, mtime_ns=1, data=b"", dirty=1)
+       for n in range(3)]
+sizes = [0, 0, 0]
+for i in range(400):
+    payload = b"%d;" % i
+    j.append(ids[i % 3], sizes[i % 3], payload, i)
+    sizes[i % 3] += len(payload)
+    print(i, flush=True)
+"""
+
+
+@pytest.mark.parametrize(("where", "at"), [("before", 1), ("after", 1), ("before", 3)])
+def test_a_kill_during_compaction_loses_no_acknowledged_record(
+    tmp_path: Path, where: str, at: int
+) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_CHILD, str(tmp_path / "j.sqlite"), where, str(at)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    acknowledged = len(child.stdout.split())
+    assert 0 < acknowledged < 400
+    expected = [b"", b"", b""]
+    for i in range(acknowledged):
+        expected[i % 3] += b"%d;" % i
+    j = Journal(tmp_path / "j.sqlite")
+    assert [r.data for r in j.rows()] == expected
+    j.close()
+
+
+def test_a_symlink_at_the_log_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    CacheDir(root, STORE).close()
+    (root / EXTENT_LOG_NAME).unlink()
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"not memfs's")
+    (root / EXTENT_LOG_NAME).symlink_to(target)
+    with pytest.raises(ConfigError, match=r"extents\.log is a symlink"):
+        CacheDir(root, STORE)
+    assert target.read_bytes() == b"not memfs's"
+    (root / EXTENT_LOG_NAME).unlink()
+    CacheDir(root, STORE).close()  # the refusal let the lock go
+
+
+def test_an_older_journal_extents_table_is_folded_into_the_bases(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "j.sqlite")
+    db.executescript(
+        """
+        CREATE TABLE entries (entry_id INTEGER PRIMARY KEY, path TEXT UNIQUE, kind TEXT NOT NULL,
+            memory_id TEXT, base_sha TEXT, base_path TEXT, sha TEXT, data BLOB,
+            dirty INTEGER NOT NULL DEFAULT 0, mode INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+            sent_sha TEXT, sent_path TEXT, refused_sha TEXT, refused_why TEXT, conflict TEXT);
+        CREATE TABLE extents (entry_id INTEGER NOT NULL, seq INTEGER NOT NULL,
+            offset INTEGER NOT NULL, data BLOB, mtime_ns INTEGER NOT NULL,
+            PRIMARY KEY (entry_id, seq)) WITHOUT ROWID;
+        INSERT INTO entries(entry_id, path, kind, data, dirty, mode, mtime_ns)
+            VALUES (1, '/a.md', 'file', X'62617365', 1, 420, 1);
+        INSERT INTO extents VALUES
+            (1, 1, 4, X'2b6f6e65', 2), (1, 2, 3, NULL, 3), (1, 3, 3, X'21', 4);
+        """
+    )
+    db.commit()
+    db.close()
+    j = Journal(tmp_path / "j.sqlite")
+    assert [(r.data, r.mtime_ns) for r in j.rows()] == [(b"bas!", 4)]
+    j.append(1, 4, b"?", 5)
+    j.close()
+    again = Journal(tmp_path / "j.sqlite")
+    assert next(again.rows()).data == b"bas!?"
+    again.close()
+    db = sqlite3.connect(tmp_path / "j.sqlite")
+    assert db.execute("SELECT 1 FROM sqlite_master WHERE name='extents'").fetchone() is None
+    db.close()

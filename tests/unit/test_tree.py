@@ -16,6 +16,8 @@ import pytest
 import trio
 
 from memfs.paths import MAX_CONTENT_BYTES, marker_content, sha256_hex
+from memfs.state import extents
+from memfs.state.cache import EXTENT_LOG_NAME
 from memfs.state.store_state import StateStatistics, StoreState
 from tests.support.files import MARKER as MARKER_TEXT
 from tests.support.fsharness import (
@@ -524,9 +526,10 @@ async def test_journal_is_written_before_the_call_returns(h: Harness) -> None:
 
     fi, a = await h.fs.create(ROOT, b"a.md", stat.S_IFREG | 0o644, O_WR, CTX)
     assert rows()["/a.md"][:3] == ("file", b"", 1)
-    await h.fs.write(fi.fh, 0, b"abc")  # logged as an extent after the empty base
+    await h.fs.write(fi.fh, 0, b"abc")  # a record in the extent log after the empty base
     assert rows()["/a.md"][1:3] == (b"", 1)
-    assert spy.execute("SELECT offset, data FROM extents").fetchall() == [(0, b"abc")]
+    log = (h.cache_path / EXTENT_LOG_NAME).read_bytes()
+    assert [(r.offset, r.payload) for r, _ in extents.decode(log)] == [(0, b"abc")]
     await h.fs.setattr(a.st_ino, attrs(st_mode=0o100600), fields(mode=True), None, CTX)
     assert rows()["/a.md"][3] == 0o600
     await h.mkdir("/d")
