@@ -219,7 +219,7 @@ def memfs_page(parser: argparse.ArgumentParser) -> str:
         _bold("~/.cache/memfs/STORE_ID"),
         _text(
             "a store's cache: content objects, the journal of unpushed "
-            "changes (journal.sqlite), conflict copies, the audit trail; "
+            "changes (journal.sqlite and extents.log), conflict copies, the audit trail; "
             "memfs mount --cache-dir DIR uses DIR itself, memfs session "
             "--cache-dir DIR uses DIR/STORE_ID"
         ),
