@@ -25,6 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from memfs.control import protocol, registry
 from memfs.control.client import request
+from memfs.sync.merge import merge_text
 from tests.support.api import Api
 from tests.support.mount import MountProcess
 
@@ -203,7 +204,9 @@ class FileOps(RuleBasedStateMachine):
     @rule(data=TEXT, local=st.none() | TEXT, pick=st.integers(0, 50))
     def remote_edit_wins(self, data: str, local: str | None, pick: int) -> None:
         """Changed in the store (and maybe locally): after a pass the mount shows the
-        store's version, and different local bytes are kept as a conflict copy."""
+        store's version, or, when both sides changed it, their three-way merge (the
+        rule of docs/sync.md, `merge_text`); local bytes that neither keeps are kept as a
+        conflict copy."""
         picked = self._converged_pick(pick)
         if picked is None:
             return
@@ -214,10 +217,14 @@ class FileOps(RuleBasedStateMachine):
         self.api.update_memory(self.store_id, memory["id"], content=data)
         if local is not None:
             self.both(lambda root: (root / path).write_text(local))
-        self.sync()
-        assert (self.mem / path).read_bytes() == data.encode()
-        (self.ref / path).write_bytes(data.encode())
+        merged = None
         if local is not None and local not in (data, before):
+            merged = merge_text(before.encode(), local.encode(), data.encode())
+        self.sync()
+        expected = data.encode() if merged is None else merged
+        assert (self.mem / path).read_bytes() == expected
+        (self.ref / path).write_bytes(expected)
+        if local is not None and local not in (data, before) and merged is None:
             # bytes that were really lost locally are kept; rewriting the synced bytes
             # (or the store's new ones) loses nothing, so there is no copy to keep
             copies = self.mount.memfs("status", str(self.mount.mountpoint), "--json").stdout
@@ -252,9 +259,11 @@ class FileOps(RuleBasedStateMachine):
 
 @pytest.fixture
 def model_env(
-    mount: MountProcess, shared_api: Api, store: dict[str, object], tmp_path: Path
+    quiet: MountProcess, shared_api: Api, store: dict[str, object], tmp_path: Path
 ) -> Iterator[None]:
-    FileOps.mount = mount
+    """A mount that syncs only when the model says so (no push soon, watch or probe
+    between a rule's steps, which would make a remote edit arrive before the local one)."""
+    FileOps.mount = quiet
     FileOps.api = shared_api
     FileOps.store_id = str(store["id"])
     FileOps.native_base = tmp_path / "native"
