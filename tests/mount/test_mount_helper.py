@@ -237,7 +237,7 @@ def test_refusals_keep_memfs_exit_codes(host: Host) -> None:
     assert down.returncode == 3 and "cannot reach the store" in down.stderr
     missing = run(*base, f"env_file={host.tmp}/missing.env")
     assert missing.returncode == 2
-    assert f"env_file: cannot read {host.tmp}/missing.env: No such file" in missing.stderr
+    assert f"the env_file {host.tmp}/missing.env is not readable (No such file" in missing.stderr
     assert not is_mounted(host.mountpoint)
     sloppy = run(
         "mount", "-s", *base[1:], f"env_file={host.env_file},noexec,cache_dir={host.cache}"
