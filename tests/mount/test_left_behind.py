@@ -12,9 +12,8 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.files import store_files
-from tests.support.mount import QUIET, is_mounted, mount_store
+from tests.support.mount import MountProcess, is_mounted
 from tests.support.refusals import tool_fails
-from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
 
@@ -37,17 +36,12 @@ def _refuse_two(root: Path, tmp_path: Path) -> None:
 def test_unmount_names_every_refused_file_and_exits_1(
     how: str,
     tmp_path: Path,
-    shared_server: ServerProcess,
+    quiet: MountProcess,
     shared_api: Api,
     store: dict[str, object],
 ) -> None:
     store_id = str(store["id"])
-    proc = mount_store(
-        tmp_path,
-        shared_server.url,
-        store_id,
-        *QUIET,
-    )
+    proc = quiet
     root = proc.mountpoint
     try:
         _refuse_two(root, tmp_path)
@@ -79,15 +73,10 @@ def test_unmount_names_every_refused_file_and_exits_1(
 
 
 def test_a_dead_mount_does_not_count_refused_files_as_pushed_at_the_next_start(
-    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+    tmp_path: Path, quiet: MountProcess, store: dict[str, object]
 ) -> None:
     store_id = str(store["id"])
-    proc = mount_store(
-        tmp_path,
-        shared_server.url,
-        store_id,
-        *QUIET,
-    )
+    proc = quiet
     root = proc.mountpoint
     try:
         _refuse_two(root, tmp_path)
