@@ -128,7 +128,9 @@ async def lookup_store(client: StoreClient, store_id: str) -> StoreInfo:
 
 
 # Someone waits for a mount to start: a hung or down server is reported in seconds
-# (one first-byte bound; refused connections get two quick retries), not a minute.
+# (one first-byte bound; refused connections and 5xx get four retries whose back-off
+# sums to at most 3.75 s), not a minute. Three attempts were too few for a server that
+# fails 30% of its answers: a cold mount failed about one start in ten.
 START_RETRY = RetryPolicy(
-    max_attempts=3, base_delay=0.25, max_delay=2.0, deadline=10.0, retry_timeouts=False
+    max_attempts=5, base_delay=0.25, max_delay=2.0, deadline=10.0, retry_timeouts=False
 )
