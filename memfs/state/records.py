@@ -15,13 +15,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from memfs.paths import RemoteMemory
+from memfs.state.node import Kind
 
 if TYPE_CHECKING:
     from memfs.state.cache import CacheDir, EntryFields, Journal, ObjectStore
     from memfs.state.node import Node
+    from memfs.state.store_state import StoreState
     from memfs.state.tree import Tree
 
 # (parent inode, name) pairs whose kernel dentries a batch must invalidate.
@@ -37,6 +39,7 @@ class SyncRecords:
     objects: ObjectStore
     by_memory: dict[str, Node]
     tombstones: dict[str, Node]
+    lost_creates: dict[str, Node]
     generation: int
 
     if TYPE_CHECKING:
@@ -48,6 +51,7 @@ class SyncRecords:
             base_sha: str | None,
             base_path: str | None,
             sent_sha: str | None = None,
+            sent_path: str | None = None,
         ) -> None: ...
 
         def bury(self, node: Node) -> None: ...
@@ -171,7 +175,67 @@ class SyncRecords:
         """A new file where a deleted memory was (vim's save) continues that memory."""
         assert tomb.memory_id is not None
         self.drop_tombstone(tomb)
-        self.adopt_identity(node, tomb.memory_id, tomb.base_sha, tomb.base_path, tomb.sent_sha)
+        self.adopt_identity(
+            node, tomb.memory_id, tomb.base_sha, tomb.base_path, tomb.sent_sha, tomb.sent_path
+        )
+
+    def keep_lost_create(self, node: Node) -> None:
+        """A file unlinked while its create is unanswered (in flight, or its answer
+        lost): remember what it sent, so the memory it may have made is recognised as
+        ours at the next listing (`Planner.settle_lost_creates`)."""
+        assert node.sent_sha is not None
+        path = node.sent_path or node.store_path()
+        old = self.lost_creates.get(path)
+        if old is not None and old is not node and old.entry_id is not None:
+            self.journal.delete(old.entry_id)
+            old.entry_id = None
+        self.lost_creates[path] = node
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, path=None, data=None, dirty=0, sent_path=path)
+        else:
+            node.entry_id = self.journal.insert(
+                path=None,
+                kind="file",
+                mode=node.mode,
+                mtime_ns=node.mtime_ns,
+                sent_sha=node.sent_sha,
+                sent_path=path,
+            )
+
+    def drop_lost_create(self, path: str) -> None:
+        """The listing settled a lost create (it never landed, or is someone's now)."""
+        node = self.lost_creates.pop(path, None)
+        if node is not None and node.entry_id is not None:
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
+
+    def bury_lost_create(self, path: str, r: RemoteMemory) -> None:
+        """The memory a lost create made, its file long unlinked: delete it like any
+        file deleted locally (the tombstone goes through the deletion mode)."""
+        node = self.lost_creates.pop(path)
+        node.memory_id = r.id
+        node.base_sha, node.base_path = r.content_sha256, r.path
+        node.sent_sha = node.sent_path = None
+        if node.entry_id is not None:
+            self.journal.update(
+                node.entry_id,
+                memory_id=r.id,
+                base_sha=r.content_sha256,
+                base_path=r.path,
+                sent_sha=None,
+                sent_path=None,
+            )
+        self.bury(node)
+
+    def bury_orphan(self, r: RemoteMemory) -> None:
+        """A memory our own create made for a file that took another memory's identity
+        meanwhile (a rename over it): nothing local stands for it, so it is deleted."""
+        state = cast("StoreState", self)
+        tomb = self.tree.new_node(Kind.FILE, "", None, state, 0o644, time.time_ns())
+        tomb.linked = False
+        tomb.memory_id = r.id
+        tomb.base_sha, tomb.base_path = r.content_sha256, r.path
+        self.bury(tomb)
 
     def bury_unlinked_create(self, node: Node, memory_id: str) -> None:
         """A file unlinked during its own upload: the memory exists now, delete it later."""
@@ -358,6 +422,8 @@ class SyncRecords:
     ) -> None:
         """After an upload the store accepted: the new baseline (`base_*`, when given),
         and clean if the file did not change meanwhile (same version, path, linked)."""
+        if base_sha is not None and node.memory_id is not None:
+            self._pass_on_baseline(node, node.memory_id, base_sha, base_path)
         if base_sha is not None:
             node.base_sha = base_sha
         if base_path is not None:
@@ -377,6 +443,31 @@ class SyncRecords:
                 sent_sha=None,
                 sent_path=None,
             )
+
+    def _pass_on_baseline(
+        self, node: Node, memory_id: str, base_sha: str, base_path: str | None
+    ) -> None:
+        """The file that uploaded gave its memory away meanwhile (renamed over by another
+        file, which took the identity, or buried): the memory's holder now has the
+        baseline the store accepted, or its next upload fails its precondition on our
+        own write and its bytes end in a conflict copy."""
+        for holder in (self.by_memory.get(memory_id), self.tombstones.get(memory_id)):
+            if holder is None or holder is node or holder.base_sha != node.base_sha:
+                continue
+            holder.base_sha = base_sha
+            if base_path is not None:
+                holder.base_path = base_path
+            if holder.linked and not holder.dirty and holder.current_sha() != base_sha:
+                # Its content was the baseline: it is a change now, to be pushed.
+                holder.dirty = True
+                holder.dirty_since = time.monotonic()
+            if holder.entry_id is not None:
+                self.journal.update(
+                    holder.entry_id,
+                    base_sha=holder.base_sha,
+                    base_path=holder.base_path,
+                    dirty=int(holder.dirty),
+                )
 
     def refuse(self, node: Node, sha: str, why: str, *, retry_at: float | None = None) -> None:
         """The store rejected this content (400/413): held back until it changes, or,

@@ -89,6 +89,10 @@ class StoreState(SyncRecords):
         self.objects = cache.objects
         self.by_memory: dict[str, Node] = {}  # linked files with a memory id
         self.tombstones: dict[str, Node] = {}  # unlinked files with a memory id
+        # Unlinked files whose create was sent and never answered: the memory it may
+        # have made is ours (deleted or taken over at the next listing), never a
+        # remote file to pull back. Keyed by the path the create sent.
+        self.lost_creates: dict[str, Node] = {}
         now = time.time_ns()
         self.root = tree.root  # a mount serves one store: its root is the store's
         tree.root.store = self
@@ -117,6 +121,8 @@ class StoreState(SyncRecords):
                 node.linked = False
                 if row.memory_id:
                     self.tombstones[row.memory_id] = node
+                elif row.sent_path is not None and row.sent_sha is not None:
+                    self.lost_creates[row.sent_path] = node
                 continue
             parent = self.ensure_dirs(row.path.rsplit("/", 1)[0] or "/", journal=False)
             name = row.path.rsplit("/", 1)[1]
@@ -454,6 +460,8 @@ class StoreState(SyncRecords):
             self._local_change(node, "tree")
         if synced and local:
             self.bury(node)
+        elif local and node.memory_id is None and node.sent_sha is not None:
+            self.keep_lost_create(node)
         elif node.entry_id is not None:
             self.journal.delete(node.entry_id)
             node.entry_id = None
@@ -461,6 +469,9 @@ class StoreState(SyncRecords):
 
     def bury(self, node: Node) -> None:
         assert node.memory_id is not None
+        for path, lost in list(self.lost_creates.items()):
+            if lost is node:  # its create was answered after all
+                del self.lost_creates[path]
         old = self.tombstones.get(node.memory_id)
         if old is not None and old is not node and old.entry_id is not None:
             self.journal.delete(old.entry_id)
@@ -558,7 +569,7 @@ class StoreState(SyncRecords):
     def _replace_file(self, node: Node, target: Node) -> None:
         inherit = node.kind is Kind.FILE and node.memory_id is None and target.memory_id is not None
         memory_id, base_sha, base_path = target.memory_id, target.base_sha, target.base_path
-        sent_sha = target.sent_sha
+        sent_sha, sent_path = target.sent_sha, target.sent_path
         self.remove_file(target)
         if inherit:
             assert memory_id is not None
@@ -566,7 +577,7 @@ class StoreState(SyncRecords):
             if old is not None and old.entry_id is not None:
                 self.journal.delete(old.entry_id)
                 old.entry_id = None
-            self.adopt_identity(node, memory_id, base_sha, base_path, sent_sha)
+            self.adopt_identity(node, memory_id, base_sha, base_path, sent_sha, sent_path)
 
     def adopt_identity(
         self,
@@ -575,12 +586,13 @@ class StoreState(SyncRecords):
         base_sha: str | None,
         base_path: str | None,
         sent_sha: str | None = None,
+        sent_path: str | None = None,
     ) -> None:
         """Give a new local file an existing memory's identity (keeps id and history)."""
         node.memory_id = memory_id
         node.base_sha = base_sha
         node.base_path = base_path
-        node.sent_sha = sent_sha
+        node.sent_sha, node.sent_path = sent_sha, sent_path
         if node.linked:
             self.by_memory[memory_id] = node
         if not node.dirty and node.current_sha() != base_sha:
@@ -593,6 +605,7 @@ class StoreState(SyncRecords):
                 base_sha=base_sha,
                 base_path=base_path,
                 sent_sha=sent_sha,
+                sent_path=sent_path,
                 dirty=int(node.dirty),
             )
 

@@ -116,6 +116,7 @@ class Planner:
         state = self.state
         plan = Plan()
         self.pair_saves()
+        self.settle_lost_creates(remote)
         known: set[str] = set(state.by_memory) | set(state.tombstones)
         now = time.monotonic()
 
@@ -265,8 +266,21 @@ class Planner:
         """Files with no memory yet: create them, or settle a create whose answer was lost."""
         state = self.state
         by_path = {m.path: m for m in remote.values()}
-        for node in list(state.walk_files()):
-            if node.memory_id is not None or self.excluded(node):
+        new = [n for n in state.walk_files() if n.memory_id is None and not self.excluded(n)]
+        for node in new:
+            # Moved since its create went unanswered: the memory it made is this file's,
+            # and the move is pushed as a rename (not a second memory, nor a pull).
+            sent = node.sent_path
+            if sent is None or node.sent_sha is None or sent == node.store_path():
+                continue
+            r = by_path.get(sent)
+            if r is not None and r.id not in known and r.content_sha256 == node.sent_sha:
+                known.add(r.id)
+                state.adopt_own_create(node, r)
+                if ready(node) and not state.read_only:
+                    plan.updates.append(node)
+        for node in new:
+            if node.memory_id is not None:
                 continue
             r = by_path.get(node.store_path())
             if r is not None and r.id not in known:
@@ -274,6 +288,38 @@ class Planner:
                 self._plan_lost_create(plan, node, r, ready)
             elif not state.read_only and ready(node):
                 plan.creates.append(node)
+
+    def settle_lost_creates(self, remote: dict[str, RemoteMemory]) -> None:
+        """Files unlinked while their create went unanswered: a memory listed at the path
+        the create sent, with the bytes it sent, and known to no file here, is the one it
+        made. A new file at that path takes it over (its bytes go up as an update);
+        otherwise it is deleted like the file was. Either way it is never pulled back."""
+        state = self.state
+        if not state.lost_creates:
+            return
+        by_path = {m.path: m for m in remote.values()}
+        for path, lost in list(state.lost_creates.items()):
+            r = by_path.get(path)
+            if (
+                r is None
+                or r.content_sha256 != lost.sent_sha
+                or r.id in state.by_memory
+                or r.id in state.tombstones
+            ):
+                state.drop_lost_create(path)  # it never landed, or is another's now
+                continue
+            occupant = state.node_at(path)
+            if occupant is not None and occupant.kind is Kind.FILE and occupant.memory_id is None:
+                state.drop_lost_create(path)
+                state.adopt_own_create(occupant, r)
+                continue
+            log.info(
+                "a create whose answer was lost made this memory after its file was "
+                "deleted; deleting it memory_store_id=%s path=%s",
+                self.store_id,
+                path,
+            )
+            state.bury_lost_create(path, r)
 
     def _plan_lost_create(
         self, plan: Plan, node: Node, r: RemoteMemory, ready: Callable[[Node], bool]

@@ -295,6 +295,8 @@ class Pusher:
         """`merges`: how often this pass already merged it after losing a race."""
         assert node.memory_id is not None
         memory_id = node.memory_id
+        if not node.linked:
+            return  # gone since the plan: a tombstone now, or its memory went to an heir
         snap = self._snapshot(node)
         if snap is None:
             return
@@ -375,8 +377,8 @@ class Pusher:
 
     async def _push_create(self, node: Node, result: PassResult, *, locked: bool = False) -> None:
         snap = self._snapshot(node)
-        if snap is None or not node.linked:
-            return
+        if snap is None or not node.linked or node.memory_id is not None:
+            return  # (renamed over another memory since the plan: the next pass updates it)
         data, sha, version = snap
         path = node.store_path()
         self.state.record_sent(node, sha, path)
@@ -392,11 +394,16 @@ class Pusher:
             self._refuse(node, sha, e)
             return
         except PathConflict as e:
+            if node.memory_id is None:
+                self.state.record_sent(node, None, None)  # made nothing: not ours to claim
             taken = (path, e.conflicting_path)
             self._create_taken.warning(taken, self.store_id, path, e.conflicting_path)
             return
         self._pushed(memory, result)
-        if node.memory_id is not None:  # adopted meanwhile (should not happen)
+        if node.memory_id is not None:
+            # Renamed over another memory while this create was in flight: the file is
+            # that memory now, and the one just made stands for nothing local.
+            self.state.bury_orphan(memory)
             return
         self.state.adopt_identity(node, memory.id, memory.content_sha256, memory.path)
         if not node.linked:

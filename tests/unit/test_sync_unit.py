@@ -462,6 +462,64 @@ async def test_lost_create_answer_then_an_edit_pushes_the_edit(h: Harness) -> No
     assert not conflicts.exists() or not any(conflicts.iterdir())
 
 
+async def test_lost_create_answer_then_unlink_deletes_it(h: Harness) -> None:
+    """A create whose answer was lost, unlinked before the next listing: the memory the
+    lost create made is ours, so it is deleted, not pulled back as a remote file."""
+    await h.start()
+    h.write("/l.md", "made")
+    h.fake.lose_answer("create")
+    assert (await h.sync_once()).outcome == "failed"
+    h.unlink("/l.md")
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.conflicts == 0
+    await h.sync_once()
+    assert h.fake.by_path() == {} and h.local_files() == {}
+
+
+async def test_lost_create_answer_then_unlink_and_rewrite_updates_it(h: Harness) -> None:
+    """... and a new file written at its path takes the memory over (no conflict copy)."""
+    await h.start()
+    h.write("/l.md", "made")
+    h.fake.lose_answer("create")
+    assert (await h.sync_once()).outcome == "failed"
+    h.unlink("/l.md")
+    h.write("/l.md", "made again")
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.conflicts == 0
+    assert h.fake.by_path() == {"/l.md": "made again"} and len(h.fake.ops("create")) == 1
+    assert h.read("/l.md") == "made again" and h.node("/l.md").state_name() == "clean"
+    conflicts = h.cache.conflicts
+    assert not conflicts.exists() or not any(conflicts.iterdir())
+
+
+async def test_lost_create_answer_then_rename_moves_it(h: Harness) -> None:
+    """A lost create renamed before the next listing: one memory, at the new path."""
+    await h.start()
+    h.write("/a.md", "made")
+    h.fake.lose_answer("create")
+    assert (await h.sync_once()).outcome == "failed"
+    h.rename("/a.md", "/b.md")
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.conflicts == 0
+    await h.sync_once()
+    assert h.fake.by_path() == {"/b.md": "made"} and len(h.fake.ops("create")) == 1
+    assert h.local_files() == {"/b.md": "made"}
+
+
+async def test_lost_create_answer_then_restart_and_unlink(h: Harness) -> None:
+    """What the lost create sent survives a restart with the unlink."""
+    await h.start()
+    h.write("/l.md", "made")
+    h.fake.lose_answer("create")
+    assert (await h.sync_once()).outcome == "failed"
+    h.unlink("/l.md")
+    h.restart()
+    await h.start()
+    await h.sync_once()
+    await h.sync_once()
+    assert h.fake.by_path() == {} and h.local_files() == {}
+
+
 async def test_lost_update_answer_is_settled_by_the_listing(h: Harness) -> None:
     ids = await synced(h, {"/l.md": "v1"})
     h.write("/l.md", "v2")
@@ -818,6 +876,50 @@ async def test_unlink_during_own_create_becomes_a_delete(h: Harness) -> None:
     await h.sync_once()
     assert h.fake.memories == {} and h.state.tombstones == {}
     assert h.local_files() == {}
+
+
+async def test_rename_over_a_file_whose_update_is_in_flight_passes_the_baseline_on(
+    h: Harness,
+) -> None:
+    """`mv b a` while a's update is in flight: b takes a's memory, and the store's new
+    baseline (a's accepted upload) with it, so b's bytes follow as an update. Without
+    that, b's upload failed its precondition on our own write: a conflict copy."""
+    ids = await synced(h, {"/a.md": "a0"})
+    h.write("/a.md", "a1")
+    h.write("/b.md", "b")
+
+    def meanwhile(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update" and h.exists("/b.md"):
+            h.rename("/b.md", "/a.md")
+
+    h.fake.before_write = meanwhile
+    result = await h.sync_once()
+    h.fake.before_write = None
+    assert result.outcome == "ok" and result.conflicts == 0
+    assert not h.fake.ops("create")  # b is a's memory now: no second memory
+    result = await h.sync_once()
+    assert result.conflicts == 0
+    assert h.fake.by_path() == {"/a.md": "b"} and h.fake.id_of("/a.md") == ids["/a.md"]
+    assert h.local_files() == {"/a.md": "b"} and h.node("/a.md").state_name() == "clean"
+
+
+async def test_rename_over_a_memory_while_the_own_create_is_in_flight(h: Harness) -> None:
+    """`mv b a` while b's create is in flight: b is a's memory now; the memory the
+    create made stands for nothing local and is deleted (not pulled back as /b.md)."""
+    ids = await synced(h, {"/a.md": "a0"})
+    h.write("/b.md", "b")
+
+    def meanwhile(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "create":
+            h.rename("/b.md", "/a.md")
+
+    h.fake.before_write = meanwhile
+    assert (await h.sync_once()).outcome == "ok"
+    h.fake.before_write = None
+    await h.sync_once()
+    await h.sync_once()
+    assert h.fake.by_path() == {"/a.md": "b"} and h.fake.id_of("/a.md") == ids["/a.md"]
+    assert h.local_files() == {"/a.md": "b"} and h.state.tombstones == {}
 
 
 # --------------------------------------------------------------------------- restart
