@@ -568,8 +568,12 @@ class StoreSync:
         self.progress.end()
         asked = self._started_seq <= self._asked_seq
         plan = self.planner.plan(remote, final=final, interval=self.interval, asked=asked)
+        deferred = False
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])
+            # A pull whose content did not arrive waits for the next pass, which must
+            # list again: the store's head will not move to say so (`_idle`).
+            deferred = any(not self.state.objects.has(p.remote.content_sha256) for p in plan.pulls)
         # Removals first: a remotely deleted file may be in the way of a pulled one.
         self.lander.apply_removals(plan)
         self.lander.apply_pulls(plan, result, require_content=not initial)
@@ -585,7 +589,7 @@ class StoreSync:
                 self.pusher.deletes_held -= hold
         self._listed_head, self._listed_generation = head, generation
         self._lean_passes = 0
-        self._left_over = self._has_left_over()
+        self._left_over = self._has_left_over() or deferred
 
     def _has_left_over(self) -> bool:
         """Anything a later pass still has to push, even with no new local change; and

@@ -1034,6 +1034,19 @@ async def test_idle_shortcut_never_hides_a_change(h: Harness) -> None:
     assert await lists()  # the periodic full listing
 
 
+async def test_a_pull_whose_fetch_failed_is_retried_by_the_next_pass(h: Harness) -> None:
+    """The store's head does not move again for a pull whose content did not arrive:
+    the next pass lists anyway and lands it (it was left behind until a new change)."""
+    ids = await synced(h, {"/a.md": "A"})
+    await h.sync_once()
+    h.fake.edit(ids["/a.md"], content="A2")
+    h.fake.fail("retrieve", 503, times=1)
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.pulled == 0 and h.read("/a.md") == "A"
+    result = await h.sync_once()
+    assert result.listed and result.pulled == 1 and h.read("/a.md") == "A2"
+
+
 async def test_refused_file_does_not_keep_the_pass_listing(h: Harness) -> None:
     await synced(h, {"/a.md": "A"})
     node = h.write("/bad.md", "x")
