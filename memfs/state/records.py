@@ -213,18 +213,12 @@ class SyncRecords:
         """The memory a lost create made, its file long unlinked: delete it like any
         file deleted locally (the tombstone goes through the deletion mode)."""
         node = self.lost_creates.pop(path)
+        if node.entry_id is not None:  # bury writes the tombstone's row anew
+            self.journal.delete(node.entry_id)
+            node.entry_id = None
         node.memory_id = r.id
         node.base_sha, node.base_path = r.content_sha256, r.path
         node.sent_sha = node.sent_path = None
-        if node.entry_id is not None:
-            self.journal.update(
-                node.entry_id,
-                memory_id=r.id,
-                base_sha=r.content_sha256,
-                base_path=r.path,
-                sent_sha=None,
-                sent_path=None,
-            )
         self.bury(node)
 
     def bury_orphan(self, r: RemoteMemory) -> None:
