@@ -135,6 +135,7 @@ def test_overlapping_edits_keep_the_store_version_and_a_conflict_copy(
     a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
     b = mount_store(tmp_path, server.url, sid, *SLOW, "--no-watch", "--probe-budget", "0", name="b")
     (a.mountpoint / "plan.md").write_text("step one\n")
+    a.sync()  # in the store before b asks (push soon may not have sent it yet)
     b.sync()
     assert text(b.mountpoint / "plan.md") == "step one\n"
     (a.mountpoint / "plan.md").write_text("step one, as a said\n")
