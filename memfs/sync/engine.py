@@ -568,15 +568,12 @@ class StoreSync:
         self.progress.end()
         asked = self._started_seq <= self._asked_seq
         plan = self.planner.plan(remote, final=final, interval=self.interval, asked=asked)
-        deferred = False
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])
-            # A pull whose content did not arrive waits for the next pass, which must
-            # list again: the store's head will not move to say so (`_idle`).
-            deferred = any(not self.state.objects.has(p.remote.content_sha256) for p in plan.pulls)
         # Removals first: a remotely deleted file may be in the way of a pulled one.
         self.lander.apply_removals(plan)
-        self.lander.apply_pulls(plan, result, require_content=not initial)
+        # A pull whose content did not arrive keeps the next pass listing (`_idle`).
+        deferred = self.lander.apply_pulls(plan, result, require_content=not initial)
         # Before pushing, and for read-only stores too: the kernel must forget what the
         # pulls changed before this pass is reported done.
         await self.lander.flush_invalidations()

@@ -99,22 +99,27 @@ class Lander:
         self.notify(inodes, entries)
         return False
 
-    def apply_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> None:
-        """Land every pull; synchronous, so the kernel never sees a half-applied pass."""
+    def apply_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> bool:
+        """Land every pull; synchronous, so the kernel never sees a half-applied pass.
+        True when a pull waits for its content (the fetch failed): the next pass must
+        list again, since the store's head will not move to say so."""
         # One journal transaction for the batch: a cold start of 10,000 memories is
         # one commit, not 10,000 (measured: 2.8 s -> 0.23 s at 5,000).
         self.merged = []
         with self.state.batch():
-            self._land_pulls(plan, result, require_content=require_content)
+            deferred = self._land_pulls(plan, result, require_content=require_content)
         plan.updates.extend(n for n in self.merged if n not in plan.updates)
+        return deferred
 
-    def _land_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> None:
+    def _land_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> bool:
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
         todo: list[tuple[RemoteMemory, Node | None]] = []
+        deferred = False
         for pull in plan.pulls:
             if require_content and not self.state.objects.has(pull.remote.content_sha256):
-                continue  # fetch failed; the next pass tries again
+                deferred = True  # fetch failed; the next pass tries again
+                continue
             if pull.node is None:
                 todo.append((pull.remote, None))
                 continue
@@ -136,6 +141,7 @@ class Lander:
             elif node is not None and node.ino in detached:
                 self.state.reattach(node)
         self.notify(inodes, entries)
+        return deferred
 
     def _settle_local(
         self,
