@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 
 from memfs.paths import RemoteMemory
-from memfs.state.node import Kind
+from memfs.state.node import FILE_MODE, Kind
 
 if TYPE_CHECKING:
     from memfs.state.cache import CacheDir, EntryFields, Journal, ObjectStore
@@ -183,8 +183,8 @@ class SyncRecords:
         """A file unlinked while its create is unanswered (in flight, or its answer
         lost): remember what it sent, so the memory it may have made is recognised as
         ours at the next listing (`Planner.settle_lost_creates`)."""
-        assert node.sent_sha is not None
-        path = node.sent_path or node.store_path()
+        path = node.sent_path
+        assert path is not None and node.sent_sha is not None
         old = self.lost_creates.get(path)
         if old is not None and old is not node and old.entry_id is not None:
             self.journal.delete(old.entry_id)
@@ -225,7 +225,7 @@ class SyncRecords:
         """A memory our own create made for a file that took another memory's identity
         meanwhile (a rename over it): nothing local stands for it, so it is deleted."""
         state = cast("StoreState", self)
-        tomb = self.tree.new_node(Kind.FILE, "", None, state, 0o644, time.time_ns())
+        tomb = self.tree.new_node(Kind.FILE, "", None, state, FILE_MODE, time.time_ns())
         tomb.linked = False
         tomb.memory_id = r.id
         tomb.base_sha, tomb.base_path = r.content_sha256, r.path

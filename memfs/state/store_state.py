@@ -460,7 +460,7 @@ class StoreState(SyncRecords):
             self._local_change(node, "tree")
         if synced and local:
             self.bury(node)
-        elif local and node.memory_id is None and node.sent_sha is not None:
+        elif local and node.memory_id is None and node.sent_path and node.sent_sha:
             self.keep_lost_create(node)
         elif node.entry_id is not None:
             self.journal.delete(node.entry_id)
