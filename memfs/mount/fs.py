@@ -73,6 +73,8 @@ ZERO_MESSAGE_OPENS = hasattr(pyfuse3.Operations, "pass_inode_without_fh")
 # Zero-message writes: writes of one process to one file this close together are one
 # "write" line in the audit trail (what one open's writes were).
 WRITER_BURST_S = 1.0
+# Every attribute memfs shows is named here; any other name has no value.
+XATTR_PREFIX = b"user.memfs."
 # Untyped on purpose: the stock pyfuse3's stub knows neither keyword, the patched one's
 # both, and mypy must pass on either build.
 _FileInfo: Any = pyfuse3.FileInfo
@@ -811,6 +813,10 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node = self._xattr_node(inode)
+        if not name.startswith(XATTR_PREFIX):
+            # security.capability, asked by the kernel before every write and O_TRUNC
+            # open: answered without building the values (the sha256 of the content).
+            raise FsError(pyfuse3.ENOATTR)
         value = self._xattrs(node).get(name)
         if value is None:
             raise FsError(pyfuse3.ENOATTR)
@@ -859,7 +865,7 @@ class MemFs(pyfuse3.Operations):
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         node = self._xattr_node(inode)
         self._mutable(node)
-        if name in self._xattrs(node):
+        if name.startswith(XATTR_PREFIX) and name in self._xattrs(node):
             raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
         raise FsError(pyfuse3.ENOATTR)
 
