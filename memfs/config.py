@@ -43,6 +43,10 @@ DEFAULT_EXCLUDES = (
 MIN_INTERVAL = 5.0
 # Probes sooner than the interval a mount may make per store-hour (memfs/sync/listen.py).
 DEFAULT_PROBE_BUDGET = 1200
+# Microseconds the FUSE loop reads on after an answer before it sleeps (patched pyfuse3;
+# docs/performance.md, "Round trips").
+DEFAULT_READ_SPIN_US = 50
+MAX_READ_SPIN_US = 10_000
 
 
 def check_interval(value: float) -> float:
@@ -89,6 +93,7 @@ class MountConfig:
     push_soon: bool = True  # --no-push-soon: changes wait for the interval or `memfs sync`
     probe_budget: int = DEFAULT_PROBE_BUDGET  # --probe-budget (docs/sync.md)
     watch: bool = True  # --no-watch: never use memfs serve's watch, probe instead
+    read_spin_us: int = DEFAULT_READ_SPIN_US  # --read-spin-us (docs/performance.md)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 

@@ -47,13 +47,15 @@ def parse_size(text: str) -> int:
 def _config(
     args: Any, mountpoint: str, store: StoreSpec, *, session_root: str | None = None
 ) -> MountConfig:
-    from memfs.config import DEFAULT_EXCLUDES, MountConfig, check_interval
+    from memfs.config import DEFAULT_EXCLUDES, MAX_READ_SPIN_US, MountConfig, check_interval
 
     interval = check_interval(float(args.sync_interval))
     if args.flush_timeout <= 0:
         raise ValueError("--flush-timeout must be positive")
     if args.probe_budget < 0:
         raise ValueError("--probe-budget must not be negative")
+    if not 0 <= args.read_spin_us <= MAX_READ_SPIN_US:
+        raise ValueError(f"--read-spin-us must be between 0 and {MAX_READ_SPIN_US}")
     metrics_addr = getattr(args, "metrics_addr", None)
     if metrics_addr is not None:
         from memfs.metrics import parse_addr
@@ -81,6 +83,7 @@ def _config(
         probe_budget=args.probe_budget,
         watch=args.watch,
         zero_message_opens=args.zero_message_opens,
+        read_spin_us=args.read_spin_us,
     )
 
 
@@ -433,6 +436,8 @@ def _pyfuse3_build(levers: dict[str, Any]) -> str:
         ]
         if levers.get(key)
     ]
+    if levers.get("read_spin_us"):
+        used.append(f"read spin {levers['read_spin_us']} us")
     return f"pyfuse3 {levers.get('version')} (patched; in use: {', '.join(used) or 'none'})"
 
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from memfs.config import DEFAULT_PROBE_BUDGET, ExitCode
+from memfs.config import DEFAULT_PROBE_BUDGET, DEFAULT_READ_SPIN_US, ExitCode
 from memfs.errors import ConfigError
 
 STORE_IMPORT_CONCURRENCY = 16
@@ -373,6 +373,16 @@ def _add_mount_options(parser: argparse.ArgumentParser) -> None:
         "and at the push, not at close (docs/reliability.md, "
         '"Zero-message opens"). Read-only mounts, and a session\'s read-only stores, '
         "do this anyway",
+    )
+    parser.add_argument(
+        "--read-spin-us",
+        type=int,
+        default=DEFAULT_READ_SPIN_US,
+        metavar="MICROSECONDS",
+        help="after answering a request, keep reading for the next one this long before "
+        "sleeping (a waiting process's next request comes within microseconds; being "
+        "woken on another CPU costs more). Needs the patched pyfuse3; 0: sleep at once "
+        f'(default {DEFAULT_READ_SPIN_US}; docs/performance.md, "Round trips")',
     )
     parser.add_argument(
         "--sync-interval",

@@ -50,6 +50,7 @@ OPTIONS = (
     Option("deletes_when_asked", "--deletes-when-asked"),
     Option("no_push_soon", "--no-push-soon"),
     Option("probe_budget", "--probe-budget", "N"),
+    Option("read_spin_us", "--read-spin-us", "MICROSECONDS"),
     Option("no_watch", "--no-watch"),
     Option(
         "exclude",

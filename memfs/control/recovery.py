@@ -17,7 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from memfs.config import DEFAULT_PROBE_BUDGET
+from memfs.config import DEFAULT_PROBE_BUDGET, DEFAULT_READ_SPIN_US
 from memfs.logs import plural
 
 # A row the next start still has to push: changed, new, renamed, or an upload whose
@@ -232,6 +232,7 @@ def _option_flags(args: Any) -> list[str]:
         "deletions": "enabled",
         "flush_timeout": 30.0,
         "probe_budget": DEFAULT_PROBE_BUDGET,
+        "read_spin_us": DEFAULT_READ_SPIN_US,
     }
     for name, default in defaults.items():
         value = getattr(args, name, default)

@@ -313,6 +313,7 @@ class Daemon:
                 read_only_vfs="ro" in options,
                 zero_message_writes=cfg.zero_message_opens,
                 xattrs=cfg.xattrs,
+                read_spin_us=cfg.read_spin_us,
             )
             self.ops.trail = self.trail
             try:
@@ -388,11 +389,13 @@ class Daemon:
         self, mountpoint: str, ready: Callable[[str], None] | None, signals: Any
     ) -> int:
         assert self.ops is not None
+        ops = self.ops
         control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
         fuse_gone = trio.Event()
 
         async def fuse_main() -> None:
             try:
+                ops.start_loop()
                 await pyfuse3.main()
                 if not self._stop.is_set():
                     _log_outside_end(mountpoint)

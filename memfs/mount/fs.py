@@ -70,6 +70,8 @@ CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
 # writable single-store mount only when asked (--zero-message-opens): that work moves
 # to WRITE and SETATTR, and some of it is given up (reliability.md lists what).
 ZERO_MESSAGE_OPENS = hasattr(pyfuse3.Operations, "pass_inode_without_fh")
+# The patched session loop reads on for the next request before it sleeps (`--read-spin-us`).
+READ_SPIN = hasattr(pyfuse3, "read_spin_us")
 # Zero-message writes: writes of one process to one file this close together are one
 # "write" line in the audit trail (what one open's writes were).
 WRITER_BURST_S = 1.0
@@ -176,6 +178,7 @@ class MemFs(pyfuse3.Operations):
         read_only_vfs: bool = False,
         zero_message_writes: bool = False,
         xattrs: bool = True,
+        read_spin_us: int = 0,
     ) -> None:
         super().__init__()
         self.tree = tree
@@ -193,6 +196,8 @@ class MemFs(pyfuse3.Operations):
         # for the connection (fc->no_getxattr, …), so `ls -la` and writes stop asking
         # for security.selinux and security.capability (docs/performance.md).
         self.xattrs = xattrs
+        # Set on pyfuse3 before its main loop starts (`start_loop`); 0 on a stock build.
+        self.read_spin_us = read_spin_us if READ_SPIN else 0
         # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
         # Read-only mounts always; writable ones when asked (--zero-message-opens),
         # trading what OPEN carried (docs/reliability.md, "Zero-message opens").
@@ -224,6 +229,11 @@ class MemFs(pyfuse3.Operations):
         # FUSE requests answered, by handler (`forget_inodes`: inodes the kernel dropped).
         # Requests libfuse answers itself (INIT, ENOSYS for ioctl, ...) are not here.
         self.requests: Counter[str] = Counter()
+
+    def start_loop(self) -> None:
+        """Before `pyfuse3.main`: what the session loop reads when its tasks start."""
+        if READ_SPIN:
+            setattr(pyfuse3, "read_spin_us", self.read_spin_us)  # noqa: B010 (stock stub)
 
     def init(self) -> None:
         """At the kernel's INIT (pyfuse3 has read what the kernel can do by now)."""
@@ -801,6 +811,8 @@ class MemFs(pyfuse3.Operations):
                 noflush_used=self.noflush,
                 cache_readdir_used=self.cache_readdir,
                 zero_message_opens_used=self.files_by_inode,
+                read_spin=READ_SPIN,
+                read_spin_us=self.read_spin_us,
             ),
             negative_entries=self.tree.negatives.statistics(),
             xattrs=self.xattrs,
@@ -881,6 +893,8 @@ class Pyfuse3Statistics:
     noflush_used: bool
     cache_readdir_used: bool
     zero_message_opens_used: bool  # open/opendir answer ENOSYS (read-only mounts)
+    read_spin: bool  # the build's session loop can read on before it sleeps
+    read_spin_us: int  # how long it does (`--read-spin-us`; 0: not at all)
 
 
 @dataclass(frozen=True)

@@ -219,3 +219,41 @@ def test_no_xattrs_stops_the_kernel_asking(
             mount.cleanup()
     assert costs["fast"] == (0, 0), costs
     assert costs["default"][0] >= 20 and costs["default"][1] >= 10, costs
+
+
+def daemon_cpu_s(mount: MountProcess) -> float:
+    assert mount.proc is not None
+    fields = Path(f"/proc/{mount.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_loop_reads_on_after_an_answer_only_briefly(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
+    """The patched loop reads on for the next request (`--read-spin-us`, 50 by default)
+    before it sleeps, and takes queued requests without a round through the event loop.
+    Eight writers at once land every line; once they stop, the daemon sleeps (no
+    reading on forever); `--read-spin-us 0` turns it off; a stock build reports 0."""
+    for flags in ((), ("--read-spin-us", "0")):
+        sid = str(shared_api.create_store("spin")["id"])
+        mount = mount_store(tmp_path, shared_server.url, sid, *flags, name=f"m{len(flags)}")
+        try:
+            levers = pyfuse3_build(mount)
+            assert levers["read_spin_us"] == (50 if levers["read_spin"] and not flags else 0)
+            script = 'for i in $(seq 200); do echo "$W $i" >> "w$W.md"; done'
+            writers = [
+                subprocess.Popen(
+                    ["bash", "-c", script], cwd=mount.mountpoint, env={**os.environ, "W": str(w)}
+                )
+                for w in range(8)
+            ]
+            assert all(p.wait(timeout=120) == 0 for p in writers)
+            for w in range(8):
+                lines = (mount.mountpoint / f"w{w}.md").read_text().splitlines()
+                assert lines == [f"{w} {i}" for i in range(1, 201)]
+            before = daemon_cpu_s(mount)
+            time_idle = 2.0
+            subprocess.run(["sleep", str(time_idle)], check=True)
+            assert daemon_cpu_s(mount) - before < 0.25 * time_idle  # asleep, not spinning
+        finally:
+            mount.stop()

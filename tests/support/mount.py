@@ -296,6 +296,7 @@ def pyfuse3_build(mount: MountProcess) -> dict[str, Any]:
         patched = "+memfs." in str(levers["version"])
         assert patched == (wanted == "patched"), (wanted, levers)
         assert levers["noflush"] == patched, levers
+        assert levers["read_spin"] == patched, levers
     return levers
 
 
