@@ -47,11 +47,17 @@ def command_name(pid: int) -> str:
     """The process's command name (`/proc/PID/comm`), or '?' once it is gone."""
     if pid <= 0:
         return "?"
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as f:
-            return f.read().decode("utf-8", "replace").strip() or "?"
+    try:  # os.open, not open(): 3 syscalls instead of 7 (no fstat, isatty, lseek)
+        fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return "?"
+    try:
+        raw = os.read(fd, 64)
+    except OSError:
+        return "?"
+    finally:
+        os.close(fd)
+    return raw.decode("utf-8", "replace").strip() or "?"
 
 
 class AuditLog:
