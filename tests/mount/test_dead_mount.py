@@ -26,7 +26,10 @@ def test_status_explains_a_dead_mount_and_the_command_that_recovers_it(
     tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
 ) -> None:
     store_id = str(store["id"])
-    proc = mount_store(tmp_path, shared_server.url, store_id, "--sync-interval", "300")
+    # No push soon: the two changes below must still be unpushed when the daemon dies.
+    proc = mount_store(
+        tmp_path, shared_server.url, store_id, "--sync-interval", "300", "--no-push-soon"
+    )
     root = proc.mountpoint
     try:
         (root / "kept.md").write_text("kept\n")
