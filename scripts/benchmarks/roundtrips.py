@@ -23,6 +23,7 @@ from typing import Any
 
 from tests.support.mount import is_mounted
 
+from . import workloads
 from .common import REPO, summary
 from .engines import MemfsMount, start_server
 from .report import fmt
@@ -41,32 +42,10 @@ LABEL = {
     "memfs": "memfs (default)",
 }
 TARGETS = {"append": 0.2, "create_write_close": 0.6, "save_tmp_rename": 0.6, "unlink": 0.6}
-BODY = b"x" * 1023 + b"\n"
-
-
-def _create(p: str) -> None:
-    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-    os.write(fd, BODY)
-    os.close(fd)
-
-
-def _append(p: str) -> None:
-    fd = os.open(p, os.O_WRONLY | os.O_APPEND)
-    os.write(fd, b"appended line\n")
-    os.close(fd)
-
-
-def _save(p: str) -> None:
-    d, b = os.path.split(p)
-    tmp = os.path.join(d, f".{b}.tmp")
-    _create(tmp)
-    os.rename(tmp, p)
-
-
-STEP_FN: dict[str, Callable[[str], None]] = {
-    "create_write_close": _create,
-    "append": _append,
-    "save_tmp_rename": _save,
+STEP_FN: dict[str, Callable[[str], None]] = {  # table 1's operations, the same code
+    "create_write_close": workloads.create_write_close,
+    "append": workloads.append_line,
+    "save_tmp_rename": workloads.save_tmp_rename,
     "unlink": os.unlink,
 }
 

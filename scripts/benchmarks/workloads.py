@@ -145,7 +145,7 @@ def agent_script(items: list[tuple[str, str]], commands: int) -> str:
 PEROP_DATA = (b"x" * 1023) + b"\n"
 
 
-def _create(p: str) -> None:
+def create_write_close(p: str) -> None:
     fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
     os.write(fd, PEROP_DATA)
     os.close(fd)
@@ -156,13 +156,13 @@ def _read(p: str) -> None:
         f.read()
 
 
-def _append(p: str) -> None:
+def append_line(p: str) -> None:
     fd = os.open(p, os.O_WRONLY | os.O_APPEND)
     os.write(fd, b"appended line\n")
     os.close(fd)
 
 
-def _save(p: str) -> None:
+def save_tmp_rename(p: str) -> None:
     """An editor's save: write `.NAME.tmp`, rename it over NAME (no fsync)."""
     d, b = os.path.split(p)
     tmp = os.path.join(d, f".{b}.tmp")
@@ -195,7 +195,7 @@ def perop(
         if counts:
             reqs[op] = counts_since(before, counts())
 
-    timed("create_write_close", _create)
+    timed("create_write_close", create_write_close)
     remount()
     timed("stat_cold", os.stat)
     timed("stat_warm", os.stat)
@@ -212,8 +212,8 @@ def perop(
         reqs["listdir_warm_ms"] = counts_since(before, counts())
     assert len([e for e in entries if e != MARKER]) == n, len(entries)
     res["listdir_warm_ms"] = statistics.median(samples)
-    timed("append", _append)
-    timed("save_tmp_rename", _save)
+    timed("append", append_line)
+    timed("save_tmp_rename", save_tmp_rename)
     timed("unlink", os.unlink)
     return res, reqs
 
