@@ -19,13 +19,15 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.mount import MountProcess, xattrs
+from tests.support.mount import MountProcess, mount_store, require_fuse, xattrs
+from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(900)]
 
@@ -148,13 +150,28 @@ bs=2k
 """
 
 
+@pytest.fixture
+def unhurried_mount(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+) -> Iterator[MountProcess]:
+    """A mount without push soon: fio lays its files out as zeros (valid UTF-8) before
+    it writes them, and a pass in between, under load, would push that layout."""
+    require_fuse()
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]), "--no-push-soon")
+    try:
+        yield proc
+    finally:
+        proc.cleanup()
+
+
 def test_fio_verify_crc32c_small_files(
     request: pytest.FixtureRequest,
-    mount: MountProcess,
+    unhurried_mount: MountProcess,
     shared_api: Api,
     store: dict[str, Any],
     tmp_path: Path,
 ) -> None:
+    mount = unhurried_mount
     fio = need("fio")
     long = request.config.getoption("--long")
     work = mount.mountpoint / "fio"
