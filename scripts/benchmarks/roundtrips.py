@@ -189,7 +189,9 @@ def _section(raw: dict[str, list[dict[str, Any]]], n: int, reps: int) -> Section
         "after each change to it under default_permissions). Whether the writing process "
         "and the daemon share a CPU moves every FUSE kind by up to 10x here (a pipe round "
         "trip: 3 us on one CPU, 77 us across two on this VM), so the spread is wide; read "
-        "the medians side by side.",
+        "the medians side by side. The floors sleep as soon as they have answered (as "
+        "libfuse and pyfuse3 do); memfs reads on for the next request for 50 us "
+        "(`--read-spin-us`), so across two CPUs it can beat them.",
         "",
     ]
     lines += [

@@ -180,7 +180,7 @@ def _many_watchers(d: Path, n: int, window: float) -> dict[str, float]:
                 waiting = [asyncio.create_task(c.get(url, params=params)) for c in clients[:n]]
                 deadline = time.monotonic() + 60
                 probe = {"after": head, "timeout": "0"}  # refused once n watches wait
-                while (await clients[n].get(url, params=probe)).status_code != 503:
+                while (await clients[n].get(url, params=probe)).status_code != 429:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"{n} watches never all waited")
                     await asyncio.sleep(0.2)
