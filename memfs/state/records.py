@@ -413,9 +413,13 @@ class SyncRecords:
         *,
         base_sha: str | None = None,
         base_path: str | None = None,
+        data: bytes | None = None,
     ) -> None:
         """After an upload the store accepted: the new baseline (`base_*`, when given),
-        and clean if the file did not change meanwhile (same version, path, linked)."""
+        and clean if the file did not change meanwhile (same version, path, linked).
+        `data`, the bytes sent: kept as the baseline's object when the file changed
+        meanwhile, so the next three-way merge has its base at hand (without it, a
+        change on both sides after such an upload fell back to store-wins)."""
         if base_sha is not None and node.memory_id is not None:
             self._pass_on_baseline(node, node.memory_id, base_sha, base_path)
         if base_sha is not None:
@@ -429,7 +433,10 @@ class SyncRecords:
                 if node.entry_id is not None:
                     self.journal.update(node.entry_id, conflict=None)
             self.make_clean(node, sha)
-        elif node.entry_id is not None:
+            return
+        if data is not None and node.base_sha == sha and not self.objects.has(sha):
+            self.objects.put(data, sha)
+        if node.entry_id is not None:
             self.journal.update(
                 node.entry_id,
                 base_sha=node.base_sha,

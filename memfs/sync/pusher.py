@@ -361,6 +361,7 @@ class Pusher:
             version,
             base_sha=memory.content_sha256,
             base_path=None if moved else memory.path,
+            data=data,
         )
 
     def _pushed(self, memory: RemoteMemory, result: PassResult) -> None:
@@ -410,7 +411,7 @@ class Pusher:
             # Unlinked during its own upload: the memory now exists, so delete it later.
             self.state.bury_unlinked_create(node, memory.id)
             return
-        self.state.record_pushed(node, sha, memory.path, version)
+        self.state.record_pushed(node, sha, memory.path, version, data=data)
 
     def _refuse(self, node: Node, sha: str, e: StoreError) -> None:
         if isinstance(e, Rejected) and e.transient:

@@ -303,6 +303,29 @@ async def test_409_on_update_merges_and_pushes_on_top_of_the_winner(h: Harness) 
     assert h.node("/log.md").state_name() == "clean"
 
 
+async def test_a_file_changed_during_its_upload_merges_later(h: Harness) -> None:
+    """The baseline an accepted upload set is kept at hand even when the file changed
+    while it was in flight: the next change on both sides merges. Without it the base
+    was missing and the merge fell back to store-wins, so a line went to a conflict
+    copy (seen with two sessions appending to one memory)."""
+    ids = await synced(h, {"/log.md": "a\n"})
+    h.write("/log.md", "a\nb\n")
+
+    def append_during_upload(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update" and h.read("/log.md") == "a\nb\n":
+            h.write("/log.md", "a\nb\nc\n")
+
+    h.fake.before_write = append_during_upload
+    await h.sync_once()
+    assert h.fake.by_path() == {"/log.md": "a\nb\n"}
+    assert h.node("/log.md").state_name() != "clean"  # c is still to push
+    h.fake.edit(ids["/log.md"], content="a\nb\ntheirs\n")
+    result = await h.sync_once()
+    assert result.conflicts == 0
+    assert h.fake.by_path() == {"/log.md": "a\nb\ntheirs\nc\n"}
+    assert h.read("/log.md") == "a\nb\ntheirs\nc\n"
+
+
 async def test_404_on_update_recreates(h: Harness) -> None:
     ids = await synced(h, {"/r.md": "base"})
     h.write("/r.md", "edited")
