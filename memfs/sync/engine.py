@@ -191,11 +191,12 @@ class StoreSync:
         self.listener = Listener(
             client,
             state.store_id,
-            self.request_sync,
+            self._heard_news,
             interval=interval,
             budget=probe_budget,
             use_watch=watch,
         )
+        self.pusher.written = self.listener.wrote
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
         self.offline = False  # the last pass could not reach the store (or none yet)
@@ -208,6 +209,8 @@ class StoreSync:
             log, "the server listed a path no memory can have; skipping memory_store_id=%s path=%s"
         )
         self._wake = trio.Event()
+        self._pass_due = False  # `request_sync` asked: the next wake is a pass
+        self._echo_owed = False  # the watch echoed our upload; a listing is still owed
         self._started_seq = 0
         self._completed_seq = 0
         self._asked_seq = 0  # passes up to this one were asked for (`sync_now`)
@@ -236,6 +239,12 @@ class StoreSync:
 
     # -- public verbs ---------------------------------------------------------------
     def request_sync(self) -> None:
+        self._pass_due = True
+        self._wake.set()
+
+    def _heard_news(self) -> None:
+        """The watch answered with a new head: a pass, unless it is the echo of this
+        mount's own upload (`_wait_for_pass` tells once the pass in flight is done)."""
         self._wake.set()
 
     async def sync_now(self) -> PassResult:
@@ -390,12 +399,28 @@ class StoreSync:
                     if self._next_retry is not None:
                         wait = min(wait, max(RETRY_GAP, self._next_retry - time.time()))
                     self.next_pass_at = time.time() + wait if wait < math.inf else None
-                    with trio.move_on_after(wait):
-                        await self._wake.wait()
-                    self._wake = trio.Event()
-                    await self._pass(initial=False)
+                    if await self._wait_for_pass(wait):
+                        await self._pass(initial=False)
         finally:
             self.state.tell_changes(None)  # no pass loop to wake any more
+
+    async def _wait_for_pass(self, wait: float) -> bool:
+        """Until a pass is due: `wait` passed or something asked for one (True), or the
+        watch woke the loop with news that is only the echo of this mount's own upload
+        (False: wait again). Skipping that pass matters under a stream of writes, where
+        each pass's uploads would wake the next one at once, each listing the store.
+        Another session's change may hide behind our head, so a pass is still owed
+        (`_echo_owed`): once local writes settle (push soon), else at the interval."""
+        with trio.move_on_after(wait) as waited:
+            await self._wake.wait()
+        self._wake = trio.Event()
+        due, self._pass_due = self._pass_due, False
+        if waited.cancelled_caught or due or not self.listener.echo_of_own():
+            return True
+        self._echo_owed = True
+        if self.push_soon_enabled:
+            self.push_soon.recheck()
+        return False
 
     def _local_change(self, node: Node | None, kind: ChangeKind) -> None:
         self.listener.local_change()
@@ -404,7 +429,9 @@ class StoreSync:
 
     def _work_left(self) -> bool:
         """A pass is due at the interval even if the store says nothing new."""
-        return self._left_over or self.state.generation != self._listed_generation
+        return (
+            self._left_over or self._echo_owed or self.state.generation != self._listed_generation
+        )
 
     def _failing(self) -> bool:
         return self.offline or (self.last_pass is not None and self.last_pass.outcome != "ok")
@@ -552,6 +579,7 @@ class StoreSync:
             result.listed = False
             return
         generation = self.state.generation
+        self._echo_owed = False  # this listing comes after every upload it stood for
         remote: dict[str, RemoteMemory] = {}
         self.progress.begin("listing")
         async for memory in self.client.iter_memories(self.store_id):

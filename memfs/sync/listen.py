@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import trio
+from cachetools import LRUCache
 
 from memfs.config import DEFAULT_PROBE_BUDGET
 from memfs.errors import StoreError, StoreUnavailable
@@ -42,6 +43,7 @@ ACTIVE_WINDOW = 30.0  # seconds after the last change (here or in the store) tha
 WATCH_SECONDS = 25.0  # how long one watch request waits on the server
 RETRY = 5.0  # seconds before a broken watch is tried again (doubling)
 RETRY_MAX = 60.0
+OWN_VERSIONS = 4096  # the own uploads' versions remembered (more only costs a pass)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ListenStatistics:
     last_heard_at: float | None  # time.time() of the store's last answer, None: never
     probes: int  # probes sooner than the interval since the mount started
     watch_wakeups: int  # passes the watch started
+    own_echoes: int  # watch answers that were this mount's own upload (no pass at once)
 
 
 class Listener:
@@ -84,9 +87,16 @@ class Listener:
         self._last_heard: float | None = None
         self._probes = 0
         self._wakeups = 0
+        # Versions this mount's own uploads made (`wrote`), newest last, bounded: the
+        # watch answering with one of them is the echo of our own push.
+        self._own: LRUCache[str, None] = LRUCache(maxsize=OWN_VERSIONS)
+        self._watch_head: str | None = None  # the newest head the watch answered with
+        self._echoes = 0
 
     def statistics(self) -> ListenStatistics:
-        return ListenStatistics(self.mode, self._last_heard, self._probes, self._wakeups)
+        return ListenStatistics(
+            self.mode, self._last_heard, self._probes, self._wakeups, self._echoes
+        )
 
     @property
     def mode(self) -> Mode:
@@ -99,6 +109,18 @@ class Listener:
         """The mount changed a file: probe fast for a while."""
         self._active_at = trio.current_time()
         self._gap = FAST
+
+    def wrote(self, version_id: str) -> None:
+        """An upload of this mount made `version_id` (`Pusher._pushed`)."""
+        self._own[version_id] = None
+
+    def echo_of_own(self) -> bool:
+        """The watch's newest head is a version this mount's own upload made. Asked
+        between passes, when every upload of the last one has been answered."""
+        if self._watch_head is None or self._watch_head not in self._own:
+            return False
+        self._echoes += 1
+        return True
 
     def heard(self, head: str | None) -> None:
         """A pass reached the store and read its newest version id ("" if unknown)."""
@@ -181,6 +203,7 @@ class Listener:
             log.info("watching for changes again memory_store_id=%s", self.store_id)
             self._broken = False
         self._watching = True
+        self._watch_head = head
         if head != self._head:
             self._wake_pass()  # it changed since the last pass read it (while not watching)
         while True:
@@ -188,6 +211,7 @@ class Listener:
             self._last_heard = time.time()
             if new != head:
                 head = new
+                self._watch_head = new
                 self._wake_pass()
 
     def _wake_pass(self) -> None:

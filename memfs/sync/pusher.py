@@ -81,6 +81,8 @@ class Pusher:
         self.limit = trio.CapacityLimiter(concurrency)
         self.trail = trail  # the audit trail: pushes, refusals, deletes
         self.deletes_held = 0  # > 0: flushes in progress that send no deletes
+        # Told of every version an accepted upload made (the listener knows its echo).
+        self.written: Callable[[str], None] = lambda _version_id: None
         self._log_only_said: set[str] = set()
         self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)
         self._held = Repeated(  # once per file until it is pushed (`_pushed`)
@@ -367,6 +369,8 @@ class Pusher:
     def _pushed(self, memory: RemoteMemory, result: PassResult) -> None:
         """Count an upload the store accepted, and say so in the audit trail."""
         result.pushed += 1
+        if memory.memory_version_id:
+            self.written(memory.memory_version_id)
         self._held.forget(memory.path)
         self.trail.outcome(
             self.store_id,

@@ -65,6 +65,14 @@ class PushSoon:
         self._due = trio.current_time() + delay
         self._armed.set()
 
+    def recheck(self) -> None:
+        """A pass owed to no local change (the watch echoed our own upload, and another
+        session's change may hide behind it): the same settling and gap as a change,
+        and not counted as one."""
+        now = trio.current_time()
+        self._due = max(self._due or now, now + AFTER_CLOSE)
+        self._armed.set()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import Api
+from tests.support.metrics import free_port, scrape, value
 from tests.support.mount import MountProcess, mount_store
 from tests.support.postgres import PostgresCluster
 from tests.support.server import ServerProcess, start_server
@@ -214,3 +215,53 @@ def test_a_watch_across_two_instances_on_postgresql(
     finally:
         one.stop()
         two.stop()
+
+
+def test_a_write_stream_does_not_wake_pass_after_pass(
+    tmp_path: Path, server: ServerProcess, api: Api
+) -> None:
+    """The watch answering with this mount's own upload is no news: without that, once a
+    pass pushed during a stream of writes, each pass's uploads woke the next pass at
+    once, each listing the store, and the daemon spent its time pushing instead of
+    answering the writes. The pass still owed (another session's change may hide
+    behind our head) comes once the writes settle, with every last byte."""
+    sid = str(api.create_store("stream")["id"])
+    port = free_port()
+    m = mount_store(tmp_path, server.url, sid, *SLOW, "--metrics-addr", f"127.0.0.1:{port}")
+    eventually(lambda: store_status(m)["learns_by"] == "watch", "the mount watches")
+    files = [m.mountpoint / f"f{i}.md" for i in range(20)]
+    for f in files:
+        f.write_text("start\n")
+    stop = threading.Event()
+    appended = [0]
+
+    def stream() -> None:  # appends with no pause to settle in
+        while not stop.is_set():
+            with open(files[appended[0] % len(files)], "a") as f:
+                f.write(f"line {appended[0]}\n")
+            appended[0] += 1
+
+    writer = threading.Thread(target=stream)
+    writer.start()
+    try:
+        time.sleep(0.5)
+        m.memfs("sync", str(m.mountpoint))  # a pass that pushes in the middle of the stream
+        metrics = f"http://127.0.0.1:{port}/metrics"
+        before = value(scrape(metrics), "memfs_sync_passes_total")
+        time.sleep(3)
+        passes = value(scrape(metrics), "memfs_sync_passes_total") - before
+    finally:
+        stop.set()
+        writer.join()
+    assert appended[0] > 100
+    assert passes <= 2, f"{passes:g} passes in 3 s of a stream of appends"
+
+    def in_store() -> bool:
+        held = {m["path"]: m["id"] for m in api.list_memories(sid)}
+        return all(
+            f"/{f.name}" in held
+            and api.get_memory(sid, held[f"/{f.name}"])["content"] == f.read_text()
+            for f in files
+        )
+
+    eventually(in_store, "the last appends reach the store once the stream settles")
