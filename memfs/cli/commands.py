@@ -167,6 +167,7 @@ def _mounts_for(path: str) -> list[dict[str, Any]]:
 # What goes on in the daemon when its CLI peer stops waiting (timeout or Ctrl-C).
 _GOES_ON = {
     "sync": "the sync pass goes on in the daemon",
+    "push": "the upload goes on in the daemon",
     "unmount": "the daemon goes on with the final sync, then unmounts",
     "status": "the mount is not affected",
 }
@@ -219,6 +220,9 @@ def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
 
 
 def sync(args: Any) -> int:
+    info = registry.find_mount(args.path)
+    if info is not None and _names_a_file(args.path, info):
+        return _push_file(args, info)
     asked = _ask(args.path, protocol.Sync(), args.timeout)
     if isinstance(asked, int):
         return asked
@@ -230,6 +234,36 @@ def sync(args: Any) -> int:
     for answer in answers:
         _print_sync(answer)
     return ExitCode.OK if ok else ExitCode.FAILED
+
+
+def _names_a_file(path: str, info: dict[str, Any]) -> bool:
+    """PATH is a file in the mount (or was one: a path below the mount point that is not
+    a directory), not the mount point or a directory in it."""
+    real = os.path.realpath(path)
+    return real != str(info["mountpoint"]) and not os.path.isdir(real)
+
+
+def _push_file(args: Any, info: dict[str, Any]) -> int:
+    """`memfs sync FILE`: push that one file now and wait for the store's answer."""
+    rel = os.path.realpath(args.path)[len(str(info["mountpoint"])) :]
+    asked = _ask(args.path, protocol.Push(path=rel), args.timeout)
+    if isinstance(asked, int):
+        return asked
+    _, answer = asked[0]
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif answer.get("error"):
+        print(f"memfs: {answer['error']}", file=sys.stderr)
+    else:
+        line = f"{answer['path']}: {answer['outcome']}"
+        if answer.get("version"):
+            line += f" version={answer['version']}"
+        if answer.get("why"):
+            line += f" ({answer['why']})"
+        if answer.get("copy"):
+            line += f"; your bytes are kept in {answer['copy']}"
+        print(line, file=sys.stdout if answer.get("ok") else sys.stderr)
+    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
 
 
 def _print_sync(answer: dict[str, Any]) -> None:

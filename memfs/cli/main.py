@@ -265,7 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sync = command("sync", help="sync a mount now and wait for the result")
-    sync.add_argument("path", metavar="PATH", help="the mount point, or any path inside it")
+    sync.add_argument(
+        "path",
+        metavar="PATH",
+        help="the mount point or a directory in it (a pass of the store), or a file in "
+        "it (push that file now and wait for the store's answer)",
+    )
     sync.add_argument(
         "--json",
         action="store_true",

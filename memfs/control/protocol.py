@@ -95,6 +95,20 @@ class Flush:
 
 
 @dataclass(frozen=True)
+class Push:
+    """Push one file now and answer once the store has it, refused it or could not be
+    asked (`memfs sync FILE`, the SDK worker's `write_file`). `path` is relative to the
+    mount point. `merge=False`: a change another session made first wins (the file
+    becomes the store's version, the local bytes a conflict copy) instead of a three-way
+    merge. `sha`: the content the caller wrote; another content there is `changed`."""
+
+    op: ClassVar[str] = "push"
+    path: str = ""
+    merge: bool = True
+    sha: str | None = None
+
+
+@dataclass(frozen=True)
 class Restore:
     """Bring back files deleted locally but still in the store (the worker adapter)."""
 
@@ -135,9 +149,10 @@ class Unmount:
     op: ClassVar[str] = "unmount"
 
 
-Request = Status | Sync | Flush | Restore | History | Conflicts | Progress | Unmount
+Request = Status | Sync | Push | Flush | Restore | History | Conflicts | Progress | Unmount
 REQUESTS: dict[str, type[Request]] = {
-    cls.op: cls for cls in (Status, Sync, Flush, Restore, History, Conflicts, Progress, Unmount)
+    cls.op: cls
+    for cls in (Status, Sync, Push, Flush, Restore, History, Conflicts, Progress, Unmount)
 }
 _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("history", "what"): ("log", "show"),
@@ -198,6 +213,17 @@ class StatusAnswer(TypedDict):
     mountpoint: str
     pid: int
     stores: list[dict[str, Any]]
+
+
+class PushAnswer(TypedDict):
+    """`push`: `outcome` is one of `PUSH_OUTCOMES`; `ok` only for pushed and unchanged."""
+
+    ok: bool
+    outcome: str
+    path: str
+    version: str | None
+    why: str
+    copy: str | None
 
 
 class FlushAnswer(TypedDict):

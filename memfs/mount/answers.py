@@ -26,7 +26,7 @@ from memfs.state.store_state import StoreState
 from memfs.store import history
 from memfs.store.client import StoreClient
 from memfs.sync.engine import StoreSync
-from memfs.sync.plan import PassResult
+from memfs.sync.plan import PassResult, PathPush
 
 if TYPE_CHECKING:
     from memfs.mount.daemon import Daemon
@@ -245,6 +245,7 @@ class Answers:
         return {
             "status": self.status,
             "sync": self.sync,
+            "push": self.push,
             "flush": self.flush,
             "restore": self.restore,
             "history": self.history,
@@ -270,6 +271,23 @@ class Answers:
             store["last_pass"] = results[store["memory_store_id"]].to_json()
         answer["ok"] = all(r.outcome == "ok" for r in results.values())
         return answer
+
+    async def push(self, request: protocol.Push) -> protocol.PushAnswer:
+        sync = self.daemon.syncs[0]
+        try:
+            here = locate(sync.state, request.path)
+        except history.HistoryError as e:
+            done = PathPush("missing", request.path, why=str(e))
+        else:
+            done = await sync.push_path(here.path, merge=request.merge, sha=request.sha)
+        return {
+            "ok": done.ok,
+            "outcome": done.outcome,
+            "path": done.path,
+            "version": done.version,
+            "why": done.why,
+            "copy": done.copy,
+        }
 
     async def flush(self, _: protocol.Flush) -> protocol.FlushAnswer:
         flushed: dict[str, dict[str, Any]] = {}

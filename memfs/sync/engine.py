@@ -36,16 +36,16 @@ from memfs.errors import (
 from memfs.logs import Repeated, rfc3339
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.state import cachegc
-from memfs.state.node import Node
+from memfs.state.node import Kind, Node
 from memfs.state.store_state import ChangeKind, StoreState
 from memfs.store.client import StoreClient
 from memfs.sync.fetcher import ContentFetcher
 from memfs.sync.landing import Lander
 from memfs.sync.listen import Listener, Mode
 from memfs.sync.notify import Notifier
-from memfs.sync.plan import ConflictCopy, PassResult, Planner
+from memfs.sync.plan import ConflictCopy, PassResult, PathPush, Planner
 from memfs.sync.progress import Tracker
-from memfs.sync.pusher import Pusher
+from memfs.sync.pusher import MERGE_RETRIES, Pusher
 from memfs.sync.schedule import PushSoon
 
 log = logging.getLogger("memfs.sync")
@@ -269,6 +269,66 @@ class StoreSync:
             return await self.sync_now()
         finally:
             self.pusher.deletes_held -= 1
+
+    async def push_path(self, path: str, *, merge: bool = True, sha: str | None = None) -> PathPush:
+        """Push the file at store path `path` now, outside the pass schedule, and say what
+        became of it (`PathPush`): `memfs sync FILE` and the SDK worker's `write_file`.
+
+        `merge=False` (the worker): a change another session made first is not merged
+        with this one; the store's version wins, the local bytes go to a conflict copy,
+        as the SDK's own engine answers a 409. `sha`: the content the caller wrote; if
+        the file holds other content now, nothing is sent (`changed`).
+        """
+        async with self._pass_lock:
+            node = self.state.node_at(path)
+            if node is None or node.kind is not Kind.FILE:
+                return PathPush("missing", path, why="no such file in the mount")
+            if self.state.read_only:
+                return PathPush("refused", path, why="the memory store is read-only")
+            if self._excluded(node):
+                return PathPush("refused", path, why="a local-only name, never synced")
+            if sha is not None and node.current_sha() != sha:
+                return PathPush("changed", path, why="the file changed since it was written")
+            state = node.state_name()
+            if state in ("clean", "conflict"):
+                return PathPush("unchanged", path)
+            if state == "refused" and node.retry_at is None:
+                return PathPush("refused", path, why=node.refused_why or "")
+            if self.state.content(node) is None:  # evicted: the next pass brings it in
+                return PathPush("unconfirmed", path, why="the file's content is not local")
+            result = PassResult(time.time(), 0.0, "ok")
+            try:
+                if node.memory_id is None:
+                    await self.pusher._push_create(node, result)
+                else:
+                    merges = 0 if merge else MERGE_RETRIES
+                    await self.pusher._push_update(node, result, merges=merges)
+                await self.lander.flush_invalidations()
+            except Exception as e:
+                cause = _expected_failure(e)
+                if cause is None:
+                    raise  # a bug: end the mount; the journal keeps every dirty byte
+                if isinstance(cause, StoreUnavailable | OSError):
+                    return PathPush("unconfirmed", path, why=str(cause))
+                return PathPush("refused", path, why=str(cause))
+            done = self._path_pushed(node, path, result)
+        if done.outcome == "conflict" and done.copy is None:
+            await self.sync_now()  # the path is taken: a pass lands the store's memory
+        return done
+
+    def _path_pushed(self, node: Node, path: str, result: PassResult) -> PathPush:
+        """What `push_path`'s upload did to `node`, read off the node and the result."""
+        now = node.store_path() if node.linked else path
+        if result.conflict_copies:
+            return PathPush("conflict", now, copy=result.conflict_copies[-1].copy)
+        state = node.state_name()
+        if state == "refused":
+            return PathPush("refused", now, why=node.refused_why or "")
+        if result.pushed and state in ("clean", "conflict"):
+            return PathPush("pushed", now, version=result.versions.get(now))
+        if node.memory_id is None and node.sent_sha is None:
+            return PathPush("conflict", now, why="the path is taken in the memory store")
+        return PathPush("unconfirmed", now, why="the upload did not finish")
 
     async def restore_missing(self) -> int:
         """Bring back every synced file that is missing now instead of deleting it remotely.

@@ -53,6 +53,8 @@ class PassResult:
     listed: bool = True  # False: nothing changed on either side, the listing was skipped
     # This pass's conflicts, so `memfs sync` can name them.
     conflict_copies: list[ConflictCopy] = field(default_factory=list)
+    # The version each accepted upload made, by the path it has now (`StoreSync.push_path`).
+    versions: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
@@ -68,6 +70,34 @@ class PassResult:
             "conflict_copies": [c.as_json() for c in self.conflict_copies],
             "listed": self.listed,
         }
+
+
+PushOutcome = Literal[
+    "pushed", "unchanged", "refused", "conflict", "changed", "missing", "unconfirmed"
+]
+
+
+@dataclass(frozen=True)
+class PathPush:
+    """What became of one file pushed on request (`StoreSync.push_path`).
+
+    pushed: the store took it (`version`); unchanged: it had it already; refused: it
+    will not take it (`why`; a transient refusal is retried later); conflict: another
+    session changed the memory first and the file is the store's version now (the local
+    bytes in `copy`), or the path is taken; changed: the file's content is not the one
+    the caller wrote; missing: no such file; unconfirmed: the store did not answer (the
+    change stays dirty and is pushed later).
+    """
+
+    outcome: PushOutcome
+    path: str
+    version: str | None = None
+    why: str = ""
+    copy: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("pushed", "unchanged")
 
 
 @dataclass

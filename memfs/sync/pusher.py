@@ -370,6 +370,7 @@ class Pusher:
         """Count an upload the store accepted, and say so in the audit trail."""
         result.pushed += 1
         if memory.memory_version_id:
+            result.versions[memory.path] = memory.memory_version_id
             self.written(memory.memory_version_id)
         self._held.forget(memory.path)
         self.trail.outcome(

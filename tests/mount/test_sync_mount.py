@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -294,3 +295,32 @@ def test_two_mounts_of_one_store_converge(
     finally:
         one.cleanup()
         two.cleanup()
+
+
+def test_sync_of_one_file_pushes_it_and_waits_for_the_store(
+    shared_api: Api, store: dict[str, Any], mount: MountProcess
+) -> None:
+    """`memfs sync FILE`: that file now, answered with the store's word (exit 0 once the
+    store has it, 1 with the reason when it will not take it)."""
+    sid = str(store["id"])
+    f = mount.mountpoint / "one" / "note.md"
+    f.parent.mkdir()
+    f.write_text("pushed by name\n")
+    done = mount.memfs("sync", str(f))
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"/one/note\.md: (pushed version=memver_\w+|unchanged)\n", done.stdout)
+    assert contents(shared_api, sid)["/one/note.md"] == "pushed by name\n"
+    again = mount.memfs("sync", str(f), "--json")
+    assert json.loads(again.stdout)["outcome"] == "unchanged"
+    bad = mount.mountpoint / "bad.md"
+    fd = os.open(bad, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"\xff\xfe not text\n")
+    with pytest.raises(OSError, match="Invalid or incomplete multibyte"):
+        os.close(fd)  # EILSEQ at close; the bytes stay, refused
+    refused = mount.memfs("sync", str(bad), check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("/bad.md: refused (content is not valid UTF-8")
+    missing = mount.memfs("sync", str(mount.mountpoint / "nothing.md"), check=False)
+    assert missing.returncode == 1 and "/nothing.md: missing" in missing.stderr
+    assert "/bad.md" not in contents(shared_api, sid)
+    mount.expect_exit(1)  # the unmount names the file the store does not have

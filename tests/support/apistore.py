@@ -35,6 +35,7 @@ class Fault:
     times: int = 1
     path: str | None = None  # only requests about this memory path
     headers: dict[str, str] = field(default_factory=dict)
+    message: str = "scripted error"
 
 
 @dataclass
@@ -118,9 +119,18 @@ class ApiStore:
         times: int = 1,
         path: str | None = None,
         headers: dict[str, str] | None = None,
+        message: str = "scripted error",
     ) -> None:
         self.faults.append(
-            Fault(op, status, error_type, times=times, path=path, headers=headers or {})
+            Fault(
+                op,
+                status,
+                error_type,
+                times=times,
+                path=path,
+                headers=headers or {},
+                message=message,
+            )
         )
 
     def lose_answer(self, op: str, *, times: int = 1, path: str | None = None) -> None:
@@ -173,7 +183,7 @@ class ApiStore:
             return _error(404, "not_found_error", "no versions here")
         fault = self._fault(seen)
         if fault is not None and fault.status is not None:
-            response = _error(fault.status, fault.error_type)
+            response = _error(fault.status, fault.error_type, fault.message)
             response.headers.update(fault.headers)
             return response
         if seen.op in ("create", "update", "delete") and self.before_write is not None:

@@ -128,7 +128,7 @@ def _own(target: ast.Attribute | ast.Subscript) -> bool:
         if isinstance(base, ast.Name):
             return True
         if isinstance(base, ast.Attribute):
-            base = base.value
+            target, base = base, base.value  # `result.versions[k]`: as `result.versions`
     if isinstance(target, ast.Attribute) and isinstance(base, ast.Name) and base.id == "result":
         return True  # the pass's own PassResult
     while isinstance(base, ast.Attribute):  # self.pusher.x: a part of the engine

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from memfs.errors import StoreAuthError, StoreUnavailable
-from tests.support.syncharness import Harness, running, synced
+from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
 
 @pytest.fixture
@@ -127,3 +127,55 @@ async def test_a_first_pass_that_cannot_reach_the_store_raises_the_cause(tmp_pat
                 await h.start()
         finally:
             await h.aclose()
+
+
+# -- push_path: one file now, and what became of it (`memfs sync FILE`, `write_file`) ----
+
+
+async def test_push_path_answers_with_the_version_the_store_made(h: Harness) -> None:
+    await synced(h, {"/a.md": "a"})
+    async with running(h):
+        h.write("/a.md", "a2")
+        h.write("/new.md", "n")
+        edited = await h.sync.push_path("/a.md", sha=sha("a2"))
+        created = await h.sync.push_path("/new.md")
+        again = await h.sync.push_path("/new.md")
+    assert (edited.outcome, created.outcome, again.outcome) == ("pushed", "pushed", "unchanged")
+    assert edited.version and created.version and edited.version != created.version
+    assert h.fake.by_path() == {"/a.md": "a2", "/new.md": "n"}
+
+
+async def test_push_path_without_merge_lets_the_store_win_a_race(h: Harness) -> None:
+    """The worker's write_file: the SDK answers another session's change with a 409; the
+    file becomes the store's version, the local bytes a conflict copy. With merge (the
+    default, `memfs sync FILE`) the two different lines merge."""
+    await synced(h, {"/a.md": "1\n2\n3\n", "/b.md": "1\n2\n3\n"})
+    async with running(h):
+        h.fake.edit(h.fake.id_of("/a.md"), content="1\n2\n3\nremote\n")
+        h.fake.edit(h.fake.id_of("/b.md"), content="1\n2\n3\nremote\n")
+        h.write("/a.md", "local\n1\n2\n3\n")
+        h.write("/b.md", "local\n1\n2\n3\n")
+        lost = await h.sync.push_path("/a.md", merge=False, sha=sha("local\n1\n2\n3\n"))
+        merged = await h.sync.push_path("/b.md")
+    assert lost.outcome == "conflict" and lost.copy is not None
+    assert read_copy(lost.copy) == "local\n1\n2\n3\n"
+    assert h.read("/a.md") == "1\n2\n3\nremote\n"
+    assert merged.outcome == "pushed"
+    assert h.fake.by_path() == {"/a.md": "1\n2\n3\nremote\n", "/b.md": "local\n1\n2\n3\nremote\n"}
+
+
+async def test_push_path_says_why_it_did_not_push(h: Harness) -> None:
+    await synced(h, {"/a.md": "a"})
+    async with running(h):
+        h.write("/a.md", "changed again")
+        changed = await h.sync.push_path("/a.md", sha=sha("what the caller wrote"))
+        missing = await h.sync.push_path("/nothing.md")
+        h.write("/full.md", "f")
+        h.fake.fail("create", 409, "invalid_request_error", message="the memory store is full")
+        held = await h.sync.push_path("/full.md")
+        h.fake.fail("update", 503, "overloaded_error", times=20)
+        down = await h.sync.push_path("/a.md")
+    assert changed.outcome == "changed" and missing.outcome == "missing"
+    assert held.outcome == "refused" and "full" in held.why
+    assert down.outcome == "unconfirmed"
+    assert h.fake.by_path() == {"/a.md": "a"}  # nothing sent that was not asked for
