@@ -118,11 +118,13 @@ def is_loopback(url: str) -> bool:
 # A server must accept within CONNECT_TIMEOUT and start answering (status line and
 # headers) within a first-byte bound: short for a person waiting (the CLI, a mount's
 # start), longer for background passes behind a busy server. TRANSFER_TIMEOUT bounds
-# each gap inside a body being sent or received, the long bound for big transfers.
+# each gap inside a body being sent or received, the long bound for big transfers. No
+# bound is looser than the SDK's own per-try bound on its memory requests (30 s, the
+# `anthropic` 2.17 worker's `REQUEST_TIMEOUT`): a worker host sees the same patience.
 CONNECT_TIMEOUT = 5.0
 INTERACTIVE_FIRST_BYTE = 5.0
 BACKGROUND_FIRST_BYTE = 30.0
-TRANSFER_TIMEOUT = 60.0
+TRANSFER_TIMEOUT = 30.0
 
 
 def make_http_client(
