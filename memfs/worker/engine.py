@@ -14,6 +14,7 @@ on the SDK's anyio event loop and never blocks it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ import anyio
 
 from memfs.control import protocol, registry
 from memfs.control.client import arequest
-from memfs.paths import MAX_STORES_PER_SESSION
+from memfs.paths import MARKER_PATH, MAX_CONTENT_BYTES, MAX_STORES_PER_SESSION
 
 try:
     from anthropic.lib.tools._memories import (
@@ -44,6 +45,23 @@ except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError(
         "memfs.worker.engine needs the anthropic SDK: pip install 'memfs[anthropic]'"
     ) from e
+try:  # 2.17: tool writes go through the engine (`write_file`), in the SDK's words
+    from anthropic.lib.tools._memories import (
+        NOT_CONFIRMED,
+        NOT_SAVED,
+        MemoryWriteError,
+    )
+    from anthropic.lib.tools._memories import REQUEST_TIMEOUT as SDK_REQUEST_TIMEOUT
+except ImportError:  # 2.16 never calls `write_file`; the same words, for its tests
+    NOT_SAVED = "not saved to memory, so the change was not made"
+    NOT_CONFIRMED = (
+        "the memory store did not confirm the change, so read the file again before you retry"
+    )
+    SDK_REQUEST_TIMEOUT = 30.0
+
+    class MemoryWriteError(Exception):  # type: ignore[no-redef]
+        """A write to a memory file failed. The message is for the agent."""
+
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -53,8 +71,9 @@ log = logging.getLogger("memfs.worker")
 
 #: How long `download` waits for every mount of a session to be live.
 START_TIMEOUT = 120.0
-#: The bound on one control request that is not a teardown pass.
-REQUEST_TIMEOUT = 60.0
+#: The bound on one control request that is not a teardown pass: the SDK's bound on
+#: each try of its own memory requests (2.17's `REQUEST_TIMEOUT`), no looser.
+REQUEST_TIMEOUT = SDK_REQUEST_TIMEOUT
 
 NO_TOKEN = (
     "cannot mount the session's memories: the client has no sessions token; the memory "
@@ -211,6 +230,55 @@ class MemfsSessionStores:
     async def restore_missing(self) -> None:
         """Have the files that are missing now come back instead of being deleted."""
         await self._each(protocol.Restore())
+
+    async def write_file(
+        self, path: Path, content: str, replacing: str | None, *, lock: anyio.Lock
+    ) -> bool:
+        """The SDK's `write` and `edit` tools (2.17): save `content` at `path` in its store
+        and return once the store has it; `False`, doing nothing, outside every store.
+
+        `replacing` is the text the file must still have (an edit); `lock` is the SDK's,
+        held as the SDK holds it, so no sync of this session runs meanwhile. The file is
+        written through the mount, then its daemon pushes that one file and answers with
+        the store's word (`memfs.sync.engine.StoreSync.push_path`). Raises
+        `MemoryWriteError` with the SDK's texts: a refusal puts the file back as it was;
+        another session's change of the same memory first makes the file the store's
+        version (the agent's bytes kept as a conflict copy); no answer within the SDK's
+        `MEMORY_FLUSH_TIMEOUT` leaves the write in the mount, pushed later.
+        """
+        found = await anyio.to_thread.run_sync(self._store_at, path)
+        if found is None:
+            return False
+        store, info, rel = found
+        error = f"{NOT_CONFIRMED}: no answer within {MEMORY_FLUSH_TIMEOUT:g} seconds"
+        with anyio.move_on_after(MEMORY_FLUSH_TIMEOUT):
+            async with lock:
+                data = _writable(store, rel, content)
+                before = await anyio.to_thread.run_sync(_write_through, Path(path), data, replacing)
+                sha = hashlib.sha256(data).hexdigest()
+                try:
+                    answer = await arequest(info, protocol.Push(path=rel, merge=False, sha=sha))
+                except OSError as e:
+                    raise MemoryWriteError(f"{NOT_CONFIRMED}: {e}") from e
+                if answer.get("ok"):
+                    return True
+                error = await _not_saved(answer, Path(path), data, before)
+        raise MemoryWriteError(error)
+
+    def _store_at(self, path: Path) -> tuple[_Store, dict[str, Any], str] | None:
+        """The store whose folder holds `path`, its daemon and the path in the mount
+        ('/a/b.md'); None outside every store."""
+        real = os.path.realpath(path)
+        for mount in self._mounts:
+            for store in mount.stores:
+                root = os.path.realpath(store.path)
+                if real == root or not real.startswith(root + os.sep):
+                    continue
+                info = next((i for i in mount.infos if i.get("mountpoint") == root), None)
+                if info is None:
+                    raise MemoryWriteError(f"{NOT_CONFIRMED}: the memory store is not mounted")
+                return store, info, real[len(root) :]
+        return None
 
     async def dispose(self) -> None:
         """Unmount every store and remove what `download` created. Never raises."""
@@ -388,6 +456,66 @@ class MemfsSessionStores:
             for mount in self._mounts:
                 for info in mount.infos:
                     tg.start_soon(one, mount, info)
+
+
+def _writable(store: _Store, rel: str, content: str) -> bytes:
+    """`content` as the bytes to write, or the SDK's refusal of what no store saves."""
+    if store.read_only:
+        raise MemoryWriteError(f"{NOT_SAVED}: the memory store is read-only.")
+    if rel == "/" + MARKER_PATH:
+        raise MemoryWriteError(f"{NOT_SAVED}: this file marks the folder as a memory store.")
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MemoryWriteError(f"{NOT_SAVED}: the content is not valid UTF-8 ({e.reason}).") from e
+    if len(data) > MAX_CONTENT_BYTES:
+        raise MemoryWriteError(
+            f"{NOT_SAVED}: the content is {len(data):,} bytes; a memory holds at most "
+            f"{MAX_CONTENT_BYTES:,}."
+        )
+    return data
+
+
+def _write_through(path: Path, data: bytes, replacing: str | None) -> bytes | None:
+    """Write `data` at `path` (in the mount); what the file held before (None: nothing).
+    `replacing`: the text the file must still have, else nothing is written."""
+    try:
+        before: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        before = None
+    if replacing is not None and before != replacing.encode("utf-8"):
+        raise MemoryWriteError(
+            f"{NOT_SAVED}: the file changed in the meantime. Read it again before you retry."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return before
+
+
+async def _not_saved(answer: dict[str, Any], path: Path, data: bytes, before: bytes | None) -> str:
+    """The agent's error for a `push` answer that is not ok; a refused write is undone."""
+    outcome, why = answer.get("outcome"), answer.get("why") or answer.get("error") or ""
+    if outcome == "refused":
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_put_back, path, data, before)
+        return f"{NOT_SAVED}: {why}"
+    if outcome == "conflict":
+        why = why or "another session changed this memory first"
+        return f"{NOT_SAVED}: {why}. Read the file again before you retry."
+    return f"{NOT_CONFIRMED}: {why}" if why else NOT_CONFIRMED
+
+
+def _put_back(path: Path, data: bytes, before: bytes | None) -> None:
+    """Undo a refused write, unless the file changed again since."""
+    try:
+        if path.read_bytes() != data:
+            return
+        if before is None:
+            path.unlink()
+        else:
+            path.write_bytes(before)
+    except OSError as e:
+        log.warning("could not undo a refused memory write path=%s error=%s", path, e)
 
 
 async def _ask(info: dict[str, Any], req: protocol.Request, *, bound: float) -> dict[str, Any]:

@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from anthropic.lib.environments import EnvironmentWorker
 
 #: The SDK releases the patch point was checked against (pyproject's `anthropic` extra
-#: pins the same range; a test keeps the two equal).
-SDK_MIN = (2, 16, 0)
-SDK_BELOW = (2, 17, 0)
-SDK_RANGE = "anthropic>=2.16.0,<2.17"
+#: pins the same range; a test keeps the two equal, and .ci/run runs the worker tests
+#: on the oldest release of it too). A new SDK release: widen both, and a green run.
+SDK_RANGE = "anthropic>=2.16.0,<2.18"
+SDK_MIN, SDK_BELOW = (
+    tuple(int(n) for n in bound.split(".")) for bound in SDK_RANGE.split(">=")[1].split(",<")
+)
 
 _ENGINE: contextvars.ContextVar[Callable[..., Any] | None] = contextvars.ContextVar(
     "memfs_worker_engine", default=None
@@ -42,7 +44,10 @@ ENGINE_SURFACE = (
     "finish",
     "flush_writes",
     "dispose",
+    "write_file",  # the agent's write and edit tools save through the engine
 )
+#: Engine methods of `ENGINE_SURFACE` that later SDK releases added, by that release.
+ADDED_IN = {"write_file": (2, 17, 0)}
 
 
 class SDKMismatch(RuntimeError):
@@ -96,15 +101,29 @@ def check_sdk_internals() -> None:
     missing = sorted((public & used) - set(ENGINE_SURFACE))
     if missing:
         problems.append(f"WorkItemRun uses engine members memfs does not provide: {missing}")
-    absent = sorted(set(ENGINE_SURFACE) - public)
+    absent = sorted(
+        name for name in set(ENGINE_SURFACE) - public if version >= ADDED_IN.get(name, SDK_MIN)
+    )
     if absent:
         problems.append(f"the SDK's engine no longer has {absent}")
+    sdk_write = getattr(_memories.SessionMemoryStores, "write_file", None)
+    if sdk_write is not None and _parameters(sdk_write) != _parameters(
+        MemfsSessionStores.write_file
+    ):
+        problems.append(f"the SDK's write_file takes {_parameters(sdk_write)}")
     if problems:
         raise SDKMismatch(
             "memfs.worker.engine cannot drive this SDK: "
             + "; ".join(problems)
             + f" (checked: {SDK_RANGE}; see docs/worker.md)"
         )
+
+
+def _parameters(method: Callable[..., Any]) -> list[tuple[str, str]]:
+    """A method's parameters by name and kind (positional or keyword-only)."""
+    import inspect
+
+    return [(p.name, p.kind.name) for p in inspect.signature(method).parameters.values()]
 
 
 def install_patch() -> None:

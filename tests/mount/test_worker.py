@@ -22,8 +22,8 @@ import pytest
 from anthropic import AsyncAnthropic
 from anthropic.lib.tools._memories import SessionMemoryError
 
-from memfs.worker.engine import MemfsSessionStores
-from memfs.worker.sdk import environment_worker
+from memfs.worker.engine import NOT_CONFIRMED, NOT_SAVED, MemfsSessionStores
+from memfs.worker.sdk import ADDED_IN, environment_worker, sdk_version
 from tests.support.api import Api
 from tests.support.controlplane import (
     ENV_ID,
@@ -591,3 +591,168 @@ def test_the_teardown_names_the_files_the_store_refused(
     assert (
         f"memory_store_id={notes['id']} files=1 paths=/bin.md (content is not valid UTF-8)" in line
     )
+
+
+# -- 2.17: the agent's write and edit tools save through the engine (`write_file`) -------
+
+needs_write_file = pytest.mark.skipif(
+    sdk_version() < ADDED_IN["write_file"],
+    reason="this anthropic release has no write_file: its tools write the file themselves",
+)
+
+
+@needs_write_file
+def test_a_tool_write_is_in_the_store_when_the_tool_returns(api: Api, host: Path) -> None:
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+    seen: list[dict[str, str]] = []
+
+    def after(index: int, posted: Posted) -> None:
+        seen.append(store_files(api, notes["id"]))  # at once: no wait, no sync asked
+
+    script = Script(
+        resources=resources,
+        after_result=after,
+        calls=[
+            Call("write", {"file_path": str(n / "deep/new.md"), "content": "agent\r\nline\n"}),
+            Call(
+                "edit",
+                {"file_path": str(n / "notes.md"), "old_string": "first", "new_string": "1st"},
+            ),
+        ],
+    )
+    with ControlPlane(script, api.client.base_url.__str__()) as plane:
+        assert handle(plane, host.parent / "work") is None
+        results = plane.results
+    assert [p.is_error for p in results] == [False, False], results
+    assert seen[0]["deep/new.md"] == "agent\r\nline\n"
+    assert seen[1]["notes.md"] == "1st line\n"
+
+
+@needs_write_file
+def test_a_tool_write_the_store_refuses_is_an_error_and_leaves_no_file(
+    tmp_path: Path, host: Path
+) -> None:
+    """Too big, a full store, an archived store: the SDK's error, the file as before."""
+    with start_server(
+        tmp_path / "full.db", api_key=TOKEN, extra_args=["--max-memories", "2"]
+    ) as srv:
+        with Api(srv.url, TOKEN) as api:
+            notes, _, resources = make_stores(api, host)  # notes holds 2: it is full
+            n = host / "notes"
+            files: list[list[str]] = []
+
+            def after(index: int, posted: Posted) -> None:
+                files.append(sorted(os.listdir(n)))
+                if index == 2:
+                    api.request("POST", f"/v1/memory_stores/{notes['id']}/archive")
+
+            script = Script(
+                resources=resources,
+                after_result=after,
+                calls=[
+                    Call("write", {"file_path": str(n / "new.md"), "content": "no room\n"}),
+                    Call("write", {"file_path": str(n / "big.md"), "content": "x" * 102_401}),
+                    Call(
+                        "edit",
+                        {
+                            "file_path": str(n / "notes.md"),
+                            "old_string": "first",
+                            "new_string": "1",
+                        },
+                    ),
+                    Call("write", {"file_path": str(n / "notes.md"), "content": "archived\n"}),
+                    Call("read", {"file_path": str(n / "notes.md")}),
+                ],
+            )
+            with ControlPlane(script, srv.url) as plane:
+                handle(plane, host.parent / "work")
+                results = plane.results
+            assert [p.is_error for p in results] == [True, True, False, True, False], results
+            for i in (0, 1, 3):
+                assert f"{n}" in results[i].text and NOT_SAVED in results[i].text, results[i]
+            assert "full" in results[0].text
+            assert "102,400" in results[1].text
+            assert "archived" in results[3].text
+            assert files[0] == files[1] == [".anthropic-memory-store", "keep", "notes.md"]
+            assert results[4].text.endswith("1 line\n") or "1 line" in results[4].text
+            assert store_files(api, notes["id"]) == {"notes.md": "1 line\n", "keep/old.md": "old\n"}
+
+
+@needs_write_file
+def test_a_tool_write_racing_another_sessions_change_gets_the_conflict_error(
+    api: Api, host: Path
+) -> None:
+    """Another session changes the memory between the agent's read and its write: the
+    SDK's 409 error; the file is the store's version; the agent's bytes a conflict copy."""
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+    seen: dict[str, str] = {}
+    plane_ref: list[ControlPlane] = []
+
+    def after(index: int, posted: Posted) -> None:
+        plane = plane_ref[0]
+        if index == 0:  # the mount must not hear of it before the write: hold its watch
+            plane.watch_gate.clear()
+            (memory,) = [m for m in api.list_memories(notes["id"]) if m["path"] == "/notes.md"]
+            api.update_memory(notes["id"], memory["id"], content="another session\n")
+        if index == 1:
+            seen["file"] = (n / "notes.md").read_text()
+            plane.watch_gate.set()
+
+    script = Script(
+        resources=resources,
+        after_result=after,
+        calls=[
+            Call("read", {"file_path": str(n / "notes.md")}),
+            Call("write", {"file_path": str(n / "notes.md"), "content": "the agent\n"}),
+        ],
+    )
+    with ControlPlane(script, api.client.base_url.__str__()) as plane:
+        plane_ref.append(plane)
+        assert handle(plane, host.parent / "work") is None
+        results = plane.results
+    assert results[1].is_error, results[1]
+    assert NOT_SAVED in results[1].text and "Read the file again" in results[1].text
+    assert seen["file"] == "another session\n"
+    assert store_files(api, notes["id"])["notes.md"] == "another session\n"
+    copies = list((host.parent / "cache").rglob("conflicts/*"))
+    assert any(c.is_file() and c.read_bytes() == b"the agent\n" for c in copies), copies
+
+
+@needs_write_file
+def test_a_tool_write_the_store_does_not_confirm_in_time_is_kept_and_pushed_later(
+    api: Api, host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memfs.worker import engine
+
+    monkeypatch.setattr(engine, "MEMORY_FLUSH_TIMEOUT", 2.0)  # the SDK's 30 s, shortened
+    notes, _, resources = make_stores(api, host)
+    n = host / "notes"
+    plane_ref: list[ControlPlane] = []
+
+    def after(index: int, posted: Posted) -> None:
+        plane = plane_ref[0]
+        if index == 0:
+            plane.write_gate.clear()
+        if index == 1:
+            assert "late.md" not in store_files(api, notes["id"])
+            plane.write_gate.set()
+
+    script = Script(
+        resources=resources,
+        after_result=after,
+        calls=[
+            Call("read", {"file_path": str(n / "notes.md")}),
+            Call("write", {"file_path": str(n / "late.md"), "content": "late\n"}),
+            Call("read", {"file_path": str(n / "late.md")}),
+        ],
+    )
+    with ControlPlane(script, api.client.base_url.__str__()) as plane:
+        plane_ref.append(plane)
+        assert handle(plane, host.parent / "work") is None
+        results = plane.results
+    assert results[1].is_error and NOT_CONFIRMED in results[1].text, results[1]
+    assert "no answer within 2 seconds" in results[1].text
+    assert not results[2].is_error and "late" in results[2].text  # the write is there
+    assert store_files(api, notes["id"])["late.md"] == "late\n"  # and reached the store

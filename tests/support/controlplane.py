@@ -110,6 +110,12 @@ class ControlPlane:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._proxy = httpx.Client(timeout=60)
+        # Open gates: a test closes one to hold that kind of memory request at the proxy
+        # (bounded at 60 s) until it opens the gate again; a watch's answer too.
+        self.watch_gate = threading.Event()  # memfs serve's watch
+        self.write_gate = threading.Event()  # creates and updates of memories
+        self.watch_gate.set()
+        self.write_gate.set()
 
     def __enter__(self) -> ControlPlane:
         self._thread.start()
@@ -391,6 +397,11 @@ class ControlPlane:
 
             def _proxy(self, method: str) -> None:
                 body = self._body()
+                path = urllib.parse.urlsplit(self.path).path
+                if path.endswith("/memfs/watch"):
+                    plane.watch_gate.wait(60)
+                elif method == "POST" and "/memories" in path:
+                    plane.write_gate.wait(60)
                 headers = {
                     k: v
                     for k, v in self.headers.items()
@@ -399,6 +410,8 @@ class ControlPlane:
                 r = plane._proxy.request(
                     method, plane.memory_url + self.path, content=body, headers=headers
                 )
+                if path.endswith("/memfs/watch"):
+                    plane.watch_gate.wait(60)  # a watch in flight when the gate closed
                 raw = r.content
                 self.send_response(r.status_code)
                 for k, v in r.headers.items():

@@ -40,9 +40,38 @@ def test_the_installed_sdk_is_one_the_patch_point_was_checked_against() -> None:
 
 def test_the_engine_has_the_sdk_engines_whole_public_surface() -> None:
     public = {n for n in dir(SessionMemoryStores) if not n.startswith("_")}
-    assert public == set(ENGINE_SURFACE)
-    for name in public:
+    version = worker_sdk.sdk_version()
+    newer = {n for n, since in worker_sdk.ADDED_IN.items() if version < since}
+    assert public == set(ENGINE_SURFACE) - newer
+    for name in ENGINE_SURFACE:  # the newer ones too: one engine serves the whole range
         assert hasattr(MemfsSessionStores, name), name
+
+
+def test_a_tool_write_reaches_the_engine_as_the_sdk_passes_it() -> None:
+    """2.17's WorkItemRun hands the tools `partial(engine.write_file, lock=its lock)`;
+    on 2.16 the tools write the file themselves and never call it."""
+    sdk_write = getattr(SessionMemoryStores, "write_file", None)
+    if worker_sdk.sdk_version() < worker_sdk.ADDED_IN["write_file"]:
+        assert sdk_write is None
+        return
+    assert sdk_write is not None
+    assert worker_sdk._parameters(sdk_write) == worker_sdk._parameters(
+        MemfsSessionStores.write_file
+    )
+    assert "write_file" in _worker.WorkItemRun._run_tools.__code__.co_names
+
+
+def test_a_changed_write_file_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    if worker_sdk.sdk_version() < worker_sdk.ADDED_IN["write_file"]:
+        assert not hasattr(SessionMemoryStores, "write_file")  # added by 2.17: none to check
+        return
+
+    async def other(self: Any, path: Path, content: str, *, lock: Any) -> bool:
+        return False
+
+    monkeypatch.setattr(SessionMemoryStores, "write_file", other)
+    with pytest.raises(SDKMismatch, match="the SDK's write_file takes"):
+        check_sdk_internals()
 
 
 def test_the_pinned_range_is_the_one_in_pyproject() -> None:
@@ -80,7 +109,7 @@ def test_a_changed_sdk_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
         check_sdk_internals()
     monkeypatch.undo()
     monkeypatch.setattr(worker_sdk, "SDK_BELOW", (2, 16, 0))
-    with pytest.raises(SDKMismatch, match=r"is outside anthropic>=2\.16\.0,<2\.17"):
+    with pytest.raises(SDKMismatch, match=r"is outside anthropic>=2\.16\.0,<2\.18"):
         environment_worker(AsyncAnthropic(base_url="http://127.0.0.1:9", auth_token="t"))
 
 
