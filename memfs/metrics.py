@@ -119,6 +119,12 @@ class _Metrics:
             ["store"],
             registry=registry,
         )
+        self.feed_missed = Counter(
+            "memfs_feed_missed",
+            "Changes a full listing found that the change feed had not brought.",
+            ["store"],
+            registry=registry,
+        )
         self.requests = Counter(
             "memfs_store_requests",
             "HTTP requests to the store, each "
@@ -246,6 +252,11 @@ def sync_pass(store_id: str, outcome: str, conflicts: int) -> None:
         _m.passes.labels(store_id, outcome).inc()
         if conflicts:
             _m.conflicts.labels(store_id).inc(conflicts)
+
+
+def feed_missed(store_id: str, missed: int) -> None:
+    if _m is not None:
+        _m.feed_missed.labels(store_id).inc(missed)
 
 
 def store_request(kind: str, status: str, sent: int, received: int) -> None:

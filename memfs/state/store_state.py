@@ -206,6 +206,13 @@ class StoreState(SyncRecords):
             node = child
         return node
 
+    def meta(self, key: str) -> str | None:
+        """A value the sync keeps in the journal across restarts (the feed's cursor)."""
+        return self.journal.get_meta(key)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.journal.set_meta(key, value)
+
     def tell_changes(self, hook: Callable[[Node | None, ChangeKind], None] | None) -> None:
         """Who hears of each local change (the sync's push-soon scheduler); None: nobody."""
         self.on_change = hook or _no_change

@@ -39,24 +39,33 @@ from memfs.state import cachegc
 from memfs.state.node import Kind, Node
 from memfs.state.store_state import ChangeKind, StoreState
 from memfs.store.client import StoreClient
+from memfs.store.wire import MemoryVersion
+from memfs.sync.feed import Cursor, Feed, read_feed, remote_view
 from memfs.sync.fetcher import ContentFetcher
 from memfs.sync.landing import Lander
 from memfs.sync.listen import Listener, Mode
 from memfs.sync.notify import Notifier
-from memfs.sync.plan import ConflictCopy, PassResult, PathPush, Planner
+from memfs.sync.plan import (
+    WRITE_QUIET_NS,
+    ConflictCopy,
+    PassKind,
+    PassResult,
+    PathPush,
+    Plan,
+    Planner,
+)
 from memfs.sync.progress import Tracker
 from memfs.sync.pusher import MERGE_RETRIES, Pusher
-from memfs.sync.schedule import PushSoon
+from memfs.sync.schedule import Scheduler
 
 log = logging.getLogger("memfs.sync")
 
-# An idle pass asks only for the store's newest version; every this many passes it lists
-# the whole store anyway, as a guard against a server that changed without a version.
-FULL_LISTING_EVERY = 20
 # The object cache is collected at start and this often (memfs/state/cachegc.py).
 GC_EVERY = 600.0
 # The least wait before a pass that retries a transient refusal (pusher.RETRY_FIRST).
 RETRY_GAP = 5.0
+# Journal meta: the newest version of the store this mount has applied (feed.Cursor).
+CURSOR_META = "feed_cursor"
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,8 @@ class SyncStatistics:
     next_pass_at: float | None  # time.time(); None: when the watch fires
     learns_by: Mode  # how remote changes reach this mount (memfs/sync/listen.py)
     last_heard_at: float | None  # time.time() of the store's last answer
+    passes: dict[str, int]  # passes since start, by kind (memfs/sync/schedule.py)
+    feed_missed: int  # changes a full listing found that the feed had not brought
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +134,8 @@ class SyncStatistics:
             "next_pass_at": rfc3339(self.next_pass_at) if self.next_pass_at else None,
             "learns_by": self.learns_by,
             "last_heard_at": rfc3339(self.last_heard_at) if self.last_heard_at else None,
+            "passes": dict(self.passes),
+            "feed_missed": self.feed_missed,
         }
 
 
@@ -183,15 +196,13 @@ class StoreSync:
             deletions=deletions,
         )
         self.store_id = state.store_id
-        # A local change starts a pass about a second after it settles (schedule.py).
-        self.push_soon = PushSoon(
-            self.request_sync, writers_tracked=lambda: state.tree.writers_tracked
-        )
+        # When a pass runs and what kind: one pure decision (memfs/sync/schedule.py).
+        self.scheduler = Scheduler(interval=interval, push_soon=push_soon)
         # How remote changes reach this mount: the watch, or probing passes (listen.py).
         self.listener = Listener(
             client,
             state.store_id,
-            self._heard_news,
+            self._heard,
             interval=interval,
             budget=probe_budget,
             use_watch=watch,
@@ -208,22 +219,25 @@ class StoreSync:
         self._invalid_path = Repeated(
             log, "the server listed a path no memory can have; skipping memory_store_id=%s path=%s"
         )
+        self._feed_missed = Repeated(
+            log,
+            "the full listing found changes the feed had not brought memory_store_id=%s missed=%d",
+        )
         self._wake = trio.Event()
-        self._pass_due = False  # `request_sync` asked: the next wake is a pass
-        self._echo_owed = False  # the watch echoed our upload; a listing is still owed
         self._started_seq = 0
         self._completed_seq = 0
-        self._asked_seq = 0  # passes up to this one were asked for (`sync_now`)
         self._completed = trio.Event()
         self._last_cause: BaseException | None = None  # of the last failed pass
         self._pass_lock = trio.Lock()
-        # The idle-pass shortcut (see _idle): what the last full pass saw.
-        self._head_supported = True
-        self._listed_head: str | None = ""
-        self._listed_generation = -1
-        self._left_over = True
+        # The change feed (memfs/sync/feed.py): the newest version applied, kept in the
+        # journal across restarts; None until a full listing set it.
+        self._cursor: Cursor | None = None
+        self._feed_supported = True  # False: the store has no versions list; every pass lists
+        self._missed = 0  # changes full listings found that the feed had missed
+        self._left_over = False  # the last pass left work a later one must do
+        self._left_over_pulls = False  # a pull of the last pass waits for its content
+        self._probe_at = math.inf  # trio time of the next probe (probing or interval mode)
         self._next_retry: float | None = None  # time.time() a transient refusal is due
-        self._lean_passes = 0
 
     @property
     def deletions(self) -> DeletionMode:
@@ -238,20 +252,22 @@ class StoreSync:
         return self.lander.conflict_copies
 
     # -- public verbs ---------------------------------------------------------------
-    def request_sync(self) -> None:
-        self._pass_due = True
+    def request_sync(self, *, full: bool = False) -> None:
+        """A pass now, as `memfs sync` asks (`full`: a full listing)."""
+        self.scheduler.asked(trio.current_time(), full=full)
         self._wake.set()
 
-    def _heard_news(self) -> None:
-        """The watch answered with a new head: a pass, unless it is the echo of this
-        mount's own upload (`_wait_for_pass` tells once the pass in flight is done)."""
+    def _heard(self, head: str | None) -> None:
+        """The watch answered with a new head: another writer's version (a feed pass at
+        once), or the echo of this mount's own upload (one later, `schedule.ECHO_DEFER`)."""
+        own = head is not None and self.listener.is_own(head)
+        self.scheduler.heard(trio.current_time(), own=own)
         self._wake.set()
 
-    async def sync_now(self) -> PassResult:
+    async def sync_now(self, *, full: bool = False) -> PassResult:
         """Run a pass that starts after this call, and return its result."""
         target = self._started_seq + 1
-        self._asked_seq = max(self._asked_seq, target)
-        self.request_sync()
+        self.request_sync(full=full)
         while self._completed_seq < target:
             await self._completed.wait()
         assert self.last_pass is not None
@@ -359,7 +375,8 @@ class StoreSync:
                 self.state.forget_identity(node)
                 restored += 1
             if restored:
-                state.note_change()  # the next pass lists, whatever the store's head
+                # The local state forgot memories the store has: only a listing finds them.
+                self.scheduler.reconcile()
                 log.info(
                     "restoring files a stopped tool call left missing memory_store_id=%s paths=%d",
                     self.store_id,
@@ -371,9 +388,12 @@ class StoreSync:
         """Wait until `node`'s content is local (the caller bounds the wait); why not."""
         return await self.fetcher.wait(node)
 
-    async def run_pass(self, *, final: bool = False) -> PassResult:
-        """One pass now, in the caller's task (tests and tools; the mount uses `run`)."""
-        return await self._pass(initial=False, final=final)
+    async def run_pass(
+        self, *, final: bool = False, kind: PassKind = "feed", asked: bool = False
+    ) -> PassResult:
+        """One pass now, in the caller's task (tests and tools; the mount uses `run`),
+        as a timer's pass would run (`asked`: as `memfs sync`'s)."""
+        return await self._pass(kind, final=final, asked=asked)
 
     def statistics(self) -> SyncStatistics:
         """What `memfs status` and the metrics show of this store, read in one go."""
@@ -417,6 +437,8 @@ class StoreSync:
             next_pass_at=self.next_pass_at,
             learns_by=self.listener.mode,
             last_heard_at=self.listener.statistics().last_heard_at,
+            passes=self.scheduler.statistics().passes,
+            feed_missed=self._missed,
         )
 
     # -- lifetime -------------------------------------------------------------------
@@ -429,10 +451,11 @@ class StoreSync:
         """
         loaded = self.state.load_journal()
         log.debug("journal loaded memory_store_id=%s rows=%d", self.store_id, loaded)
+        self._cursor = Cursor.loads(self.state.meta(CURSOR_META))
         if offline:
             self.offline = True
             return
-        result = await self._pass(initial=True)
+        result = await self._pass("full", initial=True)
         if result.outcome != "ok":
             # The cause itself, so start-up can tell unreachable (exit 3) and refused
             # credentials (exit 2) from other failures.
@@ -446,55 +469,46 @@ class StoreSync:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.fetcher.run)
                 await nursery.start(self.listener.run)
-                if self.push_soon_enabled:
-                    await nursery.start(self.push_soon.run)
                 self.state.tell_changes(self._local_change)
                 nursery.start_soon(self._collector)
                 task_status.started()
+                self._plan_probe()
                 while True:
-                    # The listener's pace (watch, probe or interval), or sooner when a
-                    # transient refusal is due again (a pass that failed before retrying it
-                    # waits RETRY_GAP, not zero).
-                    wait = self.listener.delay(work_left=self._work_left(), failing=self._failing())
-                    if self._next_retry is not None:
-                        wait = min(wait, max(RETRY_GAP, self._next_retry - time.time()))
-                    self.next_pass_at = time.time() + wait if wait < math.inf else None
-                    if await self._wait_for_pass(wait):
-                        await self._pass(initial=False)
+                    now = trio.current_time()
+                    due = self.scheduler.next(now, idle=self._probe_at - now)
+                    if due.at > now:
+                        wait = due.at - now
+                        self.next_pass_at = time.time() + wait if wait < math.inf else None
+                        with trio.move_on_at(due.at):
+                            await self._wake.wait()
+                        self._wake = trio.Event()
+                        continue  # something may have moved the next pass: decide again
+                    await self._pass(due.kind, asked=due.asked)
         finally:
             self.state.tell_changes(None)  # no pass loop to wake any more
 
-    async def _wait_for_pass(self, wait: float) -> bool:
-        """Until a pass is due: `wait` passed or something asked for one (True), or the
-        watch woke the loop with news that is only the echo of this mount's own upload
-        (False: wait again). Skipping that pass matters under a stream of writes, where
-        each pass's uploads would wake the next one at once, each listing the store.
-        Another session's change may hide behind our head, so a pass is still owed
-        (`_echo_owed`): once local writes settle (push soon), else at the interval."""
-        with trio.move_on_after(wait) as waited:
-            await self._wake.wait()
-        self._wake = trio.Event()
-        due, self._pass_due = self._pass_due, False
-        if waited.cancelled_caught or due or not self.listener.echo_of_own():
-            return True
-        self._echo_owed = True
-        if self.push_soon_enabled:
-            self.push_soon.recheck()
-        return False
-
     def _local_change(self, node: Node | None, kind: ChangeKind) -> None:
+        """A local change (from FUSE handlers, on the event loop; never awaits)."""
         self.listener.local_change()
-        if self.push_soon_enabled:
-            self.push_soon.changed(node, kind)
+        now = trio.current_time()
+        tracked = self.state.tree.writers_tracked
+        if kind in ("write", "create") and tracked:
+            if kind == "create" or (node is not None and node.open_writers > 0):
+                # Its writer's close says when it is done; the interval is the bound.
+                self.scheduler.changed(now, held_open=True)
+                return
+        # Without tracked writers (zero-message opens) no close is seen: a write settles
+        # once no other came for the planner's quiet spell.
+        untracked = kind in ("write", "create") and not tracked
+        quiet = WRITE_QUIET_NS / 1e9 + 0.05 if untracked else 0.0
+        self.scheduler.changed(now, quiet=quiet)
+        self._wake.set()
 
-    def _work_left(self) -> bool:
-        """A pass is due at the interval even if the store says nothing new."""
-        return (
-            self._left_over or self._echo_owed or self.state.generation != self._listed_generation
-        )
-
-    def _failing(self) -> bool:
-        return self.offline or (self.last_pass is not None and self.last_pass.outcome != "ok")
+    def _plan_probe(self) -> None:
+        """When the listener wants the next probe (inf while the watch is open)."""
+        failing = self.offline or (self.last_pass is not None and self.last_pass.outcome != "ok")
+        wait = self.listener.delay(work_left=False, failing=failing)
+        self._probe_at = trio.current_time() + wait
 
     async def collect_garbage(self) -> cachegc.Collected:
         """Clean the object cache between passes (see memfs/state/cachegc.py)."""
@@ -521,7 +535,7 @@ class StoreSync:
         timeout = self.flush_timeout
         with trio.move_on_after(timeout) as scope:
             pushed = await self._push_first()
-            result = await self._pass(initial=False, final=True)
+            result = await self._pass("feed", final=True)
             result.pushed += pushed
             return result
         self.progress.end()
@@ -544,7 +558,7 @@ class StoreSync:
             return 0
         result = PassResult(time.time(), 0.0, "ok")
         async with self._pass_lock:
-            plan = self.planner.plan_local()
+            plan = self.planner.plan_local(asked=True, final=True, interval=self.interval)
             if not plan.updates and not plan.creates:
                 return 0
             try:
@@ -557,15 +571,18 @@ class StoreSync:
         return result.pushed
 
     # -- one pass -------------------------------------------------------------------
-    async def _pass(self, *, initial: bool, final: bool = False) -> PassResult:
+    async def _pass(
+        self, kind: PassKind, *, initial: bool = False, final: bool = False, asked: bool = False
+    ) -> PassResult:
         async with self._pass_lock:
             self._started_seq += 1
             seq = self._started_seq
             started = time.time()
             t0 = time.monotonic()
-            result = PassResult(started, 0.0, "ok")
+            self.scheduler.started(trio.current_time(), kind)
+            result = PassResult(started, 0.0, "ok", kind=kind)
             try:
-                await self._run_pass(result, initial=initial, final=final)
+                await self._run_pass(result, kind, initial=initial, final=final, asked=asked)
             except Exception as e:
                 cause = _expected_failure(e)
                 if cause is None:
@@ -583,6 +600,15 @@ class StoreSync:
             finally:
                 self.progress.end()
             result.duration_s = time.monotonic() - t0
+            now = trio.current_time()
+            self.scheduler.done(
+                now, result.kind, ok=result.outcome == "ok", left_over=self._left_over
+            )
+            if self._next_retry is not None:
+                self.scheduler.retry_at(now + max(RETRY_GAP, self._next_retry - time.time()))
+            else:
+                self.scheduler.retry_at(None)
+            self._plan_probe()
             metrics.sync_pass(
                 self.store_id,
                 "idle" if result.outcome == "ok" and not result.listed else result.outcome,
@@ -593,8 +619,9 @@ class StoreSync:
             done, self._completed = self._completed, trio.Event()
             done.set()
             log.debug(
-                "sync pass done memory_store_id=%s outcome=%s ms=%d pulled=%d pushed=%d",
+                "sync pass done memory_store_id=%s kind=%s outcome=%s ms=%d pulled=%d pushed=%d",
                 self.store_id,
+                result.kind,
                 result.outcome,
                 int(result.duration_s * 1000),
                 result.pulled,
@@ -602,44 +629,106 @@ class StoreSync:
             )
             return result
 
-    async def _store_head(self) -> str | None:
-        """The store's newest version id: every create, change and delete appends one.
-
-        Asked before the listing, so a change made while listing shows up as a newer
-        head next time. "" when the store cannot say (then every pass lists).
-        """
-        if not self._head_supported:
-            return ""
+    async def _store_head(self) -> MemoryVersion | None:
+        """The store's newest version (every create, change and delete appends one);
+        None if the store has none. `_feed_supported` goes False where the store has no
+        versions list: then every pass lists."""
         try:
             versions = await self.client.list_versions(self.store_id, limit=1)
         except (NotFound, Rejected):
-            self._head_supported = False
-            return ""
-        return versions[0].id if versions else None
+            self._feed_supported = False
+            return None
+        return versions[0] if versions else None
 
-    def _idle(self, head: str | None, asked: bool) -> bool:
-        """Nothing changed on either side since the last full pass, and no transient
-        refusal is due (or asked for, `asked`): skip the listing."""
-        retry = self._next_retry is not None and (asked or time.time() >= self._next_retry)
-        return (
-            head != ""
-            and head == self._listed_head
-            and self.state.generation == self._listed_generation
-            and not self._left_over
-            and not retry
-            and self._lean_passes < FULL_LISTING_EVERY
-        )
-
-    async def _run_pass(self, result: PassResult, *, initial: bool, final: bool) -> None:
-        head = await self._store_head()
-        self.listener.heard(head)
-        asked = final or self._started_seq <= self._asked_seq
-        if not initial and self._idle(head, asked):
-            self._lean_passes += 1
+    async def _run_pass(
+        self, result: PassResult, kind: PassKind, *, initial: bool, final: bool, asked: bool
+    ) -> None:
+        if self._cursor is None or not self._feed_supported:
+            kind = "full"  # nothing to read the feed from: list
+        if kind == "probe":
+            head = await self._store_head()
+            self.listener.heard(head.id if head is not None else None)
+            cursor = self._cursor
+            if not self._feed_supported:
+                kind = "full"
+            elif cursor is None or (head.id if head is not None else "") == cursor.head:
+                result.listed = False
+                result.kind = "probe"
+                return
+            else:
+                kind = "feed"  # the head moved: read what moved it
+        if kind == "push":
             result.listed = False
+            await self._push_pass(result, asked=asked)
             return
-        generation = self.state.generation
-        self._echo_owed = False  # this listing comes after every upload it stood for
+        feed: Feed | None = None
+        if self._cursor is not None and self._feed_supported and not initial:
+            feed = await self._read_feed()
+        if kind == "feed" and feed is not None and feed.complete:
+            result.kind, result.listed = "feed", False
+            remote = self._remote_from(feed)
+            await self._apply(result, remote, initial=initial, final=final, asked=asked)
+            self._advance(feed.cursor)
+            return
+        result.kind = "full"
+        await self._full_pass(result, feed, initial=initial, final=final, asked=asked)
+
+    async def _read_feed(self) -> Feed | None:
+        """The versions since the cursor (memfs/sync/feed.py); None where the store has
+        no versions list."""
+        assert self._cursor is not None
+        self.progress.begin("reading changes")
+        try:
+            feed = await read_feed(self.client, self.store_id, self._cursor)
+        except (NotFound, Rejected):
+            self._feed_supported = False
+            return None
+        for full in feed.contents:
+            self.fetcher.store(full)
+        if feed.cursor.head:
+            self.listener.heard(feed.cursor.head)
+        if not feed.complete:
+            log.info(
+                "the change feed cannot answer; listing the store memory_store_id=%s why=%s",
+                self.store_id,
+                feed.why,
+            )
+        return feed
+
+    def _remote_from(self, feed: Feed) -> dict[str, RemoteMemory]:
+        """The store as a listing would show it: what this mount last saw of every
+        memory it knows, with the feed's changes laid over."""
+        baseline: dict[str, RemoteMemory] = {}
+        for holder in (self.state.by_memory, self.state.tombstones):
+            for memory_id, node in holder.items():
+                if node.base_sha is not None and node.base_path is not None:
+                    baseline[memory_id] = RemoteMemory(
+                        memory_id, node.base_path, node.base_sha, node.size, ""
+                    )
+        remote, invalid = remote_view(baseline, feed)
+        for path in invalid:
+            if path == MARKER_PATH:
+                self._marker_listed.warning(self.store_id, path, self.store_id)
+            else:
+                self._invalid_path.warning((self.store_id, path), self.store_id, path)
+        return remote
+
+    def _advance(self, cursor: Cursor) -> None:
+        """The feed up to `cursor` is applied: keep it (unless a pull still waits for its
+        content; then the same versions are read again)."""
+        if self._left_over_pulls or cursor == self._cursor:
+            return
+        self._cursor = cursor
+        self.state.set_meta(CURSOR_META, cursor.dumps())
+
+    async def _full_pass(
+        self, result: PassResult, feed: Feed | None, *, initial: bool, final: bool, asked: bool
+    ) -> None:
+        """List the whole store and plan from it: at start, when the feed cannot answer,
+        and on the reconciliation schedule. Changes the listing shows that the feed read
+        just before it did not (`feed`) are counted: the feed missed them."""
+        head = await self._store_head() if self._feed_supported else None
+        self.listener.heard(head.id if head is not None else None)
         remote: dict[str, RemoteMemory] = {}
         self.progress.begin("listing")
         async for memory in self.client.iter_memories(self.store_id):
@@ -654,27 +743,73 @@ class StoreSync:
                 continue
             remote[memory.id] = memory
         self.progress.end()
-        asked = self._started_seq <= self._asked_seq
+        if feed is not None and feed.complete and not initial:
+            self._count_missed(self._remote_from(feed), remote)
+        await self._apply(result, remote, initial=initial, final=final, asked=asked)
+        if self._feed_supported:
+            self._advance(Cursor(head.created_at, head.id) if head is not None else Cursor())
+
+    def _count_missed(
+        self, expected: dict[str, RemoteMemory], listed: dict[str, RemoteMemory]
+    ) -> None:
+        missed = sum(
+            1
+            for memory_id in expected.keys() | listed.keys()
+            if (e := expected.get(memory_id)) is None
+            or (r := listed.get(memory_id)) is None
+            or (e.path, e.content_sha256) != (r.path, r.content_sha256)
+        )
+        if missed:
+            self._missed += missed
+            metrics.feed_missed(self.store_id, missed)
+            self._feed_missed.warning(self.store_id, self.store_id, missed)
+
+    async def _apply(
+        self,
+        result: PassResult,
+        remote: dict[str, RemoteMemory],
+        *,
+        initial: bool,
+        final: bool,
+        asked: bool,
+    ) -> None:
+        """Plan from the store's state (a listing, or the feed over the baseline), bring
+        in what changed there, push what changed here."""
+        asked = asked or final
         plan = self.planner.plan(remote, final=final, interval=self.interval, asked=asked)
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])
         # Removals first: a remotely deleted file may be in the way of a pulled one.
         self.lander.apply_removals(plan)
-        # A pull whose content did not arrive keeps the next pass listing (`_idle`).
-        deferred = self.lander.apply_pulls(plan, result, require_content=not initial)
+        # A pull whose content did not arrive: the same changes are read again next time.
+        self._left_over_pulls = self.lander.apply_pulls(plan, result, require_content=not initial)
         # Before pushing, and for read-only stores too: the kernel must forget what the
         # pulls changed before this pass is reported done.
         await self.lander.flush_invalidations()
-        if not self.state.read_only:
-            hold = self.deletes_when_asked and not (asked or final)
-            self.pusher.deletes_held += hold
-            try:
-                await self.pusher.push(plan, result)
-            finally:
-                self.pusher.deletes_held -= hold
-        self._listed_head, self._listed_generation = head, generation
-        self._lean_passes = 0
-        self._left_over = self._has_left_over() or deferred
+        await self._push(plan, result, asked=asked)
+        self._left_over = self._has_left_over() or self._left_over_pulls
+
+    async def _push_pass(self, result: PassResult, *, asked: bool) -> None:
+        """Local changes only, each on its precondition: no listing, no feed. What the
+        store answers decides: a lost race is merged or lost to the store's version, a
+        path taken makes the next pass read the feed."""
+        plan = self.planner.plan_local(asked=asked, final=False, interval=self.interval)
+        plan.deletes.extend(self.state.tombstones.values())
+        await self._push(plan, result, asked=asked)
+        self._left_over = self._has_left_over()
+
+    async def _push(self, plan: Plan, result: PassResult, *, asked: bool) -> None:
+        if self.state.read_only:
+            return
+        hold = self.deletes_when_asked and not asked
+        self.pusher.deletes_held += hold
+        try:
+            await self.pusher.push(plan, result)
+        finally:
+            self.pusher.deletes_held -= hold
+        if self.pusher.taken:
+            self.pusher.taken = False
+            self.scheduler.heard(trio.current_time(), own=False)  # the feed settles it
 
     def _has_left_over(self) -> bool:
         """Anything a later pass still has to push, even with no new local change; and

@@ -64,7 +64,7 @@ class Listener:
         self,
         client: StoreClient,
         store_id: str,
-        wake: Callable[[], None],
+        wake: Callable[[str | None], None],
         *,
         interval: float,
         budget: int = DEFAULT_PROBE_BUDGET,
@@ -114,10 +114,10 @@ class Listener:
         """An upload of this mount made `version_id` (`Pusher._pushed`)."""
         self._own[version_id] = None
 
-    def echo_of_own(self) -> bool:
-        """The watch's newest head is a version this mount's own upload made. Asked
-        between passes, when every upload of the last one has been answered."""
-        if self._watch_head is None or self._watch_head not in self._own:
+    def is_own(self, version_id: str) -> bool:
+        """`version_id` is a version this mount's own upload made: the watch answering
+        with it is the echo of our own push."""
+        if version_id not in self._own:
             return False
         self._echoes += 1
         return True
@@ -205,15 +205,15 @@ class Listener:
         self._watching = True
         self._watch_head = head
         if head != self._head:
-            self._wake_pass()  # it changed since the last pass read it (while not watching)
+            self._wake_pass(head)  # it changed since the last pass read it (not watching)
         while True:
             new = await self.client.watch(self.store_id, after=head, seconds=WATCH_SECONDS)
             self._last_heard = time.time()
             if new != head:
                 head = new
                 self._watch_head = new
-                self._wake_pass()
+                self._wake_pass(new)
 
-    def _wake_pass(self) -> None:
+    def _wake_pass(self, head: str | None) -> None:
         self._wakeups += 1
-        self._wake()
+        self._wake(head)

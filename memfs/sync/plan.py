@@ -26,6 +26,8 @@ WRITE_QUIET_NS = 2_000_000_000
 log = logging.getLogger("memfs.sync")
 
 PassOutcome = Literal["ok", "failed", "cut-off"]
+# The kinds of pass, cheapest first (memfs/sync/schedule.py decides which runs).
+PassKind = Literal["probe", "push", "feed", "full"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class PassResult:
     pushed: int = 0
     deleted: int = 0
     conflicts: int = 0
-    listed: bool = True  # False: nothing changed on either side, the listing was skipped
+    listed: bool = True  # False: no full listing (a probe, push or feed pass)
+    kind: PassKind = "full"  # what the pass did (memfs/sync/schedule.py)
     # This pass's conflicts, so `memfs sync` can name them.
     conflict_copies: list[ConflictCopy] = field(default_factory=list)
     # The version each accepted upload made, by the path it has now (`StoreSync.push_path`).
@@ -69,6 +72,7 @@ class PassResult:
             "conflicts": self.conflicts,
             "conflict_copies": [c.as_json() for c in self.conflict_copies],
             "listed": self.listed,
+            "kind": self.kind,
         }
 
 
@@ -163,19 +167,19 @@ class Planner:
                 plan.pulls.append(Pull(r, None, 0))
         return plan
 
-    def plan_local(self) -> Plan:
-        """The final sync's first uploads, from the local state alone (no listing):
+    def plan_local(self, *, asked: bool, final: bool, interval: float) -> Plan:
+        """A push pass's uploads, from the local state alone (no listing, no feed):
         changed or renamed files of known memories (updates, each on its baseline's
         precondition, so a remote change is caught and merged as usual) and new files
-        (creates; a path the store has meanwhile is a path conflict the listing then
-        settles). An upload whose answer was lost, and deletes, wait for the listing."""
+        (creates; a path the store has meanwhile is a path conflict the feed then
+        settles). An upload whose answer was lost waits for the feed, which settles it."""
         plan = Plan()
         self.pair_saves()
         now = time.monotonic()
         for node in list(self.state.walk_files()):
             if self.excluded(node) or node.sent_sha is not None or node.sent_path is not None:
                 continue
-            if not self.ready_to_push(node, now, True, 0.0, True):
+            if not self.ready_to_push(node, now, asked, interval, final):
                 continue
             if node.memory_id is None:
                 plan.creates.append(node)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memfs.sync.feed import RECONCILE_EVERY
 from tests.support.api import Api
 from tests.support.metrics import free_port, scrape, value
 from tests.support.mount import MountProcess, mount_store
@@ -87,7 +89,14 @@ def test_changes_reach_the_other_mount_by_the_watch(pair: Pair) -> None:
     changes_reach(b, a, "from-b")
     status = store_status(b)
     assert status["learns_by"] == "watch" and status["last_heard_at"] is not None
-    assert status["next_pass_at"] is None  # idle and watched: no pass on a timer
+    # Idle and watched: no pass on a timer but the hourly reconciliation.
+    eventually(
+        lambda: (
+            datetime.fromisoformat(store_status(b)["next_pass_at"]).timestamp()
+            > time.time() + RECONCILE_EVERY - 60
+        ),
+        "only the reconciliation is due",
+    )
 
 
 def test_two_appenders_lose_no_line(pair: Pair, api: Api) -> None:

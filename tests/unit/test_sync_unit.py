@@ -7,6 +7,7 @@ trio's autojump clock, with the tree's and the engine's monotonic clock tied to 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ import memfs.sync.schedule
 from memfs.config import DEFAULT_EXCLUDES
 from memfs.store.client import RetryPolicy
 from memfs.sync.engine import RefusedFile
+from memfs.sync.plan import PassKind
 from memfs.sync.pusher import delete_cap
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
@@ -438,12 +440,14 @@ async def test_offline_then_catches_up(
         await synced(h, {"/t.md": "base"})
         async with trio.open_nursery() as nursery:
             await nursery.start(h.sync.run)
-            h.fake.fail("list", 503, times=1000)  # the server is gone
+            for op in ("list", "versions", "retrieve", "create", "update", "delete"):
+                h.fake.fail(op, 503, times=1000)  # the server is gone
             h.write("/t.md", "offline edit")
             h.write("/o.md", "offline create")
             await trio.sleep(60)
             assert h.sync.last_pass is not None and h.sync.last_pass.outcome == "failed"
-            assert h.fake.writes() == []
+            assert h.fake.by_path() == {"/t.md": "base"}  # tried, on the interval only
+            assert len(h.fake.ops("update")) <= 2 * 60 / 15 + 2
             h.fake.faults.clear()  # it is back
             await trio.sleep(20)
             assert h.sync.last_pass.outcome == "ok"
@@ -986,7 +990,8 @@ async def test_restart_with_remote_change_store_wins(h: Harness) -> None:
 async def test_idle_pass_only_lists(
     tmp_path: Path, n: int, versions: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Idle: one request for the store's head version; without versions, the listing."""
+    """Idle (a probing mount's pass): one request for the store's head version; without
+    versions, the listing."""
     h = Harness(tmp_path)
     h.fake.versions_supported = versions
     try:
@@ -1017,7 +1022,7 @@ async def test_idle_pass_only_lists(
         h.notifier.inodes.clear()
         h.notifier.entries.clear()
         t0 = time.perf_counter()
-        result = await h.sync_once()
+        result = await h.sync.run_pass(kind="probe")
         elapsed_ms = (time.perf_counter() - t0) * 1000
         assert result.outcome == "ok" and result.pulled == result.pushed == 0
         if versions:
@@ -1032,42 +1037,52 @@ async def test_idle_pass_only_lists(
         await h.aclose()
 
 
-async def test_idle_shortcut_never_hides_a_change(h: Harness) -> None:
-    """A remote change, a local change, or enough lean passes bring the listing back."""
-    from memfs.sync.engine import FULL_LISTING_EVERY
+async def test_feed_passes_bring_every_change_without_a_listing(h: Harness) -> None:
+    """A remote create, edit, rename and delete each cost one page of the versions feed
+    (their contents in it); a local change is pushed with no read at all; only a full
+    pass lists (memfs/sync/feed.py)."""
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B", "/c.md": "C"})
 
-    ids = await synced(h, {"/a.md": "A", "/b.md": "B"})
-    await h.sync_once()
-
-    async def lists() -> bool:
+    async def ops(kind: PassKind = "feed") -> list[str]:
         h.fake.requests.clear()
-        result = await h.sync_once()
-        assert result.outcome == "ok"
-        return any(s.op == "list" for s in h.fake.requests)
+        result = await h.sync.run_pass(kind=kind)
+        assert result.outcome == "ok" and result.kind == kind
+        return [s.op for s in h.fake.requests]
 
-    assert not await lists()  # idle
-    h.fake.edit(ids["/a.md"], content="A2")  # remote change
-    assert await lists() and h.read("/a.md") == "A2"
-    assert not await lists()
-    h.write("/b.md", "B2")  # local change
-    assert await lists() and h.fake.by_path()["/b.md"] == "B2"
-    assert await lists()  # our own push moved the head
-    for _ in range(FULL_LISTING_EVERY):
-        assert not await lists()
-    assert await lists()  # the periodic full listing
+    h.fake.edit(ids["/a.md"], content="A2")
+    h.fake.add("/new.md", "N")
+    h.fake.edit(ids["/b.md"], path="/moved/b.md")
+    h.fake.remove(ids["/c.md"])
+    assert await ops() == ["versions"]
+    assert h.local_files() == {"/a.md": "A2", "/new.md": "N", "/moved/b.md": "B"}
+    h.write("/a.md", "A3")
+    assert await ops("push") == ["update"]
+    assert h.fake.by_path()["/a.md"] == "A3"
+    assert "list" in await ops("full")
 
 
-async def test_a_pull_whose_fetch_failed_is_retried_by_the_next_pass(h: Harness) -> None:
+async def test_a_pull_whose_fetch_failed_is_retried_by_the_next_pass(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The store's head does not move again for a pull whose content did not arrive:
     the next pass lists anyway and lands it (it was left behind until a new change)."""
     ids = await synced(h, {"/a.md": "A"})
     await h.sync_once()
     h.fake.edit(ids["/a.md"], content="A2")
     h.fake.fail("retrieve", 503, times=1)
+    read = memfs.sync.engine.read_feed
+
+    async def without_contents(*args: Any, **kw: Any) -> Any:
+        feed = await read(*args, **kw)
+        feed.contents.clear()  # as a page too big to carry them would
+        return feed
+
+    monkeypatch.setattr(memfs.sync.engine, "read_feed", without_contents)
     result = await h.sync_once()
+    monkeypatch.undo()
     assert result.outcome == "ok" and result.pulled == 0 and h.read("/a.md") == "A"
-    result = await h.sync_once()
-    assert result.listed and result.pulled == 1 and h.read("/a.md") == "A2"
+    result = await h.sync_once()  # the feed from before that change: read again
+    assert result.kind == "feed" and result.pulled == 1 and h.read("/a.md") == "A2"
 
 
 async def test_refused_file_does_not_keep_the_pass_listing(h: Harness) -> None:
@@ -1257,14 +1272,21 @@ async def test_push_soon_coalesces_a_stream_of_writes(
     try:
         async with running(h):
             await trio.sleep(1)
-            before = h.sync.push_soon.statistics().passes
+            before = sum(h.sync.scheduler.statistics().passes.values())
+            seen: list[float] = []  # when the store had each line
             for i in range(100):
                 h.write("/s.md", f"line {i}\n")
                 await trio.sleep(0.1)
+                if h.fake.by_path().get("/s.md") == f"line {i}\n":
+                    seen.append(trio.current_time())
             await trio.sleep(1.5)
             assert h.fake.by_path() == {"/s.md": "line 99\n"}
-            passes = h.sync.push_soon.statistics().passes - before
+            passes = sum(h.sync.scheduler.statistics().passes.values()) - before
             assert 1 <= passes <= 10 / memfs.sync.schedule.MIN_GAP + 1
+            # A stream that never settles is still pushed: the deadline a later write
+            # moves cannot move past MAX_DEFER after the first write still waiting.
+            gaps = [b - a for a, b in itertools.pairwise(seen)]
+            assert len(seen) >= 5 and max(gaps) <= memfs.sync.schedule.MAX_DEFER + 0.5
     finally:
         await h.aclose()
 
