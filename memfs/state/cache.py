@@ -473,7 +473,7 @@ class Journal:
         """Read the log once, applying each record newer than its row's base."""
         start, items = extents.read(self._log)
         got = _Replayed(start, max(self._seq, start or 0))
-        rows: list[int] = []  # every row's id, read once if a record's file is unknown
+        ids: range | None = None  # every id a row has or had, if a record's file is unknown
         for item in items:
             if isinstance(item, Lost):
                 got.top = max(got.top, item.seq or 0, (item.before or 1) - 1)
@@ -481,9 +481,10 @@ class Journal:
                     got.torn = item
                     continue
                 got.lost.append(item)
-                if item.entry_id is None and not rows:
-                    rows = [int(r[0]) for r in self._db.execute("SELECT entry_id FROM entries")]
-                for e in item.owners(bases, rows):
+                if ids is None:  # a deleted row's id: at most the highest, or a little past
+                    top_id = self._db.execute("SELECT max(entry_id) FROM entries").fetchone()
+                    ids = range(1, int(top_id[0] or 0) + 64)
+                for e in item.owners(bases, ids):
                     if e not in got.good:
                         content = got.replayed.get(e)
                         data = self._base(e) if content is None else bytes(content)

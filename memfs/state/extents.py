@@ -90,11 +90,12 @@ class Lost:
     tail: int | None = None
     torn: bool = False
 
-    def owners(self, bases: Mapping[int, int], rows: Iterable[int]) -> set[int]:
+    def owners(self, bases: Mapping[int, int], ids: Iterable[int]) -> set[int]:
         """The rows (`bases`: each row holding a base -> the last sequence number its
         base covers) that may have lost a record here: the record's own when its
-        header or its end tells it (one of `rows`, every row's id), else every row with
-        a base older than the lost records (never fewer than those that did lose one)."""
+        header or its end tells it (its id one of `ids`: every id a row has or had),
+        else every row with a base older than the lost records (never fewer than those
+        that did lose one)."""
         if self.torn:
             return set()
         if self.entry_id is not None and self.seq is not None:
@@ -104,11 +105,11 @@ class Lost:
         if hi is not None and hi <= self.after:
             return set()  # no record is missing: bytes that were never one
         last = self.after + 1 if hi is None else hi  # the seq of the record ending here
-        told = [e for e in rows if self.tail == tail_crc(e, last)]
-        found = {e for e in told if last > bases.get(e, last)}
-        if len(told) == 1 and (hi is None or hi == self.after + 1):
+        told = next((e for e in ids if self.tail == tail_crc(e, last)), None)
+        found = set() if told is None or last <= bases.get(told, last) else {told}
+        if told is not None and (hi is None or hi == self.after + 1):
             return found  # one record lost, and the crc at its end names its file
-        if len(told) == 1 and hi is not None:
+        if told is not None and hi is not None:
             hi -= 1  # the others lost before it
         return found | {e for e, seq in bases.items() if hi is None or seq < hi}
 
@@ -214,7 +215,9 @@ def _read_v2(reader: _Reader, at: int, after: int) -> Iterator[Record | Lost]:
     while at < reader.size:
         fields = _header(reader.get(at, _HEAD.size))
         if fields is None:
-            if reader.size - at < _HEAD.size or reader.zeros(at):
+            if reader.size - at < _HEAD.size or reader.zeros(at + _HEAD.size):
+                # Zeros after a header that does not check: a record a power loss cut
+                # (a whole record ends in a crc, never in zeros).
                 yield Lost(at, reader.size - at, after, torn=True)
                 return
             found = _next_header(reader, at + 1)
@@ -232,7 +235,10 @@ def _read_v2(reader: _Reader, at: int, after: int) -> Iterator[Record | Lost]:
             return
         payload = reader.get(at + _HEAD.size, length)
         if zlib.crc32(payload) != pcrc:
-            yield Lost(at, end - at, after, entry_id=entry_id, seq=seq)
+            torn = end == reader.size and reader.zeros(end - _TAIL.size)  # zeros, as above
+            yield Lost(at, end - at, after, entry_id=entry_id, seq=seq, torn=torn)
+            if torn:
+                return
         else:
             yield Record(kind, entry_id, seq, offset, mtime_ns, payload if kind == WRITE else None)
         after = seq

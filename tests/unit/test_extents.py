@@ -212,8 +212,11 @@ def test_replay_applies_the_records_in_order_with_the_last_mtime(tmp_path: Path)
     again.close()
 
 
+# How a power loss leaves the last record: cut short, or its bytes zeros from some
+# point on (the file's size written before its data), or zeros after it.
+@pytest.mark.parametrize("torn", ["short", "zeros-in-header", "zeros-in-payload", "zeros-after"])
 def test_a_torn_tail_is_dropped_logged_and_the_next_record_follows_the_valid_ones(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, torn: str
 ) -> None:
     j = Journal(tmp_path / "j.sqlite")
     a = j.insert(path="/a.md", kind="file", mode=0o644, mtime_ns=1, data=b"", dirty=1)
@@ -222,22 +225,31 @@ def test_a_torn_tail_is_dropped_logged_and_the_next_record_follows_the_valid_one
     j.close()
     log = tmp_path / EXTENT_LOG_NAME
     whole = log.stat().st_size
-    os.truncate(log, whole - 2)  # a power loss cut the last record short
+    last = whole - extents.cost(b" torn")
+    if torn == "short":
+        os.truncate(log, whole - 2)
+    elif torn == "zeros-after":
+        with open(log, "ab") as f:
+            f.write(bytes(5000))
+        last, whole = whole, whole + 5000
+    else:
+        os.truncate(log, last + (20 if torn == "zeros-in-header" else 50))
+        os.truncate(log, whole)
+    cut = log.stat().st_size - last
     with caplog.at_level(logging.INFO, "memfs.state"):
         again = Journal(tmp_path / "j.sqlite")
+    expected = b"kept torn" if torn == "zeros-after" else b"kept"  # (the record was whole)
     row = next(again.rows())
-    assert (row.data, row.refused_why) == (b"kept", None)  # not damage: nothing held
-    torn = [r for r in caplog.records if "cut short" in r.getMessage()]
-    assert [r.levelno for r in torn] == [logging.INFO], caplog.text
-    assert f"offset={whole - extents.cost(b' torn')} bytes={extents.cost(b' torn') - 2}" in (
-        torn[0].getMessage()
-    )
+    assert (row.data, row.refused_why) == (expected, None)  # not damage: nothing held
+    said = [r for r in caplog.records if "cut short" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO], caplog.text
+    assert f"offset={last} bytes={cut}" in said[0].getMessage()
     assert again.damage is None and list(tmp_path.glob("*.damaged-*")) == []
     assert log.stat().st_size == extents.LOG_HEADER_SIZE  # folded into the base at open
-    again.append(a, 4, b" next", 4)
+    again.append(a, len(expected), b" next", 4)
     again.close()
     third = Journal(tmp_path / "j.sqlite")
-    assert next(third.rows()).data == b"kept next"
+    assert next(third.rows()).data == expected + b" next"
     third.close()
 
 
@@ -330,22 +342,28 @@ def test_one_damaged_byte_costs_only_its_record_and_holds_only_its_file(
     s.cache.close()
 
 
-def test_a_damaged_record_of_a_file_pushed_since_holds_nothing(
+def test_a_damaged_record_of_a_file_pushed_or_deleted_since_holds_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     s = Store(tmp_path / "cache")
     lines = _appends(s, ["old.md", "new.md"], 5)
     old = s.node("old.md")
     s.state.make_clean(old, s.state.objects.put(b"".join(lines["old.md"])))  # pushed
-    more = _appends(s, ["later.md"], 5)
+    more = _appends(s, ["later.md", "gone.md"], 5)
+    gone_id = s.node("gone.md").entry_id
+    s.state.unlink(s.state.root, "gone.md")  # its row deleted: its id is no row's now
     log = tmp_path / "cache" / EXTENT_LOG_NAME
-    at, _, _ = next(span for span in _spans(log) if span[2] == old.entry_id)
+    spans = _spans(log)
+    at, _, _ = next(span for span in spans if span[2] == old.entry_id)
+    gone_at, _, _ = next(span for span in spans if span[2] == gone_id)
     s.cache.close()
-    _flip(log, at + 30)
+    _flip(log, at + 30)  # the headers: the crc at each record's end names its file
+    _flip(log, gone_at + 12)
     with caplog.at_level(logging.WARNING, "memfs.state"):
         s._open()
     assert s.state.content(s.node("new.md")) == b"".join(lines["new.md"])
     assert s.state.content(s.node("later.md")) == b"".join(more["later.md"])
+    assert "gone.md" not in (s.state.root.children or {})
     assert s.node("old.md").sha is not None  # still the pushed content, by sha
     assert [n.refused_why for n in s.state.walk_files()] == [None] * 3
     assert "files=none" in caplog.text and f"offset={at} " in caplog.text
