@@ -309,12 +309,14 @@ def _open_log(path: Path) -> int:
 KeepCopy = Callable[[str, str | None, bytes], str]
 
 
-def lost_records_why(offset: int) -> str:
+def lost_records_why(offset: int, copied: bool) -> str:
     """Why a file whose extent-log records were damaged is held back (`refused_why`)."""
-    return (
-        f"changes to it were lost to damage in {EXTENT_LOG_NAME} (at byte {offset}); its "
-        "last good content is kept as a conflict copy"
+    kept = (
+        "its last good content is kept as a conflict copy"
+        if copied
+        else "the damaged log is kept aside"
     )
+    return f"changes to it were lost to damage in {EXTENT_LOG_NAME} (at byte {offset}); {kept}"
 
 
 @dataclass(frozen=True)
@@ -369,7 +371,14 @@ class Journal:
         self._migrate()
         row = self._db.execute("SELECT max(base_seq) FROM entries").fetchone()
         self._seq = int(row[0] or 0)
-        self._recover(store_id, keep_copy)
+        try:
+            self._recover(store_id, keep_copy)
+        except OSError as e:
+            self.close()
+            raise ConfigError(
+                f"cannot use cache directory {path.parent}: its {EXTENT_LOG_NAME} could not "
+                f"be replayed ({e})"
+            ) from e
 
     def _migrate(self) -> None:
         """Fold an older journal's `extents` table (one SQLite row per change) into
@@ -527,7 +536,7 @@ class Journal:
                     )
             content = got.replayed.get(e)
             sha = sha256_hex(self._base(e) if content is None else bytes(content))
-            held.append((e, lost_records_why(offset), sha, copy))
+            held.append((e, lost_records_why(offset, copy is not None), sha, copy))
         return held
 
     def _paths(self, entry_ids: list[int]) -> list[str]:

@@ -318,7 +318,7 @@ def test_one_damaged_byte_costs_only_its_record_and_holds_only_its_file(
     hole = b"\0" * len(lost)
     assert s.state.content(a) == b"".join(lines["a.md"][:20]) + hole + b"".join(lines["a.md"][21:])
     # It is held back from the store, and its last good content is a conflict copy.
-    assert a.state_name() == "refused" and a.refused_why == cache.lost_records_why(at)
+    assert a.state_name() == "refused" and a.refused_why == cache.lost_records_why(at, True)
     assert a.conflict is not None
     assert Path(a.conflict).read_bytes() == b"".join(lines["a.md"][:20])
     kept = conflicts.kept_copies(STORE, s.cache.conflicts)
