@@ -342,6 +342,46 @@ def test_one_damaged_byte_costs_only_its_record_and_holds_only_its_file(
     s.cache.close()
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40)), min_size=1, max_size=12),
+    pick=st.integers(0, 10**9),
+    bit=st.integers(0, 7),
+)
+def test_any_one_flipped_bit_loses_at_most_its_record_and_names_its_file(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[tuple[int, int]], pick: int, bit: int
+) -> None:
+    records = [
+        extents.Record(extents.WRITE, e, seq, 0, seq, bytes([seq]) * n)
+        for seq, (e, n) in enumerate(sizes, start=1)
+    ]
+    encoded = [extents.encode(r) for r in records]
+    log = bytearray(extents.log_header(0) + b"".join(encoded))
+    at = extents.LOG_HEADER_SIZE + pick % (len(log) - extents.LOG_HEADER_SIZE)
+    log[at] ^= 1 << bit
+    hit, start = 0, extents.LOG_HEADER_SIZE  # the record holding the flipped byte
+    while start + len(encoded[hit]) <= at:
+        start += len(encoded[hit])
+        hit += 1
+    path = tmp_path_factory.mktemp("flip") / "log"
+    path.write_bytes(log)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _, items = extents.read(fd)
+        got = list(items)
+    finally:
+        os.close(fd)
+    read = [r for r in got if isinstance(r, extents.Record)]
+    lost = [x for x in got if isinstance(x, extents.Lost)]
+    if at >= start + len(encoded[hit]) - 4:  # its end's crc: the record itself is whole
+        assert read == records and lost == []
+        return
+    assert read == records[:hit] + records[hit + 1 :]
+    assert len(lost) == 1 and lost[0].offset == start and not lost[0].torn
+    bases = {1: 0, 2: 0, 3: 0}
+    assert lost[0].owners(bases, range(1, 10)) == {records[hit].entry_id}
+
+
 def test_a_damaged_record_of_a_file_pushed_or_deleted_since_holds_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
