@@ -8,6 +8,7 @@ Layout of a cache directory (one per store):
                             after a crash
     extents.log             the changes of dirty files since their rows' bases, one
                             record per write (memfs/state/extents.py)
+    extents.log.damaged-…   a log a start found damaged, kept aside for recovery by hand
     conflicts/              losing local bytes from store-wins conflicts, each with a
                             hidden `.<copy>.json` record (memfs/state/conflicts.py)
     audit.jsonl[.N]         the audit trail of accepted changes (memfs/audit.py)
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, Unpack
 
@@ -39,8 +41,10 @@ from memfs.audit import TRAIL_NAME
 from memfs.config import private_dir
 from memfs.errors import ConfigError
 from memfs.paths import is_sha256_hex, sha256_hex
-from memfs.state import extents
-from memfs.state.extents import TOUCH, TRUNCATE, WRITE, Record
+from memfs.state import conflicts, extents
+from memfs.state.extents import TOUCH, TRUNCATE, WRITE, Lost, Record
+
+log = logging.getLogger("memfs.state")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -301,19 +305,61 @@ def _open_log(path: Path) -> int:
     return fd
 
 
+# Keeps a file's last good content as a conflict copy: (path, memory id, bytes) -> copy.
+KeepCopy = Callable[[str, str | None, bytes], str]
+
+
+def lost_records_why(offset: int, copied: bool) -> str:
+    """Why a file whose extent-log records were damaged is held back (`refused_why`)."""
+    kept = (
+        "its last good content is kept as a conflict copy"
+        if copied
+        else "the damaged log is kept aside"
+    )
+    return f"changes to it were lost to damage in {EXTENT_LOG_NAME} (at byte {offset}); {kept}"
+
+
+@dataclass(frozen=True)
+class LogDamage:
+    """What a start found damaged in the extent log (`Journal.damage`)."""
+
+    offset: int  # the first damaged byte
+    size: int  # damaged bytes, in all
+    held: list[str]  # the files held back (refused), by path
+    kept: Path | None  # where the damaged log now is
+
+
+@dataclass
+class _Replayed:
+    """What one read of the extent log found (`Journal._replay`)."""
+
+    start: int | None  # the sequence number the log's header says it follows
+    top: int  # the highest sequence number seen
+    replayed: dict[int, bytearray] = field(default_factory=dict)  # rows with records
+    mtimes: dict[int, int] = field(default_factory=dict)
+    # a row that may have lost a record: where the first was, its content before it
+    good: dict[int, tuple[int, bytes]] = field(default_factory=dict)
+    lost: list[Lost] = field(default_factory=list)
+    torn: Lost | None = None
+    records: int = 0
+
+
 class Journal:
     """The SQLite journal of one store's local state, and the extent log beside it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, *, store_id: str = "", keep_copy: KeepCopy | None = None
+    ) -> None:
         self.path = path
+        self.damage: LogDamage | None = None
         self._db = _Db(sqlite3.connect(path, isolation_level=None, check_same_thread=False))
-        log = path.with_name(EXTENT_LOG_NAME)
+        log_path = path.with_name(EXTENT_LOG_NAME)
         try:
-            self._log = _open_log(log)
+            self._log = _open_log(log_path)
         except OSError as e:
             self._db.close()
             raise ConfigError(
-                f"cannot use cache directory {path.parent}: {log} is {_why(e)}"
+                f"cannot use cache directory {path.parent}: {log_path} is {_why(e)}"
             ) from e
         self._log_size = 0
         self._broken = False  # a failed write left bytes the log could not take back
@@ -323,13 +369,16 @@ class Journal:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._migrate()
-        records, valid = self._read_log()
-        if valid < os.fstat(self._log).st_size:  # a torn tail: no write(2) returned it
-            os.ftruncate(self._log, valid)
-        self._log_size = valid
         row = self._db.execute("SELECT max(base_seq) FROM entries").fetchone()
-        self._seq = max([int(row[0] or 0), *(r.seq for r in records)])
-        self._load_logs(records)
+        self._seq = int(row[0] or 0)
+        try:
+            self._recover(store_id, keep_copy)
+        except OSError as e:
+            self.close()
+            raise ConfigError(
+                f"cannot use cache directory {path.parent}: its {EXTENT_LOG_NAME} could not "
+                f"be replayed ({e})"
+            ) from e
 
     def _migrate(self) -> None:
         """Fold an older journal's `extents` table (one SQLite row per change) into
@@ -352,11 +401,194 @@ class Journal:
             self._rebase(old)
             self._db.execute("DROP TABLE extents")
 
-    def _read_log(self) -> tuple[list[Record], int]:
-        """The log's valid records, and where they end (a torn or broken tail after)."""
-        buf = os.pread(self._log, os.fstat(self._log).st_size, 0)
-        decoded = list(extents.decode(buf))
-        return [r for r, _ in decoded], (decoded[-1][1] if decoded else 0)
+    def _recover(self, store_id: str, keep_copy: KeepCopy | None) -> None:
+        """Start from the log: replay its records into the bases, as a stream (what this
+        holds is the dirty files' contents and one record), then empty it.
+
+        A damaged record costs only itself (memfs/state/extents.py): the others are
+        replayed, and a file that may have lost one is held back from the store (state
+        `refused`, `lost_records_why`) with the content it had before the first it lost
+        kept as a conflict copy (`keep_copy`); the damaged log is moved aside, never
+        cut, and one warning names where and the files. Each new base, hold and copy is
+        committed and checkpointed before the log goes, so a kill at any point loses
+        nothing: the next start finds the records older than the new bases."""
+        bases: dict[int, int] = {
+            int(e): int(seq)
+            for e, seq in self._db.execute(
+                "SELECT entry_id, base_seq FROM entries WHERE data IS NOT NULL"
+            )
+        }
+        self._logs = dict.fromkeys(bases, 0)
+        size = os.fstat(self._log).st_size
+        got = self._replay(bases)
+        self._seq = got.top
+        if got.torn is not None:
+            log.info(
+                "the extent log ended in a record cut short, as a power loss leaves it; "
+                "dropped memory_store_id=%s offset=%d bytes=%d",
+                store_id,
+                got.torn.offset,
+                got.torn.size,
+            )
+        if not got.records and not got.lost and got.torn is None:
+            if size == 0:  # a new log
+                self._write_header()
+            elif got.start is None:  # a damaged header and nothing else
+                self._compact()
+            else:
+                self._log_size = size
+            return
+        held = self._hold(got, keep_copy)
+        try:
+            with self.transaction():
+                for e, content in got.replayed.items():
+                    self._db.execute(
+                        "UPDATE entries SET data=?, mtime_ns=coalesce(?, mtime_ns), base_seq=?"
+                        " WHERE entry_id=?",
+                        (bytes(content), got.mtimes.get(e), self._seq, e),
+                    )
+                for e, why, sha, copy in held:
+                    self._db.execute(
+                        "UPDATE entries SET refused_sha=?, refused_why=?,"
+                        " conflict=coalesce(?, conflict) WHERE entry_id=?",
+                        (sha, why, copy, e),
+                    )
+            self._db.execute("PRAGMA wal_checkpoint(FULL)")
+        except OSError:
+            if got.lost:
+                raise  # a hold that cannot be written: no start that would push the files
+            # A full cache disk: the log stays as it is, replayed by `rows`.
+            self._load_logs(self._read_log())
+            self._log_size = size
+            return
+        kept = self._keep_aside() if got.lost else None
+        self._empty_log()
+        if got.lost:
+            paths = self._paths([e for e, _, _, _ in held])
+            self.damage = LogDamage(got.lost[0].offset, sum(x.size for x in got.lost), paths, kept)
+            log.warning(
+                "the extent log is damaged: its good records were replayed, the files "
+                "that may have lost one are held back from the store (refused) with their "
+                "last good content kept as a conflict copy, and the damaged log is kept "
+                "aside memory_store_id=%s offset=%d damaged_bytes=%d files=%s kept=%s",
+                store_id,
+                self.damage.offset,
+                self.damage.size,
+                ",".join(paths) or "none",
+                kept,
+            )
+
+    def _replay(self, bases: Mapping[int, int]) -> _Replayed:
+        """Read the log once, applying each record newer than its row's base."""
+        start, items = extents.read(self._log)
+        got = _Replayed(start, max(self._seq, start or 0))
+        ids: range | None = None  # every id a row has or had, if a record's file is unknown
+        for item in items:
+            if isinstance(item, Lost):
+                got.top = max(got.top, item.seq or 0, (item.before or 1) - 1)
+                if item.torn:
+                    got.torn = item
+                    continue
+                got.lost.append(item)
+                if ids is None:  # a deleted row's id: at most the highest, or a little past
+                    top_id = self._db.execute("SELECT max(entry_id) FROM entries").fetchone()
+                    ids = range(1, int(top_id[0] or 0) + 64)
+                for e in item.owners(bases, ids):
+                    if e not in got.good:
+                        content = got.replayed.get(e)
+                        data = self._base(e) if content is None else bytes(content)
+                        got.good[e] = (item.offset, data)
+                continue
+            got.records += 1
+            got.top = max(got.top, item.seq)
+            if item.seq <= bases.get(item.entry_id, item.seq):
+                continue  # older than its row's base, or its row holds none
+            content = got.replayed.get(item.entry_id)
+            if content is None:
+                content = got.replayed[item.entry_id] = bytearray(self._base(item.entry_id))
+            if item.kind != TOUCH:
+                extents.apply(content, item.offset, item.payload)
+            got.mtimes[item.entry_id] = item.mtime_ns
+        return got
+
+    def _hold(
+        self, got: _Replayed, keep_copy: KeepCopy | None
+    ) -> list[tuple[int, str, str, str | None]]:
+        """Each file that may have lost a record: (row, why it is held, the sha of the
+        content it is held with, its conflict copy), the copy saved first (a copy that
+        cannot be saved is logged: the log kept aside still holds the bytes)."""
+        held: list[tuple[int, str, str, str | None]] = []
+        for e, (offset, data) in sorted(got.good.items()):
+            row = self._db.execute(
+                "SELECT path, memory_id FROM entries WHERE entry_id=?", (e,)
+            ).fetchone()
+            path, memory_id = (None, None) if row is None else row
+            copy = None
+            if keep_copy is not None and path is not None and not path.startswith("\0"):
+                try:
+                    copy = keep_copy(path, memory_id, data)
+                except OSError as err:
+                    log.warning(
+                        "could not keep the last good content of a file damaged in the "
+                        "extent log path=%s error=%s",
+                        path,
+                        err,
+                    )
+            content = got.replayed.get(e)
+            sha = sha256_hex(self._base(e) if content is None else bytes(content))
+            held.append((e, lost_records_why(offset, copy is not None), sha, copy))
+        return held
+
+    def _paths(self, entry_ids: list[int]) -> list[str]:
+        paths = []
+        for e in entry_ids:
+            row = self._db.execute("SELECT path FROM entries WHERE entry_id=?", (e,)).fetchone()
+            paths.append(f"(unlinked {e})" if row is None or row[0] is None else str(row[0]))
+        return sorted(paths)
+
+    def _base(self, entry_id: int) -> bytes:
+        row = self._db.execute("SELECT data FROM entries WHERE entry_id=?", (entry_id,)).fetchone()
+        return b"" if row is None or row[0] is None else bytes(row[0])
+
+    def _keep_aside(self) -> Path:
+        """Move the damaged log aside (a new empty one takes its place): the bytes
+        stay, for recovery by hand."""
+        log_path = self.path.with_name(EXTENT_LOG_NAME)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        aside = log_path.with_name(f"{EXTENT_LOG_NAME}.damaged-{stamp}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = log_path.with_name(f"{EXTENT_LOG_NAME}.damaged-{stamp}-{n}")
+        os.rename(log_path, aside)
+        old, self._log = self._log, _open_log(log_path)
+        os.close(old)
+        return aside
+
+    def _empty_log(self) -> None:
+        """Empty the log and write its header (the sequence number its records follow).
+        A header that cannot be written leaves the log empty, which reads the same."""
+        os.ftruncate(self._log, 0)
+        self._log_size = 0
+        self._broken = False
+        self._write_header()
+
+    def _write_header(self) -> None:
+        header = extents.log_header(self._seq)
+        try:
+            if os.write(self._log, header) == len(header):
+                self._log_size = len(header)
+                return
+        except OSError:
+            pass
+        try:
+            os.ftruncate(self._log, 0)
+        except OSError:
+            self._broken = True
+
+    def _read_log(self) -> list[Record]:
+        """The log's records (those that check), read again while running."""
+        return [r for r in extents.read(self._log)[1] if isinstance(r, Record)]
 
     def _live(self, records: list[Record]) -> dict[int, list[Record]]:
         """Every row holding a base, with the records newer than it, in order."""
@@ -383,7 +615,7 @@ class Journal:
         (if even this fails) rewrites its whole content at its next change, always safe."""
         self._logs = {}
         try:
-            self._load_logs(self._read_log()[0])
+            self._load_logs(self._read_log())
         except (OSError, sqlite3.Error):
             pass
 
@@ -411,11 +643,9 @@ class Journal:
         if self._db.in_transaction:
             raise ValueError("the extent log cannot be compacted inside a transaction")
         with self.transaction():
-            self._rebase(self._live(self._read_log()[0]))
+            self._rebase(self._live(self._read_log()))
         self._db.execute("PRAGMA wal_checkpoint(FULL)")
-        os.ftruncate(self._log, 0)
-        self._log_size = 0
-        self._broken = False
+        self._empty_log()
 
     def _add(
         self, kind: int, entry_id: int, offset: int, payload: bytes | None, mtime_ns: int
@@ -457,7 +687,7 @@ class Journal:
     # entries ----------------------------------------------------------------------
     def rows(self) -> Iterator[EntryRow]:
         """Every row, a dirty file's content with its records replayed (kill -9 recovery)."""
-        live = self._live(self._read_log()[0])
+        live = self._live(self._read_log())
         for r in self._db.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY path"):
             values = list(r)
             values[8] = bool(values[8])
@@ -491,7 +721,7 @@ class Journal:
         self._check(fields)
         touch = "data" not in fields and "mtime_ns" in fields and bool(self._logs.get(entry_id))
         if touch and self._db.in_transaction:  # replay takes the last record's time
-            self._rebase({entry_id: self._live(self._read_log()[0]).get(entry_id, [])})
+            self._rebase({entry_id: self._live(self._read_log()).get(entry_id, [])})
             touch = False
         values: dict[str, object] = dict(fields)
         if "data" in fields:
@@ -633,7 +863,13 @@ class CacheDir:
             os.close(self._lock_fd)
             raise
         try:
-            self.journal = Journal(root / JOURNAL_NAME)
+            self.journal = Journal(
+                root / JOURNAL_NAME,
+                store_id=store_id,
+                keep_copy=lambda path, memory_id, data: self._keep_damaged(
+                    store_id, path, memory_id, data
+                ),
+            )
         except ConfigError:
             os.close(self._lock_fd)
             raise
@@ -673,6 +909,22 @@ class CacheDir:
             os.fsync(f.fileno())
         os.replace(tmp, target)
         return target
+
+    def _keep_damaged(self, store_id: str, path: str, memory_id: str | None, data: bytes) -> str:
+        """Keep the last good content of a file whose extent-log records were damaged,
+        listed by `memfs conflicts` like any conflict copy."""
+        copy = self.save_conflict(path, data)
+        conflicts.record(
+            store_id,
+            copy,
+            path=path,
+            memory_id=memory_id,
+            local_sha=sha256_hex(data),
+            size=len(data),
+            remote_sha=None,
+            remote_version="",
+        )
+        return str(copy)
 
     def close(self) -> None:
         self.journal.close()

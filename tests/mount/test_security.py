@@ -606,7 +606,7 @@ def cache_files_are_expected(cache: Path) -> None:
             "extents.log",
             "lock",
             "audit.jsonl",
-        ) or re.fullmatch(r"audit\.jsonl\.\d+", rel[0]):
+        ) or re.fullmatch(r"audit\.jsonl\.\d+|extents\.log\.damaged-[\dT-]+", rel[0]):
             assert len(rel) == 1
         elif rel[0] == "objects":
             if len(rel) == 1:

@@ -2,16 +2,22 @@
 (offset, bytes) in `extents.log` after a base in its journal row, and reloading the
 journal (what a restart after `kill -9` does) rebuilds exactly the bytes the file held,
 whatever mix of writes, truncates, compactions, pushes and reloads came before; a torn
-tail is ignored, and a kill at any point of a compaction loses nothing."""
+tail is dropped and logged, a kill at any point of a compaction loses nothing, and a
+damaged record costs only itself: its file is held back with its last good content
+kept, the others replay, and the log is read as a stream."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +30,7 @@ from hypothesis import strategies as st
 
 from memfs.errors import ConfigError
 from memfs.paths import sha256_hex
-from memfs.state import extents
+from memfs.state import cache, conflicts, extents
 from memfs.state.cache import EXTENT_LOG_NAME, CacheDir, Journal
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
@@ -183,7 +189,8 @@ def test_a_rolled_back_transaction_restores_what_it_knew_of_the_records(
     assert next(j.rows()).data == b"base+"
     j.close()
     again = Journal(tmp_path / "j.sqlite")
-    assert again.logged(a) == extents.cost(b"+")
+    assert again.logged(a) == 0  # the start folded the record into the base
+    assert next(again.rows()).data == b"base+"
     again.delete(a)
     assert again.is_empty() and again.logged(a) is None
     again.close()
@@ -205,8 +212,11 @@ def test_replay_applies_the_records_in_order_with_the_last_mtime(tmp_path: Path)
     again.close()
 
 
-def test_a_torn_tail_is_ignored_and_the_next_record_follows_the_valid_ones(
-    tmp_path: Path,
+# How a power loss leaves the last record: cut short, or its bytes zeros from some
+# point on (the file's size written before its data), or zeros after it.
+@pytest.mark.parametrize("torn", ["short", "zeros-in-header", "zeros-in-payload", "zeros-after"])
+def test_a_torn_tail_is_dropped_logged_and_the_next_record_follows_the_valid_ones(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, torn: str
 ) -> None:
     j = Journal(tmp_path / "j.sqlite")
     a = j.insert(path="/a.md", kind="file", mode=0o644, mtime_ns=1, data=b"", dirty=1)
@@ -215,18 +225,278 @@ def test_a_torn_tail_is_ignored_and_the_next_record_follows_the_valid_ones(
     j.close()
     log = tmp_path / EXTENT_LOG_NAME
     whole = log.stat().st_size
-    os.truncate(log, whole - 2)  # a power loss cut the last record short
-    again = Journal(tmp_path / "j.sqlite")
-    assert next(again.rows()).data == b"kept"
-    assert log.stat().st_size == whole - extents.cost(b" torn")  # taken off at open
-    again.append(a, 4, b" next", 4)
+    last = whole - extents.cost(b" torn")
+    if torn == "short":
+        os.truncate(log, whole - 2)
+    elif torn == "zeros-after":
+        with open(log, "ab") as f:
+            f.write(bytes(5000))
+        last, whole = whole, whole + 5000
+    else:
+        os.truncate(log, last + (20 if torn == "zeros-in-header" else 50))
+        os.truncate(log, whole)
+    cut = log.stat().st_size - last
+    with caplog.at_level(logging.INFO, "memfs.state"):
+        again = Journal(tmp_path / "j.sqlite")
+    expected = b"kept torn" if torn == "zeros-after" else b"kept"  # (the record was whole)
+    row = next(again.rows())
+    assert (row.data, row.refused_why) == (expected, None)  # not damage: nothing held
+    said = [r for r in caplog.records if "cut short" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO], caplog.text
+    assert f"offset={last} bytes={cut}" in said[0].getMessage()
+    assert again.damage is None and list(tmp_path.glob("*.damaged-*")) == []
+    assert log.stat().st_size == extents.LOG_HEADER_SIZE  # folded into the base at open
+    again.append(a, len(expected), b" next", 4)
     again.close()
-    with open(log, "r+b") as f:  # a flipped bit in a payload fails its crc
-        f.seek(extents.RECORD_OVERHEAD + 1)
-        f.write(b"X")
     third = Journal(tmp_path / "j.sqlite")
-    assert next(third.rows()).data == b""
+    assert next(third.rows()).data == expected + b" next"
     third.close()
+
+
+def _spans(log: Path) -> list[tuple[int, int, int]]:
+    """(offset, size, entry id) of each record of a log in the current format: magic (2),
+    header crc (4), kind (1), payload length (4), entry id (8) at 11, ...; the payload
+    after the header; a 4-byte crc at the end."""
+    sample = extents.encode(extents.Record(extents.WRITE, 7, 9, 0, 0, b"xy"))
+    assert sample[7:11] == (2).to_bytes(4, "little") and sample[11:19] == (7).to_bytes(8, "little")
+    buf = log.read_bytes()
+    at, spans = extents.LOG_HEADER_SIZE, []
+    while at < len(buf):
+        size = extents.RECORD_OVERHEAD + int.from_bytes(buf[at + 7 : at + 11], "little")
+        spans.append((at, size, int.from_bytes(buf[at + 11 : at + 19], "little")))
+        at += size
+    return spans
+
+
+def _flip(log: Path, at: int) -> None:
+    with open(log, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+def _appends(s: Store, names: list[str], count: int) -> dict[str, list[bytes]]:
+    """`count` lines appended to each file, interleaved, one record each."""
+    lines: dict[str, list[bytes]] = {name: [] for name in names}
+    for name in names:
+        s.state.create_file(s.state.root, name, 0o644)
+    for i in range(count):
+        for name in names:
+            node = s.node(name)
+            line = b"%s line %02d\n" % (name.encode(), i)
+            s.state.write(node, node.size, line)
+            lines[name].append(line)
+    return lines
+
+
+# Where one byte of a record is damaged: its payload (the header checks and names the
+# file), its magic, its length, its entry id (the header fails; the crc at its end names
+# the file).
+@pytest.mark.parametrize("where", [-8, 0, 8, 12])
+def test_one_damaged_byte_costs_only_its_record_and_holds_only_its_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, where: int
+) -> None:
+    s = Store(tmp_path / "cache")
+    lines = _appends(s, ["a.md", "b.md"], 41)
+    a_id, b_id = s.node("a.md").entry_id, s.node("b.md").entry_id
+    log = tmp_path / "cache" / EXTENT_LOG_NAME
+    spans = [span for span in _spans(log) if span[2] == a_id]
+    assert len(spans) == 41  # one record per append
+    at, size, _ = spans[20]  # the 21st line of a.md
+    s.cache.close()
+    before = log.read_bytes()
+    _flip(log, at + size + where if where < 0 else at + where)
+    damaged = log.read_bytes()
+    with caplog.at_level(logging.INFO, "memfs.state"):
+        s._open()
+    # Every other file's appends replay; the damaged file's other records too.
+    b = s.node("b.md")
+    assert s.state.content(b) == b"".join(lines["b.md"]) and b.state_name() == "dirty"
+    a = s.node("a.md")
+    lost = lines["a.md"][20]
+    hole = b"\0" * len(lost)
+    assert s.state.content(a) == b"".join(lines["a.md"][:20]) + hole + b"".join(lines["a.md"][21:])
+    # It is held back from the store, and its last good content is a conflict copy.
+    assert a.state_name() == "refused" and a.refused_why == cache.lost_records_why(at, True)
+    assert a.conflict is not None
+    assert Path(a.conflict).read_bytes() == b"".join(lines["a.md"][:20])
+    kept = conflicts.kept_copies(STORE, s.cache.conflicts)
+    assert [(k.path, k.copy) for k in kept] == [("/a.md", a.conflict)]
+    # The damaged log is kept aside, whole; a new one replaced it.
+    aside = list((tmp_path / "cache").glob(EXTENT_LOG_NAME + ".damaged-*"))
+    assert [p.read_bytes() for p in aside] == [damaged] and damaged != before
+    assert log.stat().st_size == extents.LOG_HEADER_SIZE
+    # One warning, naming the offset and the file.
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1, caplog.text
+    assert f"offset={at} " in warned[0].getMessage()
+    assert "files=/a.md kept=" in warned[0].getMessage()
+    # A restart keeps the hold (journaled), and a new write ends it, as any refusal.
+    s.reload()
+    a = s.node("a.md")
+    assert a.state_name() == "refused" and s.node("b.md").state_name() == "dirty"
+    s.state.write(a, a.size, b"more\n")
+    assert a.state_name() == "dirty"
+    assert (s.node("a.md").entry_id, s.node("b.md").entry_id) == (a_id, b_id)
+    s.cache.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40)), min_size=1, max_size=12),
+    pick=st.integers(0, 10**9),
+    bit=st.integers(0, 7),
+)
+def test_any_one_flipped_bit_loses_at_most_its_record_and_names_its_file(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[tuple[int, int]], pick: int, bit: int
+) -> None:
+    records = [
+        extents.Record(extents.WRITE, e, seq, 0, seq, bytes([seq]) * n)
+        for seq, (e, n) in enumerate(sizes, start=1)
+    ]
+    encoded = [extents.encode(r) for r in records]
+    log = bytearray(extents.log_header(0) + b"".join(encoded))
+    at = extents.LOG_HEADER_SIZE + pick % (len(log) - extents.LOG_HEADER_SIZE)
+    log[at] ^= 1 << bit
+    hit, start = 0, extents.LOG_HEADER_SIZE  # the record holding the flipped byte
+    while start + len(encoded[hit]) <= at:
+        start += len(encoded[hit])
+        hit += 1
+    path = tmp_path_factory.mktemp("flip") / "log"
+    path.write_bytes(log)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _, items = extents.read(fd)
+        got = list(items)
+    finally:
+        os.close(fd)
+    read = [r for r in got if isinstance(r, extents.Record)]
+    lost = [x for x in got if isinstance(x, extents.Lost)]
+    if at >= start + len(encoded[hit]) - 4:  # its end's crc: the record itself is whole
+        assert read == records and lost == []
+        return
+    assert read == records[:hit] + records[hit + 1 :]
+    assert len(lost) == 1 and lost[0].offset == start and not lost[0].torn
+    bases = {1: 0, 2: 0, 3: 0}
+    assert lost[0].owners(bases, range(1, 10)) == {records[hit].entry_id}
+
+
+def test_a_damaged_record_of_a_file_pushed_or_deleted_since_holds_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = Store(tmp_path / "cache")
+    lines = _appends(s, ["old.md", "new.md"], 5)
+    old = s.node("old.md")
+    s.state.make_clean(old, s.state.objects.put(b"".join(lines["old.md"])))  # pushed
+    more = _appends(s, ["later.md", "gone.md"], 5)
+    gone_id = s.node("gone.md").entry_id
+    s.state.unlink(s.state.root, "gone.md")  # its row deleted: its id is no row's now
+    log = tmp_path / "cache" / EXTENT_LOG_NAME
+    spans = _spans(log)
+    at, _, _ = next(span for span in spans if span[2] == old.entry_id)
+    gone_at, _, _ = next(span for span in spans if span[2] == gone_id)
+    s.cache.close()
+    _flip(log, at + 30)  # the headers: the crc at each record's end names its file
+    _flip(log, gone_at + 12)
+    with caplog.at_level(logging.WARNING, "memfs.state"):
+        s._open()
+    assert s.state.content(s.node("new.md")) == b"".join(lines["new.md"])
+    assert s.state.content(s.node("later.md")) == b"".join(more["later.md"])
+    assert "gone.md" not in (s.state.root.children or {})
+    assert s.node("old.md").sha is not None  # still the pushed content, by sha
+    assert [n.refused_why for n in s.state.walk_files()] == [None] * 3
+    assert "files=none" in caplog.text and f"offset={at} " in caplog.text
+    assert s.cache.journal.damage is not None and s.cache.journal.damage.held == []
+    s.cache.close()
+
+
+def test_a_damaged_stretch_holds_every_file_that_may_have_lost_a_record(
+    tmp_path: Path,
+) -> None:
+    s = Store(tmp_path / "cache")
+    lines = _appends(s, ["a.md", "b.md", "c.md"], 10)
+    c = s.node("c.md")
+    s.state.make_clean(c, s.state.objects.put(b"".join(lines["c.md"])))  # pushed, then
+    s.state.truncate(c, 0)  # a new base, newer than anything the stretch can hold
+    s.state.write(c, 0, b"c again")
+    spans = _spans(tmp_path / "cache" / EXTENT_LOG_NAME)
+    s.cache.close()
+    start = spans[4][0] + 3
+    with open(tmp_path / "cache" / EXTENT_LOG_NAME, "r+b") as f:  # a bad sector's worth
+        f.seek(start)
+        f.write(b"\xee" * (spans[9][0] - start + 5))
+    s._open()
+    held = sorted(n.name for n in s.state.walk_files() if n.state_name() == "refused")
+    assert held == ["a.md", "b.md"]  # either may have lost a record; c could not have
+    assert s.state.content(s.node("c.md")) == b"c again"
+    # Records a0 b0 c0 a1 | b1 c1 a2 b2 c2 a3 | b3 c3 a4 ...: each file's last good
+    # content is what it held before the stretch.
+    for name, good in (("a.md", 2), ("b.md", 1)):
+        node = s.node(name)
+        assert node.conflict is not None
+        assert Path(node.conflict).read_bytes() == b"".join(lines[name][:good])
+        assert s.state.content(node).endswith(b"".join(lines[name][4:]))
+    s.cache.close()
+
+
+def test_a_log_of_the_first_format_is_read_and_rewritten(tmp_path: Path) -> None:
+    def v1(r: extents.Record) -> bytes:  # the first format's record, as memfs wrote it
+        payload = r.payload or b""
+        head = struct.pack("<BIQQQq", r.kind, len(payload), r.entry_id, r.seq, r.offset, 5)
+        return struct.pack("<I", zlib.crc32(payload, zlib.crc32(head))) + head + payload
+
+    j = Journal(tmp_path / "j.sqlite")
+    a = j.insert(path="/a.md", kind="file", mode=0o644, mtime_ns=1, data=b"base", dirty=1)
+    j.close()
+    records = [
+        extents.Record(extents.WRITE, a, 1, 4, 5, b" one"),
+        extents.Record(extents.TRUNCATE, a, 2, 6, 5, None),
+        extents.Record(extents.WRITE, a, 3, 6, 5, b"two"),
+    ]
+    (tmp_path / EXTENT_LOG_NAME).write_bytes(b"".join(v1(r) for r in records))
+    again = Journal(tmp_path / "j.sqlite")
+    assert next(again.rows()).data == b"base otwo"
+    again.append(a, 9, b"!", 6)
+    again.close()
+    assert (tmp_path / EXTENT_LOG_NAME).read_bytes().startswith(extents.LOG_MAGIC)
+    third = Journal(tmp_path / "j.sqlite")
+    assert next(third.rows()).data == b"base otwo!"
+    third.close()
+
+
+def test_a_large_log_is_read_as_a_stream(tmp_path: Path) -> None:
+    """160 MiB of records and garbage: the start holds a chunk, a record and the
+    files' contents, never the log (it read the whole log, 1 GiB for a 1 GiB log)."""
+    j = Journal(tmp_path / "j.sqlite")
+    ids = [
+        j.insert(path=f"/{n}.md", kind="file", mode=0o644, mtime_ns=1, data=b"", dirty=1)
+        for n in range(3)
+    ]
+    j.close()
+    payload = bytearray(os.urandom(60_000))
+    with open(tmp_path / EXTENT_LOG_NAME, "wb") as f:
+        f.write(extents.log_header(0))
+        for seq in range(1, 2301):
+            if seq == 1200:
+                f.write(os.urandom(20 * 1024 * 1024))  # a damaged stretch to skip
+            payload[:4] = seq.to_bytes(4, "little")
+            record = extents.Record(extents.WRITE, ids[seq % 3], seq, 0, seq, bytes(payload))
+            f.write(extents.encode(record))
+    assert (tmp_path / EXTENT_LOG_NAME).stat().st_size > 150 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        again = Journal(tmp_path / "j.sqlite")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak
+    rows = {r.entry_id: r.data for r in again.rows()}
+    for n, e in enumerate(ids):  # each file's last record (none was lost: garbage only)
+        last = max(seq for seq in range(1, 2301) if seq % 3 == n)
+        assert rows[e] is not None and rows[e][:4] == last.to_bytes(4, "little")
+    assert again.damage is not None and again.damage.held == []
+    again.close()
 
 
 def test_records_older_than_a_base_are_ignored(tmp_path: Path) -> None:
@@ -248,7 +518,7 @@ def test_records_older_than_a_base_are_ignored(tmp_path: Path) -> None:
 KILLED_CHILD = """
 import os, signal, sys
 from pathlib import Path
-from memfs.state import extents
+from memfs.state import cache, conflicts, extents
 from memfs.state.cache import Journal
 
 extents.LOG_FILE_MAX = 600
