@@ -65,6 +65,19 @@ class StoreSpec:
     instructions: str = ""
 
 
+@dataclass(frozen=True)
+class MountDir:
+    """A session store's directory as the session made it (memfs/mount/storedir.py): the
+    root's fd, the name in it, the directory's own fd (open in the store's daemon, which
+    mounts through it) and its identity (st_dev, st_ino), which removal checks."""
+
+    root_fd: int
+    name: str
+    fd: int
+    dev: int
+    ino: int
+
+
 @dataclass
 class MountConfig:
     mountpoint: str
@@ -72,6 +85,7 @@ class MountConfig:
     # The root of the `memfs session` this mount serves one store of (its mount point
     # is `<root>/<mount_path>`, made for it and removed after it); None: `memfs mount`.
     session_root: str | None = None
+    mount_dir: MountDir | None = None  # a session's store: made and held by the session
     cache_dir: Path | None = None
     interval: float = 15.0
     deletions: DeletionMode = "enabled"

@@ -52,8 +52,8 @@ from memfs.mount.preflight import (
     check_outside,
     lookup_store,
     prepare_mountpoint,
-    remove_store_dir,
 )
+from memfs.mount.storedir import mount_target, remove_store_dir
 from memfs.state.cache import JOURNAL_NAME, CacheDir
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
@@ -279,7 +279,10 @@ class Daemon:
     async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
         cfg = self.config
         check_fuse()
-        mountpoint = self.mountpoint = prepare_mountpoint(cfg.mountpoint)
+        if cfg.mount_dir is None:
+            mountpoint = self.mountpoint = prepare_mountpoint(cfg.mountpoint)
+        else:  # a session's store: made and held open by the session, never looked up
+            mountpoint = self.mountpoint = cfg.mountpoint
         cache_root = cfg.cache_dir or default_cache_root()
         check_outside(mountpoint, "cache directory", cache_root)
         try:
@@ -316,8 +319,11 @@ class Daemon:
                 read_spin_us=cfg.read_spin_us,
             )
             self.ops.trail = self.trail
+            target = mountpoint
+            if cfg.mount_dir is not None:  # checked again; for root, the held directory's fd
+                target = mount_target(cfg.mount_dir, mountpoint, cfg.stores[0].store_id)
             try:
-                pyfuse3.init(self.ops, mountpoint, options)
+                pyfuse3.init(self.ops, target, options)
             except RuntimeError as e:
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
@@ -353,8 +359,8 @@ class Daemon:
             if made_cache_root and not mounted:
                 with contextlib.suppress(OSError):  # a refused start leaves nothing behind
                     os.rmdir(cache_root)
-            if cfg.session_root is not None and not crashed:
-                remove_store_dir(mountpoint)  # the session made it for this mount
+            if cfg.mount_dir is not None and not crashed:
+                remove_store_dir(cfg.mount_dir)  # the session made it for this mount
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 

@@ -91,17 +91,6 @@ def prepare_mountpoint(path: str) -> str:
     return real
 
 
-def remove_store_dir(path: str) -> None:
-    """A session store's directory, made for its mount, once it is empty and unmounted
-    (a dead mount stays: nothing may write into the directory underneath)."""
-    try:
-        os.rmdir(path)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        log.debug("store directory left in place path=%s error=%s", path, e.strerror)
-
-
 def check_outside(mountpoint: str, what: str, path: Path) -> None:
     """The daemon writes its cache and control files itself: inside its own mount that
     would be a request to itself from the event loop, a deadlock."""

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import posixpath
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,14 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.mount.preflight import START_RETRY, clear_dead_mount, lookup_store, remove_store_dir
+from memfs.mount.preflight import START_RETRY, lookup_store
+from memfs.mount.storedir import (
+    SessionRoot,
+    already_there,
+    clear_left_dir,
+    lstat_at,
+    open_root,
+)
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
 from memfs.store.client import StoreClient, StoreInfo
 from memfs.store.connection import (
@@ -133,30 +139,12 @@ def load_spec(path: str) -> list[Attachment]:
 
 
 def check_root(root: str) -> str:
-    """The session root must exist and be a writable directory. It is never mounted
-    (each store is, below it); any filesystem may hold it."""
+    """Where the session root really is: an existing directory, not a symlink, that this
+    user can write and other users cannot redirect (`memfs/mount/storedir.py`)."""
     if not os.path.isabs(root) or posixpath.normpath(root) != root.rstrip("/") or root == "/":
         raise StartError(f"the session root {root!r} is not a clean absolute path", 2)
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        raise StartError(
-            f"the session root {root} does not exist; prepare the host with: "
-            f'sudo mkdir -p {root} && sudo chown "$USER" {root}',
-            2,
-        ) from None
-    except OSError as e:
-        raise StartError(f"the session root {root} cannot be used: {e.strerror}", 2) from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise StartError(f"the session root {root} is not a directory", 2)
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise StartError(
-            f"cannot create the memory store's folder under {root}: "
-            "permission denied; the worker host must make this mount path "
-            f'writable (sudo chown "$USER" {root})',
-            2,
-        )
-    return os.path.realpath(root)
+    with open_root(root) as opened:
+        return opened.path
 
 
 def check_mount_path(mount_path: str, roots: tuple[str, ...], store_id: str) -> str:
@@ -202,6 +190,17 @@ def build_specs(
     given_root: str | None = None,
 ) -> list[StoreSpec]:
     """Decide each store's directory and access; refuse clashes before anything mounts."""
+    with open_root(root) as opened:
+        return _build_specs(attachments, infos, opened, given_root)
+
+
+def _build_specs(
+    attachments: list[Attachment],
+    infos: dict[str, StoreInfo],
+    opened: SessionRoot,
+    given_root: str | None,
+) -> list[StoreSpec]:
+    root = opened.path
     roots = tuple(dict.fromkeys([posixpath.normpath(given_root or root), root]))
     specs: list[StoreSpec] = []
     by_dir: dict[str, str] = {}
@@ -218,16 +217,9 @@ def build_specs(
                 2,
             )
         by_dir[dir_name.lower()] = a.store_id
-        path = os.path.join(root, dir_name)
-        if clear_dead_mount(path):
-            remove_store_dir(path)  # a killed session's: memfs made it, and mounted it
-        if os.path.lexists(path):
-            raise StartError(
-                f"something already exists at the memory store's path: "
-                f"{root}/{dir_name} (memory_store_id={a.store_id}); it must "
-                "not exist when the session starts",
-                2,
-            )
+        clear_left_dir(opened, dir_name)
+        if lstat_at(opened, dir_name) is not None:
+            raise already_there(f"{root}/{dir_name}", a.store_id)
         read_only = a.read_only
         if info.archived_at is not None and not read_only:
             log.warning(

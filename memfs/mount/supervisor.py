@@ -26,7 +26,8 @@ from memfs import metrics
 from memfs.config import ExitCode, MountConfig
 from memfs.control import registry
 from memfs.errors import StartError
-from memfs.mount.preflight import clear_dead_mount, remove_store_dir
+from memfs.mount.preflight import clear_dead_mount
+from memfs.mount.storedir import close_store_dir, make_store_dir, open_root, remove_store_dir
 
 log = logging.getLogger("memfs.session")
 
@@ -65,11 +66,16 @@ def run_session(
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # taken by sigtimedwait below
     metrics_sock = _metrics_socket(configs)
+    held = open_root(str(configs[0].session_root))  # checked again, and held from here on
     members: list[Member] = []
     try:
         for config in configs:
-            _make_store_dir(config)
+            store = config.stores[0]
+            config.mount_dir = made = make_store_dir(held, str(store.dir_name), store.store_id)
             members.append(_fork(config, members, serve_store))
+            # The store's daemon holds it from here; the next ones must not (an fd on the
+            # directory under the mount reads as "in use" to `memfs unmount`).
+            close_store_dir(made)
         _await_live(members)
         if metrics_sock is not None:
             root = str(configs[0].session_root)
@@ -85,7 +91,9 @@ def run_session(
         _stop(members, signal.SIGTERM)
         _reap_all(members)
         for config in configs:
-            remove_store_dir(config.mountpoint)
+            if config.mount_dir is not None:
+                remove_store_dir(config.mount_dir)
+        held.close()
 
 
 def _metrics_socket(configs: list[MountConfig]) -> socket.socket | None:
@@ -102,24 +110,6 @@ def _metrics_socket(configs: list[MountConfig]) -> socket.socket | None:
     for config in configs:
         config.metrics_addr = "127.0.0.1:0"
     return sock
-
-
-def _make_store_dir(config: MountConfig) -> None:
-    try:
-        os.mkdir(config.mountpoint, 0o755)
-    except FileExistsError:
-        raise StartError(
-            f"something already exists at the memory store's path: {config.mountpoint} "
-            f"(memory_store_id={config.stores[0].store_id}); it must not exist when "
-            "the session starts",
-            ExitCode.USAGE,
-        ) from None
-    except OSError as e:
-        raise StartError(
-            f"cannot create the memory store's folder: {config.mountpoint} (memory_store_id="
-            f"{config.stores[0].store_id}): {e.strerror}",
-            ExitCode.USAGE,
-        ) from None
 
 
 def _fork(
@@ -225,7 +215,8 @@ def _reaped(m: Member) -> bool:
         return False
     code = os.waitstatus_to_exitcode(status)
     m.code = code if code >= 0 else ExitCode.FAILED  # killed by a signal
-    remove_store_dir(m.config.mountpoint)
+    if m.config.mount_dir is not None:
+        remove_store_dir(m.config.mount_dir)
     return True
 
 
@@ -253,4 +244,5 @@ def _reap_all(members: list[Member]) -> None:
             os.waitpid(m.pid, 0)
             m.code = ExitCode.FAILED
             clear_dead_mount(m.config.mountpoint)
-            remove_store_dir(m.config.mountpoint)
+            if m.config.mount_dir is not None:
+                remove_store_dir(m.config.mount_dir)
