@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import subprocess
+import tempfile
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +103,18 @@ def test_links_devices_fifos_and_sockets_are_eperm(mount: MountProcess) -> None:
         sock.close()
     tool_fails("ln", "-s", "a.md", str(root / "sym2"), message="Operation not permitted")
     assert sorted(os.listdir(root)) == [MARKER, "a.md"]
+
+
+def test_an_unnamed_temporary_file_is_eopnotsupp(mount: MountProcess) -> None:
+    """`open(O_TMPFILE)` (docs/reliability.md §3): memfs makes no file without a name,
+    and tools fall back to a named one (Python's `tempfile` does, unlinked at once)."""
+    root = mount.mountpoint
+    refused(errno.EOPNOTSUPP, os.open, root, os.O_TMPFILE | os.O_RDWR, 0o600)
+    with tempfile.TemporaryFile(dir=root) as f:
+        f.write(b"scratch\n")
+        f.seek(0)
+        assert f.read() == b"scratch\n"
+    assert sorted(os.listdir(root)) == [MARKER]
 
 
 def test_efbig_past_the_content_limit(
