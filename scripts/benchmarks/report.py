@@ -518,7 +518,8 @@ Each is in the code with a comment that says why; the numbers are from side-by-s
 the same machine.
 
 - Idle passes ask the store only for its newest version (1 request) and skip the listing \
-when nothing changed on either side; every 20th pass lists anyway (`StoreSync._idle`). \
+when nothing changed on either side; after 20 such passes the next lists anyway \
+(`StoreSync._idle`, `FULL_LISTING_EVERY`). \
 Before: ⌈N/100⌉ requests and ~530 ms CPU at N = 10,000.
 - Eight uploads in flight and a 16-connection pool: the client's per-request CPU was the \
 flush bottleneck (2,000 files: 17.5 s with 32 in flight, 9.0 s with 8).

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY
+from memfs.sync.engine import FULL_LISTING_EVERY
 from tests.support.api import Api
 from tests.support.server import ServerProcess
 
@@ -242,7 +243,15 @@ def run(quick: bool) -> Section:
         "",
         f"Idle cost: requests one idle mount makes per interval ({interval:g} s), measured "
         f"over {window:g} s after its probes backed off: watch {idle['watch']:.2f} "
-        f"(the long poll, one per 25 s), probe {idle['probe']:.2f}.",
+        f"(the long poll, one per 25 s), probe {idle['probe']:.2f}. An idle probing mount "
+        f"also lists the whole store once in {FULL_LISTING_EVERY + 1} passes: after "
+        f"`FULL_LISTING_EVERY` ({FULL_LISTING_EVERY}) passes that only asked for the newest "
+        "version, the next lists too (memfs/sync/engine.py), ⌈N/100⌉ more requests for N "
+        f"memories (at least 1). Averaged over those {FULL_LISTING_EVERY + 1} intervals that "
+        f"is 1 + ⌈N/100⌉/{FULL_LISTING_EVERY + 1} requests per interval: "
+        f"{1 + 1 / (FULL_LISTING_EVERY + 1):.2f} for this one-memory store, "
+        f"{1 + 100 / (FULL_LISTING_EVERY + 1):.2f} at 10,000 memories; a {window:g} s window "
+        "holds such a pass only now and then.",
         "",
         f"{many['watchers']:g} idle watches on one instance: "
         f"{many['rss_kb_per_watcher']:.1f} KiB RSS per watcher, "

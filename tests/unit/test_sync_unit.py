@@ -1097,6 +1097,22 @@ async def test_idle_pass_only_lists(
         await h.aclose()
 
 
+async def test_an_idle_mount_lists_the_whole_store_once_in_21_passes(h: Harness) -> None:
+    """What docs/performance.md's idle cost and docs/sync.md say: after
+    FULL_LISTING_EVERY passes that only asked for the head, the next lists too."""
+    await synced(h, {f"/f{i:03d}.md": f"{i}\n" for i in range(150)})  # 2 pages
+    await h.sync_once()
+    h.fake.requests.clear()
+    cycle = memfs.sync.engine.FULL_LISTING_EVERY + 1
+    assert cycle == 21
+    for _ in range(2 * cycle):
+        assert (await h.sync_once()).outcome == "ok"
+    ops = [s.op for s in h.fake.requests]
+    assert ops.count("versions") == 2 * cycle  # one each pass
+    assert ops.count("list") == 2 * 2  # twice the two pages, once in 21 passes
+    assert len(ops) / (2 * cycle) == 1 + 2 / 21
+
+
 async def test_idle_shortcut_never_hides_a_change(h: Harness) -> None:
     """A remote change, a local change, or enough lean passes bring the listing back."""
     from memfs.sync.engine import FULL_LISTING_EVERY
