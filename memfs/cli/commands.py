@@ -223,11 +223,14 @@ def sync(args: Any) -> int:
     info = registry.find_mount(args.path)
     if info is not None and _names_a_file(args.path, info):
         return _push_file(args, info)
-    asked = _ask(args.path, protocol.Sync(), args.timeout)
+    asked = _ask(args.path, protocol.Sync(full=args.full), args.timeout)
     if isinstance(asked, int):
         return asked
     answers = [answer for _, answer in asked]
-    ok = all(answer.get("ok") for answer in answers)
+    # A pass that ran is not enough: the store must hold what the mount has. A file it
+    # refused, or a clean merge it could not hold (kept as a conflict copy that says
+    # why), is exit 1 until it is resolved, as at unmount.
+    ok = all(answer.get("ok") and not _held_back(answer) for answer in answers)
     if args.json:
         print(json.dumps({"mounts": answers}, indent=2))  # `status --json`'s schema
         return ExitCode.OK if ok else ExitCode.FAILED
@@ -266,6 +269,20 @@ def _push_file(args: Any, info: dict[str, Any]) -> int:
     return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
 
 
+def _held_back(answer: dict[str, Any]) -> bool:
+    """The mount holds changes its store refused: refused files, or conflict copies of
+    a merge the store could not hold."""
+    return any(
+        s.get("refused_files") or any(c.get("why") for c in s.get("conflict_copies", []))
+        for s in answer.get("stores", [])
+    )
+
+
+def _conflict(c: dict[str, Any]) -> str:
+    """`/a.md -> COPY`, and why the two sides were not merged when they were not."""
+    return f"{c['path']} -> {c['copy']}" + (f" ({c['why']})" if c.get("why") else "")
+
+
 def _print_sync(answer: dict[str, Any]) -> None:
     if answer.get("error"):
         print(f"memfs: {answer['error']}", file=sys.stderr)
@@ -279,7 +296,11 @@ def _print_sync(answer: dict[str, Any]) -> None:
         if r.get("error"):
             line += f" error={r['error']}"
         print(line)
-        _listing("conflict", [f"{c['path']} -> {c['copy']}" for c in r.get("conflict_copies", [])])
+        found = r.get("conflict_copies", [])
+        # and what keeps the exit 1 from earlier passes: merges the store could not hold
+        unheld = [c for c in store.get("conflict_copies", []) if c.get("why") and c not in found]
+        _listing("conflict", [_conflict(c) for c in [*found, *unheld]])
+        _listing("refused", [_refusal(f) for f in store.get("refused_files", [])])
 
 
 # A terminal listing names this many files of each kind; `--json` names them all.
@@ -444,11 +465,7 @@ def _print_store(s: dict[str, Any]) -> None:
             "journal and pushed once it does"
         )
     _listing("dirty", list(s.get("dirty_files", [])), "    ")
-    _listing(
-        "conflict",
-        [f"{c['path']} -> {c['copy']}" for c in s.get("conflict_copies", [])],
-        "    ",
-    )
+    _listing("conflict", [_conflict(c) for c in s.get("conflict_copies", [])], "    ")
     _listing("refused", [_refusal(r) for r in s.get("refused_files", [])], "    ")
     _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
 

@@ -277,6 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the result as JSON (the schema of `status --json`)",
     )
     sync.add_argument(
+        "--full",
+        action="store_true",
+        help="list the whole store (reconciliation) instead of reading its change feed",
+    )
+    sync.add_argument(
         "--timeout",
         type=float,
         default=120.0,

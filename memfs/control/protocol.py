@@ -82,9 +82,11 @@ class Status:
 
 @dataclass(frozen=True)
 class Sync:
-    """One pass of every store now; answered with `status`'s schema plus `last_pass`."""
+    """One pass of every store now; answered with `status`'s schema plus `last_pass`.
+    `full`: a full listing (reconciliation) instead of the change feed."""
 
     op: ClassVar[str] = "sync"
+    full: bool = False
 
 
 @dataclass(frozen=True)

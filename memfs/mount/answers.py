@@ -257,11 +257,11 @@ class Answers:
     async def status(self, _: protocol.Status) -> protocol.StatusAnswer:
         return status(self.daemon)
 
-    async def sync(self, _: protocol.Sync) -> protocol.StatusAnswer:
+    async def sync(self, request: protocol.Sync) -> protocol.StatusAnswer:
         results: dict[str, PassResult] = {}
 
         async def one(sync: StoreSync) -> None:
-            results[sync.store_id] = await sync.sync_now()
+            results[sync.store_id] = await sync.sync_now(full=request.full)
 
         async with trio.open_nursery() as nursery:
             for sync in self.daemon.syncs:

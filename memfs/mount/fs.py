@@ -428,6 +428,10 @@ class MemFs(pyfuse3.Operations):
             raise FsError(errno.EPERM, "owners are fixed to the mounting user")
         if fields.update_gid and attr.st_gid != self.tree.gid:
             raise FsError(errno.EPERM, "groups are fixed to the mounting user's")
+        if fields.update_uid or fields.update_gid:
+            # A chown to the ids a file already has still changes its inode: only the
+            # change time moves, as on ext4 (set_times with no time to set does that).
+            store.set_times(node, None, None)
         if fields.update_size:
             if node.is_dir:
                 raise FsError(errno.EISDIR)

@@ -61,6 +61,7 @@ from memfs.store.wire import (
     _obj,
     _page,
     _parse_full,
+    _parse_head,
     _parse_memory,
     _parse_store,
     _parse_version,
@@ -427,6 +428,12 @@ class StoreClient:
         )
         with trio.fail_after(self.first_byte_timeout):
             response = await self._http.send(request, stream=True)
+        await self._read_bounded(response, op, max_body)
+        return response
+
+    async def _read_bounded(self, response: httpx.Response, op: str, max_body: int) -> None:
+        """Read a streamed answer's body into `response.content`, refusing it
+        (`StoreError`) past `max_body` bytes, announced or received; closes it."""
         try:
             too_large = StoreError(
                 f"{op}: the store's answer is over {max_body} bytes, more than the API's "
@@ -447,7 +454,6 @@ class StoreClient:
             response._content = b"".join(chunks)
         finally:
             await response.aclose()
-        return response
 
     def _parse(self, op: str, parser: Callable[[Any], _T], data: Any) -> _T:
         try:
@@ -886,21 +892,22 @@ class StoreClient:
         data = await self._long_poll(
             f"/v1/memory_stores/{_seg(store_id, 'store id')}/memfs/watch", params, seconds
         )
-        head = data.get("head") if isinstance(data, dict) else None
-        if head is not None and not isinstance(head, str):
-            raise StoreError("watch: malformed answer from the store: head is not a string")
-        return head
+        return self._parse("watch", _parse_head, data)
 
     async def _long_poll(self, url: str, params: dict[str, Any], seconds: float) -> Any:
         """One GET whose answer may take `seconds` on purpose: no retry, and its answer
-        is awaited that long plus the usual first-byte bound."""
+        is awaited that long plus the usual first-byte bound. The answer is one id
+        (`{"head": ...}`), so it is refused past the most one listed memory may take
+        (`MAX_ITEM_JSON`): a hostile server cannot make the daemon hold more."""
         timeout = httpx.Timeout(
             TRANSFER_TIMEOUT, connect=CONNECT_TIMEOUT, read=seconds + self.first_byte_timeout
         )
         try:
-            response = await self._http.get(
-                url, params=params, headers=self._headers(False), timeout=timeout
+            request = self._http.build_request(
+                "GET", url, params=params, headers=self._headers(False), timeout=timeout
             )
+            response = await self._http.send(request, stream=True)
+            await self._read_bounded(response, "watch", MAX_ITEM_JSON)
         except httpx.RequestError as exc:
             metrics.store_request("watch", "error", 0, 0)
             raise self._transport_error(exc) from None

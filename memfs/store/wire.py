@@ -249,6 +249,15 @@ def _parse_version(data: Any) -> MemoryVersion:
     )
 
 
+def _parse_head(data: Any) -> str | None:
+    """The watch's answer: the store's newest version id, None while it has none. It
+    goes back to the server as `after`, so it must be sendable (not a lone surrogate)."""
+    head = _obj(data, "watch answer").get("head")
+    if head is not None and (not isinstance(head, str) or not _sendable(head)):
+        raise _Malformed("head is not a usable version id")
+    return head
+
+
 def _page(data: Any) -> tuple[list[Any], str | None]:
     obj = _obj(data, "list response")
     items = obj.get("data")

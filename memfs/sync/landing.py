@@ -16,7 +16,7 @@ from pathlib import Path
 from memfs.audit import Trail
 from memfs.errors import FsError
 from memfs.logs import Repeated, rfc3339
-from memfs.paths import RemoteMemory, sha256_hex
+from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, sha256_hex
 from memfs.state import conflicts
 from memfs.state.node import Kind, Node
 from memfs.state.store_state import StoreState
@@ -38,6 +38,9 @@ class Lander:
         self._pending_inodes: list[int] = []
         self.trail = trail  # the audit trail: conflicts lost
         self.merged: list[Node] = []  # merged this pass: they are pushed in it
+        # Files whose clean merge the store could not hold, and why: their local side
+        # goes to a conflict copy that says so (`keep_losing_bytes`).
+        self._unheld: dict[int, str] = {}
         # A blocked path is retried, and was warned about, every pass: once per cause.
         self._entry_in_way = Repeated(
             log,
@@ -52,7 +55,8 @@ class Lander:
     def merge(self, node: Node, r: RemoteMemory, inodes: list[int]) -> bool:
         """Both sides changed `node`'s content: merge the two three ways (memfs/sync/
         merge.py). True when the merge is now the file, to be pushed on top of `r`;
-        False (a real conflict, or a side not at hand) leaves it to store-wins."""
+        False (a real conflict, a side not at hand, or a merge the store cannot hold:
+        over its limit) leaves it to store-wins."""
         state = self.state
         if (
             not node.linked
@@ -68,6 +72,14 @@ class Lander:
             return False
         merged = merge_text(base, local, remote)
         if merged is None:
+            return False
+        if len(merged) > MAX_CONTENT_BYTES:
+            # Pushed, it would be refused and held back while the store keeps the other
+            # side: the store wins instead, and the local side is kept as a copy.
+            self._unheld[node.ino] = (
+                f"the merge of both sides is {len(merged)} bytes, over the store's limit "
+                f"of {MAX_CONTENT_BYTES}"
+            )
             return False
         state.take_merge(node, r, merged, inodes)
         if node.dirty:
@@ -179,6 +191,7 @@ class Lander:
     ) -> bool:
         """Save the local bytes a pull is about to replace; True if a conflict was kept."""
         state = self.state
+        why = self._unheld.pop(node.ino, None)
         local = state.content(node)
         path = node.store_path()
         if local is None:
@@ -207,7 +220,7 @@ class Lander:
             remote_sha=remote_sha,
             remote_version=remote_version,
         )
-        self.conflict_copies.append(ConflictCopy(path, copy, rfc3339(time.time())))
+        self.conflict_copies.append(ConflictCopy(path, copy, rfc3339(time.time()), why))
         self.trail.outcome(
             self.store_id,
             "conflict",
@@ -215,13 +228,15 @@ class Lander:
             copy=copy,
             version=remote_version or None,
             memory_id=node.memory_id,
+            why=why,
         )
         log.warning(
             "memory changed both locally and remotely; keeping the remote version "
-            "memory_store_id=%s path=%s conflict_copy=%s",
+            "memory_store_id=%s path=%s conflict_copy=%s why=%s",
             self.store_id,
             path,
             copy,
+            why,
         )
         return True
 

@@ -15,7 +15,9 @@ Three ways, best first (docs/sync.md, "Learning of remote changes"):
 - **interval**: `--probe-budget 0` and no watch: a pass each interval, as before.
 
 A broken watch is tried again after `RETRY` seconds (doubling up to `RETRY_MAX`); once
-it answers the loop probes no more, and passes once if the head moved meanwhile.
+it answers the loop probes no more, and passes once if the head moved meanwhile. A watch
+that answers what no watch answers (past its bound, not JSON, no usable head: a hostile
+or broken server) is not tried again: the mount probes, with one warning.
 """
 
 from __future__ import annotations
@@ -183,14 +185,24 @@ class Listener:
                     self._broken = True
                     retry = RETRY
                 self._watching = False
-            except StoreError:  # 404 (or any refusal): no watch here, as on the hosted API
+            except StoreError as e:
                 self._watching = False
-                log.info(
-                    "the store offers no watch; probing for changes memory_store_id=%s "
-                    "probe_budget=%d",
-                    self.store_id,
-                    self.budget,
-                )
+                if e.status is not None and e.status >= 400:
+                    # 404 (or any refusal): no watch here, as on the hosted API
+                    log.info(
+                        "the store offers no watch; probing for changes memory_store_id=%s "
+                        "probe_budget=%d",
+                        self.store_id,
+                        self.budget,
+                    )
+                else:  # an answer it cannot be (too large, not JSON, no usable head)
+                    log.warning(
+                        "the store's watch answered what no watch answers; probing for "
+                        "changes instead memory_store_id=%s probe_budget=%d error=%s",
+                        self.store_id,
+                        self.budget,
+                        e,
+                    )
                 return
             await trio.sleep(retry)
             retry = min(RETRY_MAX, retry * 2)

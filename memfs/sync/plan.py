@@ -37,9 +37,12 @@ class ConflictCopy:
     path: str  # the file's path in the store
     copy: str  # where the losing local bytes are (the cache's conflicts/)
     at: str  # when, RFC 3339
+    # Why the two sides were not merged when they could have been (their merge is over
+    # the store's limit); None for a real conflict.
+    why: str | None = None
 
-    def as_json(self) -> dict[str, str]:
-        return {"path": self.path, "copy": self.copy, "at": self.at}
+    def as_json(self) -> dict[str, str | None]:
+        return {"path": self.path, "copy": self.copy, "at": self.at, "why": self.why}
 
 
 @dataclass

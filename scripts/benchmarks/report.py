@@ -517,9 +517,11 @@ NOTES = """\
 Each is in the code with a comment that says why; the numbers are from side-by-side runs on \
 the same machine.
 
-- Idle passes ask the store only for its newest version (1 request) and skip the listing \
-when nothing changed on either side; every 20th pass lists anyway (`StoreSync._idle`). \
-Before: ⌈N/100⌉ requests and ~530 ms CPU at N = 10,000.
+- No pass lists the store but a reconciliation (at start, hourly, when the feed cannot \
+answer): a local change is pushed with no read, another writer's change costs one page of \
+the versions feed, contents included (docs/sync.md, "Passes"). An idle probing pass asks \
+only for the store's newest version (1 request). Before the feed: every non-idle pass \
+listed, ⌈N/100⌉ requests and ~300 ms CPU at N = 10,000.
 - Eight uploads in flight and a 16-connection pool: the client's per-request CPU was the \
 flush bottleneck (2,000 files: 17.5 s with 32 in flight, 9.0 s with 8).
 - One journal transaction per batch of pulls: a cold start of 5,000 memories spent 2.8 s in \

@@ -242,7 +242,9 @@ def run(quick: bool) -> Section:
         "",
         f"Idle cost: requests one idle mount makes per interval ({interval:g} s), measured "
         f"over {window:g} s after its probes backed off: watch {idle['watch']:.2f} "
-        f"(the long poll, one per 25 s), probe {idle['probe']:.2f}.",
+        f"(the long poll, one per 25 s), probe {idle['probe']:.2f}. Neither lists the "
+        "store: a full listing (⌈N/100⌉ requests) runs at start and once an hour "
+        "(`feed.RECONCILE_EVERY`, docs/sync.md).",
         "",
         f"{many['watchers']:g} idle watches on one instance: "
         f"{many['rss_kb_per_watcher']:.1f} KiB RSS per watcher, "

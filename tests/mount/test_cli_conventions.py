@@ -239,7 +239,7 @@ def test_daemon_log_lines_are_key_value_or_json(
             _conflict(proc, shared_api, store_id)
             with pytest.raises(OSError):
                 (proc.mountpoint / "bad name.md").write_bytes(b"\xff")
-            proc.sync()
+            proc.sync_held_back()  # exit 1: the store refused a file
             proc.expect_exit(1)  # the refused file is named at the stop
             assert proc.stop() == 1
         finally:

@@ -1,6 +1,7 @@
 """`memfs conflicts` through the real CLI on live mounts: a forced conflict is listed with
 the version that won, its bytes come back exactly, a restore reaches the store (or loses
-again and is kept again), drop forgets it, and a read-only store refuses the restore."""
+again and is kept again), drop forgets it, and a read-only store refuses the restore. A
+clean merge the store cannot hold is a conflict copy that says why."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memfs.paths import MAX_CONTENT_BYTES
 from tests.support.api import Api
 from tests.support.mount import MountProcess, cli_bytes, cli_ok, mount_store, xattrs
 from tests.support.server import ServerProcess
@@ -132,3 +134,48 @@ def test_copies_outlive_the_mount_and_a_read_only_store_refuses_their_restore(
         assert memory(shared_api, sid, "/plan.md")["content"] == "remote wins\n"
     finally:
         ro.cleanup()
+
+
+# Two clean edits of a 60 KB memory, 35 KB each: each side fits the store, their merge
+# (130 KB) does not (issue 35 item 8 reproduced it with 130,702 bytes).
+BIG_BASE = "".join(f"base line {i:05d}\n" for i in range(3_750))
+MINE = "".join(f"mine {i:05d} ................\n" for i in range(1_250))
+THEIRS = "".join(f"theirs {i:05d} ..............\n" for i in range(1_250))
+
+
+def test_a_merge_the_store_cannot_hold_keeps_the_local_side_and_fails_the_sync(
+    quiet: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
+    """Before, the clean merge was pushed, refused and held back: no copy was kept, the
+    log said "merged the two" and `memfs sync` exited 0. Now the store wins, the local
+    side is a conflict copy that says why, and `memfs sync` exits 1 until it is dealt
+    with (a restore, a drop, or a new edit pushed)."""
+    sid = str(store["id"])
+    f = quiet.mountpoint / "big.md"
+    f.write_text(BIG_BASE)
+    quiet.sync()
+    local, remote = MINE + BIG_BASE, BIG_BASE + THEIRS
+    merged = len(local) + len(remote) - len(BIG_BASE)
+    assert max(len(local), len(remote)) <= MAX_CONTENT_BYTES < merged
+    why = f"the merge of both sides is {merged} bytes, over the store's limit of 102400"
+    shared_api.update_memory(sid, memory(shared_api, sid, "/big.md")["id"], content=remote)
+    f.write_text(local)
+    done = quiet.memfs("sync", str(quiet.mountpoint), check=False)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert " conflicts=1 " in done.stdout and f"({why})" in done.stdout, done.stdout
+    assert f.read_text() == remote
+    assert memory(shared_api, sid, "/big.md")["content"] == remote
+    assert xattrs(f)["user.memfs.state"] == "conflict"
+    [kept] = quiet.mount_status()["stores"][0]["conflict_copies"]
+    assert kept["why"] == why and Path(kept["copy"]).read_text() == local
+    status = [sys.executable, "-m", "memfs.cli", "status", str(quiet.mountpoint)]
+    code, human, _ = on_a_terminal(status, quiet.env)
+    assert code == 0 and f"conflict: /big.md -> {kept['copy']} ({why})" in human, human
+    log = quiet.log()
+    assert "merged the two" not in log and f'why="{why}"' in log
+    # until it is dealt with, every `memfs sync` says so
+    again = quiet.memfs("sync", str(quiet.mountpoint), check=False)
+    assert again.returncode == 1 and why in again.stdout, again.stdout
+    (copy,) = listed(quiet)
+    cli_ok(quiet, "conflicts", "drop", copy["id"])
+    quiet.sync()

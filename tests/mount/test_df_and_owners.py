@@ -1,14 +1,17 @@
 """`df`, `stat` and `ls -l` on a real mount (issue 24 item 15): the store's real usage,
-and --uid/--gid/--umask for who the files appear to belong to (as rclone and sshfs)."""
+and --uid/--gid/--umask for who the files appear to belong to (as rclone and sshfs); a
+chown to those same ids moves `st_ctime` (issue 35 item 11)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 from memfs.paths import MARKER_NAME
 from tests.support.api import Api
-from tests.support.mount import mount_store
+from tests.support.mount import MountProcess, mount_store
 from tests.support.server import ServerProcess
 
 
@@ -91,3 +94,24 @@ def test_uid_gid_and_umask_decide_what_stat_and_ls_show(
     )
     assert chown.returncode != 0 and "Operation not permitted" in chown.stderr
     assert (root / "d" / "f.md").read_text() == "from the store\n"
+
+
+def test_a_chown_to_the_owners_own_ids_moves_ctime_as_on_ext4(
+    tmp_path: Path, mount: MountProcess
+) -> None:
+    """A successful chown changes the inode: ext4 (and this test's own tmp directory)
+    moves `st_ctime` even when the ids stay the same. memfs left it unchanged."""
+    native = tmp_path / "native"
+    native.mkdir()
+    (native / "f.md").write_text("f\n")
+    d = mount.mountpoint / "d"
+    d.mkdir()
+    (d / "f.md").write_text("f\n")
+    for path in (native, native / "f.md", d, d / "f.md"):
+        before = os.stat(path)
+        time.sleep(0.02)
+        os.chown(path, before.st_uid, before.st_gid)
+        after = os.stat(path)
+        assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+        assert after.st_ctime_ns > before.st_ctime_ns, path
+        assert after.st_mtime_ns == before.st_mtime_ns, path

@@ -41,11 +41,11 @@ def small_store(hostile: Hostile) -> None:
     hostile.add("/notes/b.md", "beta\n")
 
 
-def mount(tmp_path: Path, hostile: Hostile, name: str) -> MountProcess:
+def mount(tmp_path: Path, hostile: Hostile, name: str, interval: float = 3600) -> MountProcess:
     mountpoint = tmp_path / name
     args = ["mount", hostile.store_id, str(mountpoint), "--cache-dir", str(tmp_path / f"{name}-c")]
     return MountProcess(
-        [*args, "--sync-interval", "3600"],
+        [*args, "--sync-interval", f"{interval:g}"],
         mountpoint,
         url=hostile.url,
         log_path=tmp_path / f"{name}.log",
@@ -145,3 +145,41 @@ def test_a_page_longer_than_asked_is_refused(tmp_path: Path, page_size: int, why
             proc.start()
     assert proc.expected_exit == 1
     assert why in str(refused.value)
+
+
+WATCH_ANSWER = 300 << 20  # the size the issue reproduced (issue 35 item 4)
+
+
+def test_a_huge_watch_answer_is_not_held_and_the_mount_probes_instead(tmp_path: Path) -> None:
+    """A server answering the watch with 300 MB took the daemon from 45 MB to 4.3 GB,
+    silently. Now the watch's answer is read as the others (`StoreClient._long_poll`)
+    and refused past one listed item's bound; the mount probes instead, with one
+    warning, and still learns of the store's changes."""
+    reference = reference_peak(tmp_path)
+    with Hostile() as hostile:
+        small_store(hostile)
+        hostile.watch_bytes = WATCH_ANSWER
+        proc = mount(tmp_path, hostile, "hostile", interval=5).start()
+        try:
+            root = proc.mountpoint
+            assert (root / "a.md").read_text() == "alpha\n"
+            deadline = time.monotonic() + 30
+            while hostile.watches == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert hostile.watches == 1
+            hostile.add("/later.md", "written by another session\n")
+            while not (root / "later.md").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)  # a probing pass brings it (within the interval, 5 s)
+            assert (root / "later.md").read_text() == "written by another session\n"
+            [store] = proc.mount_status()["stores"]
+            assert store["learns_by"] == "probe", store
+            peak = peak_kb(proc.pid)
+        finally:
+            assert proc.stop() == 0
+    assert hostile.watches == 1  # not tried again
+    assert peak < reference + MARGIN_KB, (peak, reference)
+    lines = proc.log().splitlines()
+    warned = [line for line in lines if "WARNING" in line and "watch" in line]
+    assert len(warned) == 1, warned
+    assert "the store's watch answered what no watch answers; probing" in warned[0]
+    assert "watch: the store's answer is over 10240 bytes" in warned[0]

@@ -80,7 +80,7 @@ def test_a_dead_mount_does_not_count_refused_files_as_pushed_at_the_next_start(
     root = proc.mountpoint
     try:
         _refuse_two(root, tmp_path)
-        proc.sync()
+        proc.sync_held_back()
         (root / "kept.md").write_text("edited\n")
         proc.kill()
         result = proc.memfs("status", str(root), check=False)

@@ -61,7 +61,7 @@ def test_a_live_mount_counts_its_work(
             + value(written, "memfs_fuse_operations_total", op="lookup", result="ENOENT")
         ) >= 4
 
-        proc.sync()
+        proc.sync_held_back()  # exit 1: binary.dat is refused
         after = scrape(url)
         assert value(after, "memfs_sync_passes_total", store=sid, outcome="ok") == 2
         assert value(after, "memfs_conflicts_total", store=sid) == 1

@@ -86,7 +86,7 @@ def test_kill_9_recovery(
         proc = mount_store(tmp_path, shared_server.url, store_id)  # same --cache-dir
         assert tree_of(root) == expected
         assert xattrs(root / "bin.md")["user.memfs.state"] == "refused"
-        proc.sync()
+        proc.sync_held_back()  # exit 1: bin.md is refused
         assert store_contents(shared_api, store_id) == {
             "/keep.md": "keep\n",
             "/edit.md": "new\n",

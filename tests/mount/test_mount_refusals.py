@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import subprocess
+import tempfile
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,6 +105,18 @@ def test_links_devices_fifos_and_sockets_are_eperm(mount: MountProcess) -> None:
     assert sorted(os.listdir(root)) == [MARKER, "a.md"]
 
 
+def test_an_unnamed_temporary_file_is_eopnotsupp(mount: MountProcess) -> None:
+    """`open(O_TMPFILE)` (docs/reliability.md §3): memfs makes no file without a name,
+    and tools fall back to a named one (Python's `tempfile` does, unlinked at once)."""
+    root = mount.mountpoint
+    refused(errno.EOPNOTSUPP, os.open, root, os.O_TMPFILE | os.O_RDWR, 0o600)
+    with tempfile.TemporaryFile(dir=root) as f:
+        f.write(b"scratch\n")
+        f.seek(0)
+        assert f.read() == b"scratch\n"
+    assert sorted(os.listdir(root)) == [MARKER]
+
+
 def test_efbig_past_the_content_limit(
     shared_api: Api, store: dict[str, object], mount: MountProcess, tmp_path: Path
 ) -> None:
@@ -121,11 +134,11 @@ def test_efbig_past_the_content_limit(
     huge.write_bytes(b"z" * (MAX_CONTENT_BYTES + 5000))
     tool_fails("cp", str(huge), str(root / "huge.md"), message="File too large")
     tool_fails("truncate", "-s", "200K", str(path), message="File too large")
-    mount.sync()
+    mount.sync_held_back()
     # its last write was refused: held back (tests/mount/test_refused_writes.py)
     assert shared_api.list_memories(str(store["id"])) == []
     os.truncate(path, MAX_CONTENT_BYTES)  # a successful truncate ends the refusal
-    mount.sync()
+    assert "refused: /huge.md (" in mount.sync_held_back()  # still not in the store
     memories = {m["path"]: m for m in shared_api.list_memories(str(store["id"]))}
     assert memories["/big.md"]["content_size_bytes"] == MAX_CONTENT_BYTES
     assert "/huge.md" not in memories
@@ -179,7 +192,8 @@ def test_non_utf8_content_is_eilseq_at_close_and_never_uploaded(
     status = json.loads(mount.memfs("status", str(root), "--json").stdout)
     text = json.dumps(status)
     assert "/latin1.md" in text and '"refused": 1' in text
-    mount.sync()
+    out = mount.sync_held_back()
+    assert "refused: /latin1.md (content is not valid UTF-8; permanent" in out, out
     paths = [m["path"] for m in shared_api.list_memories(str(store["id"]))]
     assert paths == ["/fine.md"]
     assert path.read_bytes() == "café\n".encode("latin-1")  # kept locally

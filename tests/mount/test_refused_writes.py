@@ -61,7 +61,7 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
         attrs = xattrs(root / name)
         assert attrs["user.memfs.state"] == "refused", (name, attrs)
         assert "File too large" in attrs["user.memfs.refused"], attrs
-    mount.sync()
+    mount.sync_held_back()
     assert store_files(shared_api, store_id) == {"keep.md": "kept\n"}
     s = status(mount)
     assert s["refused"] == 3
@@ -71,7 +71,7 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
     assert mount.stop() == 1
     mount.start()
     assert xattrs(root / "big.md")["user.memfs.state"] == "refused"
-    mount.sync()
+    mount.sync_held_back()
     assert store_files(shared_api, store_id) == {"keep.md": "kept\n"}
     # a successful write or truncate ends it, even to the same (empty) content
     (root / "big.md").write_text("small now\n")
@@ -79,7 +79,7 @@ def test_a_copy_refused_with_efbig_is_held_back_until_written(
     assert xattrs(root / "big.md")["user.memfs.state"] == "dirty"
     assert xattrs(root / "ls.md")["user.memfs.state"] == "dirty"
     assert xattrs(root / "half.md")["user.memfs.state"] == "refused"
-    mount.sync()
+    mount.sync_held_back()  # /half.md is still refused
     assert store_files(shared_api, store_id) == {
         "keep.md": "kept\n",
         "big.md": "small now\n",
@@ -100,7 +100,7 @@ def test_a_refused_overwrite_keeps_the_memory_as_it_was(
     mount.sync()
     tool_fails("cp", str(big), str(root / "notes.md"), message="File too large")
     assert xattrs(root / "notes.md")["user.memfs.state"] == "refused"
-    mount.sync()
+    mount.sync_held_back()
     assert store_files(shared_api, store_id) == {"notes.md": "version 1\n"}
     (root / "notes.md").write_text("version 2\n")
     mount.sync()

@@ -66,7 +66,9 @@ def test_a_create_refused_by_a_full_store_arrives_once_space_is_freed(
             (root / "c.md").write_text("waits for space\n")
             with pytest.raises(OSError):
                 (root / "bin.md").write_bytes(b"\xff\xfe not utf-8")
-            mount.memfs("sync", str(root), check=False)
+            # A refused upload is exit 1, naming it (it was 0: issue 35 item 11)
+            out = mount.sync_held_back()
+            assert f"refused: /c.md ({FULL}; transient, next retry " in out, out
             held = refused(mount)
             assert held["/c.md"]["why"] == FULL and held["/c.md"]["transient"] is True
             assert held["/c.md"]["next_retry"] is not None

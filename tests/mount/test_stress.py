@@ -203,8 +203,8 @@ def test_fio_verify_crc32c_small_files(
     assert len(files) == 4 * 4  # 4 jobs (randwrite runs twice) × 4 files
     for f in files:
         assert f.stat().st_size == 16 * 1024
-    # binary content is held back from the store, visibly
-    mount.sync()
+    # binary content is held back from the store, visibly (`memfs sync` exits 1)
+    mount.sync_held_back()
     assert [m["path"] for m in shared_api.list_memories(str(store["id"]))] == []
     assert {xattrs(f)["user.memfs.state"] for f in files} == {"refused"}
     assert "not valid UTF-8" in mount.log()

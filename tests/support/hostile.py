@@ -9,6 +9,10 @@ For the size limits (issue 24 item 4): `generated` memories are listed after tho
 up per page so 100,000 of them cost the test nothing; `huge` streams a memory's content
 (`a` repeated, id -> bytes) without holding it; `page_size` overrides every page's
 length whatever `limit` was asked.
+
+For the watch (issue 35 item 4): with `watch_bytes` set, memfs serve's watch route
+answers `{"head": "aaa…"}` of that many bytes, streamed without a length (else 404,
+as on the hosted API); `watches` counts them.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class Hostile:
         self.generated = 0
         self.huge: dict[str, int] = {}
         self.page_size: int | None = None
+        self.watch_bytes = 0
+        self.watches = 0
         hostile = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -176,8 +182,27 @@ class Hostile:
                 self.send(h, 200, json.dumps(body).encode())
             else:
                 self.retrieve(h, parts[4])
+        elif parts == ["v1", "memory_stores", self.store_id, "memfs", "watch"] and self.watch_bytes:
+            self.stream_watch(h)
         else:
             self.send(h, 404, NOT_FOUND)
+
+    def stream_watch(self, h: BaseHTTPRequestHandler) -> None:
+        """A watch answer of `watch_bytes` bytes, 1 MiB at a time, its end the close."""
+        self.watches += 1
+        h.send_response(200)
+        h.send_header("content-type", "application/json")
+        h.send_header("connection", "close")
+        h.end_headers()
+        h.close_connection = True
+        block = b"a" * (1 << 20)
+        try:
+            h.wfile.write(b'{"head": "')
+            for offset in range(0, self.watch_bytes, len(block)):
+                h.wfile.write(block[: self.watch_bytes - offset])
+            h.wfile.write(b'"}')
+        except OSError:  # the client stopped reading, as it should
+            pass
 
     def stream_huge(self, h: BaseHTTPRequestHandler, mid: str) -> None:
         """The memory with `huge[mid]` bytes of content, sent 1 MiB at a time."""

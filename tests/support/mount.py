@@ -203,6 +203,15 @@ class MountProcess:
     def sync(self) -> subprocess.CompletedProcess[str]:
         return self.memfs("sync", str(self.mountpoint))
 
+    def sync_held_back(self) -> str:
+        """`memfs sync` while the store lacks some of this mount's changes (a file it
+        refused, or a merge it could not hold): the pass runs, and it exits 1 naming
+        them. Its stdout."""
+        result = self.memfs("sync", str(self.mountpoint), check=False)
+        assert result.returncode == 1, (result.stdout, result.stderr)
+        assert "  refused: " in result.stdout or "  conflict: " in result.stdout, result.stdout
+        return result.stdout
+
     def wait(self, timeout: float = 60.0) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout=timeout)

@@ -27,6 +27,7 @@ from memfs.errors import (
 from memfs.paths import RemoteMemory, sha256_hex
 from memfs.store.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient, StoreInfo
 from memfs.store.connection import ClientConfig, decode_work_secret, make_http_client
+from memfs.store.wire import MAX_ITEM_JSON
 
 Handler = Callable[[httpx.Request], httpx.Response]
 STORE = "memstore_test"
@@ -788,3 +789,60 @@ async def test_non_ascii_content_round_trips_on_the_wire() -> None:
     rec = Recorder(lambda r: httpx.Response(200, json=memory_json("m", "/é", "ü😀")))
     await client_for(rec).create_memory(STORE, "/é", "ü😀")
     assert json.loads(rec.requests[0].content.decode("utf-8")) == {"path": "/é", "content": "ü😀"}
+
+
+# ------------------------------------------------------------------ the watch
+
+
+class Streamed:
+    """A watch answer `{"head": "aaa…"}` of `mib` MiB, made as it is read (issue 35
+    item 4): `sent` counts the bytes the client pulled from it."""
+
+    def __init__(self, mib: int, *, announce: bool) -> None:
+        self.mib, self.announce, self.sent = mib, announce, 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        size = len(b'{"head": ""}') + (self.mib << 20)
+        headers = {"content-length": str(size)} if self.announce else {}
+        return httpx.Response(200, headers=headers, content=self.body())
+
+    async def body(self) -> Any:
+        yield b'{"head": "'
+        self.sent += 10
+        for _ in range(self.mib):
+            self.sent += 1 << 20
+            yield b"a" * (1 << 20)
+        yield b'"}'
+
+
+@pytest.mark.parametrize("announce", [False, True])
+async def test_the_watch_answer_is_refused_past_one_item(announce: bool) -> None:
+    """Before, the watch read its whole answer: a server sending 300 MB answers took
+    the daemon to 4.3 GB. Now it stops at MAX_ITEM_JSON, announced or received."""
+    huge = Streamed(300, announce=announce)
+    client = client_for(huge)
+    too_large = f"watch: the store's answer is over {MAX_ITEM_JSON} bytes"
+    with pytest.raises(StoreError, match=too_large):
+        await client.watch(STORE, after="memver_1", seconds=25)
+    assert huge.sent <= (0 if announce else 2 << 20), huge.sent
+    with pytest.raises(StoreError, match="over"):
+        await client.watch_head(STORE)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[]", b'"memver_1"', b'{"head": 5}', b'{"head": "\\ud800"}', b"not json"],
+)
+async def test_a_watch_answer_that_is_no_head_is_refused(body: bytes) -> None:
+    client = client_for(Recorder(httpx.Response(200, content=body)))
+    with pytest.raises(StoreError) as refused:
+        await client.watch(STORE, after="memver_1", seconds=25)
+    assert not isinstance(refused.value, StoreUnavailable)
+    assert refused.value.status in (None, 200)
+
+
+async def test_the_watch_answers_its_head() -> None:
+    client = client_for(Recorder(httpx.Response(200, json={"head": "memver_2"})))
+    assert await client.watch(STORE, after="memver_1", seconds=25) == "memver_2"
+    client = client_for(Recorder(httpx.Response(200, json={"head": None})))
+    assert await client.watch_head(STORE) is None

@@ -28,6 +28,7 @@ import memfs.sync.plan
 import memfs.sync.pusher
 import memfs.sync.schedule
 from memfs.config import DEFAULT_EXCLUDES
+from memfs.paths import MAX_CONTENT_BYTES
 from memfs.store.client import RetryPolicy
 from memfs.sync.engine import RefusedFile
 from memfs.sync.plan import PassKind
@@ -326,6 +327,70 @@ async def test_a_file_changed_during_its_upload_merges_later(h: Harness) -> None
     assert result.conflicts == 0
     assert h.fake.by_path() == {"/log.md": "a\nb\ntheirs\nc\n"}
     assert h.read("/log.md") == "a\nb\ntheirs\nc\n"
+
+
+# Two clean edits of a 60 KB memory, 35 KB each: each side fits the store, their merge
+# (130 KB) does not (issue 35 item 8 reproduced it with 130,702 bytes).
+BIG_BASE = "".join(f"base line {i:05d}\n" for i in range(3_750))
+MINE = "".join(f"mine {i:05d} ................\n" for i in range(1_250))
+THEIRS = "".join(f"theirs {i:05d} ..............\n" for i in range(1_250))
+
+
+def over_the_limit(local: str, remote: str) -> str:
+    merged = len(local) + len(remote) - len(BIG_BASE)
+    assert max(len(local), len(remote)) <= MAX_CONTENT_BYTES < merged
+    return f"the merge of both sides is {merged} bytes, over the store's limit of 102400"
+
+
+async def test_a_merge_over_the_store_limit_is_not_pushed_and_the_local_side_is_kept(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the clean merge became the file, was pushed, refused by the store and
+    held back: the log said "merged the two", no copy was kept and the pass was ok."""
+    ids = await synced(h, {"/big.md": BIG_BASE})
+    local, remote = MINE + BIG_BASE, BIG_BASE + THEIRS
+    why = over_the_limit(local, remote)
+    h.write("/big.md", local)
+    h.fake.edit(ids["/big.md"], content=remote)
+    with caplog.at_level(logging.INFO, "memfs.sync"):
+        result = await h.sync_once()
+    assert result.outcome == "ok" and result.conflicts == 1
+    assert h.fake.by_path() == {"/big.md": remote} and h.fake.writes() == []
+    assert h.read("/big.md") == remote
+    node = h.node("/big.md")
+    assert node.state_name() == "conflict" and node.refused_sha is None
+    assert node.conflict is not None and read_copy(node.conflict) == local
+    [kept] = result.conflict_copies
+    assert kept.why == why and kept.as_json()["why"] == why
+    assert h.sync.statistics().conflict_copies == (kept,)
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("merged the two" in line for line in lines)
+    assert any("keeping the remote version" in line and why in line for line in lines)
+
+
+async def test_a_lost_race_whose_merge_is_over_the_limit_keeps_the_local_side(
+    h: Harness,
+) -> None:
+    """The same when the other side wins the race to the store (412 on our update):
+    the merge with the winner is not pushed."""
+    ids = await synced(h, {"/big.md": BIG_BASE})
+    local, remote = MINE + BIG_BASE, BIG_BASE + THEIRS
+    h.write("/big.md", local)
+
+    def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update" and h.fake.by_path()["/big.md"] == BIG_BASE:
+            h.fake.edit(ids["/big.md"], content=remote)
+
+    h.fake.before_write = race
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.conflicts == 1
+    assert h.fake.by_path() == {"/big.md": remote}
+    assert h.read("/big.md") == remote
+    node = h.node("/big.md")
+    assert node.state_name() == "conflict" and node.refused_sha is None
+    assert node.conflict is not None and read_copy(node.conflict) == local
+    [kept] = result.conflict_copies
+    assert kept.why == over_the_limit(local, remote)
 
 
 async def test_404_on_update_recreates(h: Harness) -> None:
