@@ -53,6 +53,8 @@ class Gate:
         db: Storage | None = None,
         limiter: trio.CapacityLimiter | None = None,
     ) -> None:
+        if api_key is not None and not api_key:
+            raise ValueError("an empty admin key would let an empty credential in")
         self.app = app
         self.api_key = api_key
         self.hooks = tuple(hooks)
@@ -136,7 +138,7 @@ class Gate:
         if self.api_key is not None and not token:
             expected = self.api_key.encode("utf-8")
             ok = any(
-                cred is not None and hmac.compare_digest(cred.encode("utf-8"), expected)
+                cred and hmac.compare_digest(cred.encode("utf-8"), expected)
                 for cred in (presented, bearer)
             )
             if not ok:

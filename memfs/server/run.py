@@ -16,7 +16,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from memfs import metrics
-from memfs.config import ExitCode, read_secret_file
+from memfs.config import ConfigError, ExitCode, read_secret_file
 from memfs.paths import MAX_MEMORIES_PER_STORE
 from memfs.server.app import create_app
 from memfs.server.backends import (
@@ -40,23 +40,32 @@ def _refuse(message: str) -> int:
 
 
 API_KEY_VARIABLE = "MEMFS_SERVE_API_KEY"
+_EMPTY_KEY = " (an unset shell variable?): give the key, or leave it out to accept any request"
 
 
 def admin_key(flag: str | None, path: str | None, environ: Mapping[str, str]) -> str | None:
     """The key every request must carry: `--api-key-file`, else `MEMFS_SERVE_API_KEY`,
     else `--api-key` with one warning (every local user reads it in `ps`); None: no key.
 
-    A ConfigError for a key file that is missing, not private or empty.
+    A ConfigError for a key file that is missing, not private or empty, and for an empty
+    `--api-key` or `MEMFS_SERVE_API_KEY` (an unset shell variable, `--api-key "$KEY"`):
+    counted as a key it let an empty password in; counted as none it would open the
+    server to anyone.
     """
     if path is not None:
         return read_secret_file(path, "key file")
     if flag is not None:
+        if not flag.strip():
+            raise ConfigError(f"--api-key is empty{_EMPTY_KEY}")
         log.warning(
             "the admin key is on the command line, where every local user can read it; "
             "give it as MEMFS_SERVE_API_KEY or --api-key-file"
         )
-        return flag
-    return environ.get(API_KEY_VARIABLE, "").strip() or None
+        return flag.strip()
+    value = environ.get(API_KEY_VARIABLE)
+    if value is not None and not value.strip():
+        raise ConfigError(f"{API_KEY_VARIABLE} is set but empty{_EMPTY_KEY}")
+    return None if value is None else value.strip()
 
 
 def _is_loopback(host: str) -> bool:
@@ -204,6 +213,8 @@ def run_server(
     )
     if wrong is not None:
         return _refuse(wrong)
+    if api_key is not None and not api_key.strip():
+        return _refuse(f"the admin key is empty{_EMPTY_KEY}")
     if console and api_key is None and not _is_loopback(host):
         return _refuse(
             f"the console on {host} would open every store to anyone who reaches it: "

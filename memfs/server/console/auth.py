@@ -47,6 +47,8 @@ class Sessions:
     """The console's sessions, bounded, oldest first out."""
 
     def __init__(self, db: Storage, api_key: str | None) -> None:
+        if api_key is not None and not api_key:
+            raise ValueError("an empty admin key would let an empty password in")
         self.db = db
         self.api_key = api_key
         self.check = tokens.TokenCheck()
@@ -88,6 +90,8 @@ class Sessions:
     def login(self, credential: str) -> Session:
         """A session for `credential`, or the ApiError (401) that says why not."""
         credential = credential.strip()
+        if not credential and not self.open:
+            raise errors.unauthorized("give the admin key or a token")
         if tokens.is_token(credential):
             self.grant(credential)
             return self.start(credential, is_token=True)
