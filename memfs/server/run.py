@@ -16,7 +16,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from memfs import metrics
-from memfs.config import ConfigError, ExitCode, read_secret_file
+from memfs.config import ExitCode, read_secret_file
+from memfs.errors import ConfigError
 from memfs.paths import MAX_MEMORIES_PER_STORE
 from memfs.server.app import create_app
 from memfs.server.backends import (
