@@ -5,6 +5,8 @@ PostgreSQL's LISTEN/NOTIFY, across instances on one database."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ import psycopg
 import pytest
 
 from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY, sha256_hex
+from memfs.server.watch import WATCHES_PER_STORE
 from tests.support.api import Api, assert_error
 from tests.support.postgres import PostgresCluster
 from tests.support.server import ServerProcess, start_server
@@ -118,6 +121,69 @@ def test_bad_arguments_and_unknown_store(server: ServerProcess) -> None:
         assert_error(bad, 400, "invalid_request_error")
         missing = api.request("GET", watch_url("memstore_nope"), params={"after": ""})
         assert_error(missing, 404, "not_found_error")
+
+
+def test_timeout_zero_answers_the_head_now(server: ServerProcess) -> None:
+    """Issue 35 item 11: `timeout=0` answered the client's own `after` although the head
+    had moved (the bound cancelled the read of the head); it answers the head now."""
+    with Api(server.url) as api:
+        sid = api.create_store("zero")["id"]
+        mem = api.create_memory(sid, "/a.md", "one")
+        old = head_of(api, sid)
+        api.update_memory(sid, mem["id"], content="two")
+        new = head_of(api, sid)
+        assert new != old
+        for after in (old, None):
+            response = watch(api, sid, after, 0)
+            assert response.status_code == 200, response.text
+            assert response.json()["head"] == new
+        started = time.monotonic()
+        assert watch(api, sid, new, 0).json()["head"] == new  # current: answered at once
+        assert time.monotonic() - started < 2
+
+
+def issue_token(server: ServerProcess, *stores: str) -> str:
+    """`memfs serve token create` against the server's database."""
+    scopes = [arg for store in stores for arg in ("--store", f"{store}:ro")]
+    out = subprocess.run(
+        [sys.executable, "-m", "memfs.cli", "serve", "--db", server.db, "token", "create",
+         *scopes, "--ttl", "1h"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_one_token_holds_only_its_share_of_the_watches(
+    tmp_path: Path, pool: ThreadPoolExecutor
+) -> None:
+    """Issue 35 item 11: the bound was per instance only, so one read-only token could
+    take every place and push every other mount back to probing. A token holds at most
+    `WATCHES_PER_STORE` per store of its scope and a tenth of --max-watchers; the
+    others keep theirs."""
+    with start_server(tmp_path / "s.db", extra_args=["--max-watchers", "40"]) as server:
+        with Api(server.url) as admin:
+            sid = admin.create_store("shared")["id"]
+            other = admin.create_store("other")["id"]
+            head = head_of(admin, sid)
+        hog = Api(server.url, issue_token(server, sid))
+        fair = Api(server.url, issue_token(server, other, sid))
+        share = WATCHES_PER_STORE  # min(4 x 1 store, 40 // 10)
+        holding = [pool.submit(watch, hog, sid, head, 20) for _ in range(share)]
+        wait_until_waiting(server, share)
+        refused = watch(hog, sid, head, 0)
+        assert_error(refused, 429, "rate_limit_error")
+        assert "this token holds 4 watches, its share of this server's 40" in refused.text
+        assert watch(fair, sid, head, 1).json()["head"] == head  # another token waits
+        assert watch(Api(server.url), sid, head, 1).json()["head"] == head  # and the admin
+        with Api(server.url) as admin:
+            admin.create_memory(sid, "/wake.md", "x")
+        for future in holding:
+            assert future.result(timeout=30).json()["head"] != head
+        after = head_of(hog, sid)
+        assert watch(hog, sid, after, 0).status_code == 200  # its places are free again
+        hog.close()
+        fair.close()
+        assert "watch refused: too many watchers" not in server.log_tail(1000)
 
 
 def test_watchers_are_bounded(tmp_path: Path, pool: ThreadPoolExecutor) -> None:
