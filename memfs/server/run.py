@@ -79,6 +79,15 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _named(host: str) -> list[str]:
+    """`--host` when it is a name (not an address): the name clients will ask for."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return [host] if host else []
+    return []
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind and listen ourselves, so a taken port is a clear error before serving."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -195,6 +204,7 @@ def run_server(
     metrics_addr: str | None = None,
     console: bool = True,
     max_watchers: int = DEFAULT_MAX_WATCHERS,
+    allowed_hosts: Sequence[str] = (),
 ) -> int:
     """Serve the Memory Stores API; 0 on a signal, 2 when it cannot start.
 
@@ -258,6 +268,7 @@ def run_server(
             threads=pool_size,
             console=console,
             watch=watch,
+            allowed_hosts=[*allowed_hosts, *_named(host)],
         )
         if fault_spec is not None:
             log.warning("fault injection is on faults=%s", faults)

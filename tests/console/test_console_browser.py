@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.console.conftest import ADMIN_KEY, Site, api, issue_token, screenshots_dir
+from tests.console.conftest import (
+    ADMIN_KEY,
+    REBOUND_NAME,
+    Site,
+    api,
+    issue_token,
+    screenshots_dir,
+)
+from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.deadline(300)
 
@@ -203,3 +211,22 @@ def test_a_read_only_token_reads_only_its_store(browser: Any, site: Site) -> Non
     assert "may only read" in _by_id(browser, "error").text
     browser.get(f"{site.url}/s/{site.other}")
     assert "not found" in _by_id(browser, "error").text
+
+
+def test_a_page_under_a_rebound_name_reads_nothing(browser: Any, tmp_path: Path) -> None:
+    """Issue 35 item 6: a keyless `memfs serve` (the README's) answered any Host, so a
+    page under a name resolving to 127.0.0.1 was same-origin with it and read every
+    store. Chromium, told that rebound.test is 127.0.0.1, gets the refusal instead."""
+    server = ServerProcess(tmp_path / "open.db").start()
+    try:
+        with api(server) as client:
+            client.post("/v1/memory_stores", json={"name": "Secret Plans"}).raise_for_status()
+        browser.get(f"http://{REBOUND_NAME}:{server.port}/console/")
+        shown = browser.find_element("tag name", "body").text
+        assert "Secret Plans" not in shown and "--allowed-host rebound.test" in shown, shown
+        browser.get(f"http://{REBOUND_NAME}:{server.port}/v1/memory_stores")
+        assert "Secret Plans" not in browser.find_element("tag name", "body").text
+        browser.get(f"http://127.0.0.1:{server.port}/console/")
+        assert "Secret Plans" in _by_id(browser, "main").text  # the server's own name works
+    finally:
+        assert server.stop() == 0

@@ -210,7 +210,7 @@ def test_a_client_that_goes_away_frees_its_place(tmp_path: Path) -> None:
             host, port = server.url.removeprefix("http://").rsplit(":", 1)
             with socket.create_connection((host, int(port))) as raw:
                 raw.sendall(
-                    f"GET {watch_url(sid)}?after={head}&timeout=60 HTTP/1.1\r\nHost: x\r\n"
+                    f"GET {watch_url(sid)}?after={head}&timeout=60 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                     f"anthropic-version: {ANTHROPIC_VERSION}\r\n"
                     f"anthropic-beta: {BETA_MEMORY}\r\n\r\n".encode()
                 )
