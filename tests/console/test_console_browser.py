@@ -196,6 +196,39 @@ def test_edit_conflict_diff_and_redact(browser: Any, site: Site, tmp_path: Path)
     assert "is the current version" in _by_id(browser, "error").text
 
 
+def test_save_without_an_edit_keeps_every_byte(browser: Any, site: Site) -> None:
+    """Issue 35 item 7, in Chromium: open a memory with a leading newline, CRLF, a lone
+    CR and LF, press Save without an edit: no new version, the bytes unchanged. Then an
+    edit: the lines left alone keep their ends."""
+    original = "\nfirst line\r\nsecond\rthird\n"
+    with api(site.server) as client:
+        made = client.post(
+            f"/v1/memory_stores/{site.store}/memories",
+            json={"path": "/line-ends.md", "content": original},
+        ).json()
+    _login(browser, site, ADMIN_KEY)
+    browser.get(f"{site.url}/s/{site.store}/m/{made['id']}")
+    browser.find_element("css selector", "#edit-panel summary").click()
+    shown = browser.execute_script("return document.getElementById('edit-content').value")
+    assert shown == "\nfirst line\nsecond\nthird\n"  # what a textarea holds: LF only
+    _submit(browser, "save")
+    with api(site.server) as client:
+        stored = client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").json()
+        versions = client.get(
+            f"/v1/memory_stores/{site.store}/memory_versions", params={"memory_id": made["id"]}
+        ).json()["data"]
+    assert stored["content"] == original
+    assert stored["content_sha256"] == made["content_sha256"]
+    assert [v["id"] for v in versions] == [made["memory_version_id"]]
+
+    browser.find_element("css selector", "#edit-panel summary").click()
+    _by_id(browser, "edit-content").send_keys("fourth")
+    _submit(browser, "save")
+    with api(site.server) as client:
+        stored = client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").json()
+    assert stored["content"] == original + "fourth"
+
+
 def test_a_read_only_token_reads_only_its_store(browser: Any, site: Site) -> None:
     token = issue_token(site.server, f"{site.store}:ro")
     _login(browser, site, token)
