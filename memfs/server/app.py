@@ -42,7 +42,6 @@ from memfs.server.gate import (
     REQUEST_ID,
     Gate,
     Health,
-    HostCheck,
     RequestHook,
     error_response,
 )
@@ -548,11 +547,9 @@ def create_app(
     threads: int = 8,
     console: bool = True,
     watch: WatchHub | None = None,
-    allowed_hosts: Sequence[str] = (),
 ) -> ASGIApp:
     """The whole server as one ASGI app (routes of spec §3–§5 behind the gate), with the
-    web console at /console unless `console` is False (docs/console.md). Without an
-    `api_key` only this host's names and `allowed_hosts` are answered (`HostCheck`)."""
+    web console at /console unless `console` is False (docs/console.md)."""
     h = Handlers(db, threads, watch)
     s = "/v1/memory_stores/{store_id}"
     routes = [
@@ -587,5 +584,4 @@ def create_app(
         from memfs.server.console.app import with_console
 
         gate = with_console(gate, db, api_key=api_key, limiter=h.limiter)
-    served: ASGIApp = Health(gate, db, h.limiter)
-    return served if api_key is not None else HostCheck(served, allowed_hosts)
+    return Health(gate, db, h.limiter)

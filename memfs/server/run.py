@@ -27,7 +27,7 @@ from memfs.server.backends import (
 )
 from memfs.server.db import DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
-from memfs.server.gate import RequestHook
+from memfs.server.gate import HostCheck, RequestHook
 from memfs.server.watch import DEFAULT_MAX_WATCHERS, WatchHub
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -77,6 +77,11 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _host_checked(app: Any, api_key: str | None, allowed: Sequence[str]) -> Any:
+    """Without a key, only requests to this host's names and `allowed` (DNS rebinding)."""
+    return app if api_key is not None else HostCheck(app, allowed)
 
 
 def _named(host: str) -> list[str]:
@@ -268,8 +273,8 @@ def run_server(
             threads=pool_size,
             console=console,
             watch=watch,
-            allowed_hosts=[*allowed_hosts, *_named(host)],
         )
+        app = _host_checked(app, api_key, [*allowed_hosts, *_named(host)])
         if fault_spec is not None:
             log.warning("fault injection is on faults=%s", faults)
             app = FaultInjector(app, fault_spec)
