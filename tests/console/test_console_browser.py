@@ -263,3 +263,36 @@ def test_a_page_under_a_rebound_name_reads_nothing(browser: Any, tmp_path: Path)
         assert "Secret Plans" in _by_id(browser, "main").text  # the server's own name works
     finally:
         assert server.stop() == 0
+
+
+def test_with_a_key_the_cookie_is_not_sent_from_another_site(browser: Any, site: Site) -> None:
+    """Issue 35 item 6, with a key: every Host is answered, so it is the cookie that must
+    not work cross-site. Logged in at 127.0.0.1, a page of another site (rebound.test,
+    also 127.0.0.1 to this browser) that navigates to the console or posts one of its
+    forms gets the login page: SameSite=Strict keeps the cookie home."""
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    _login(browser, site, ADMIN_KEY)
+    browser.get(f"{site.url}/")
+    assert "Team Notes" in _by_id(browser, "main").text  # logged in at 127.0.0.1
+    port = site.server.port
+    for action in (
+        f"location.href = 'http://127.0.0.1:{port}/console/'",
+        "const f = document.createElement('form'); f.method = 'post';"
+        f" f.action = 'http://127.0.0.1:{port}/console/s/{site.store}/new';"
+        " for (const [k, v] of [['path', '/cross-site.md'], ['content', 'x']]) {"
+        " const i = document.createElement('input'); i.name = k; i.value = v;"
+        " f.appendChild(i); } document.body.appendChild(f); f.submit();",
+    ):
+        browser.get(f"http://{REBOUND_NAME}:{port}/v1/memory_stores")  # a page of no CSP
+        browser.execute_script(action)
+        WebDriverWait(browser, 20).until(lambda b: "127.0.0.1" in b.current_url)
+        WebDriverWait(browser, 20).until(
+            lambda b: b.execute_script("return document.readyState") == "complete"
+        )
+        assert "/console/login" in browser.current_url, browser.current_url
+    with api(site.server) as client:
+        listed = client.get(f"/v1/memory_stores/{site.store}/memories", params={"depth": 1})
+    assert "/cross-site.md" not in listed.text
+    browser.get(f"{site.url}/")
+    assert "Team Notes" in _by_id(browser, "main").text  # still logged in at home
