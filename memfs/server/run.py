@@ -118,10 +118,13 @@ class CloseWhenStopping:
     """Once the server is stopping, every answer says `connection: close`.
 
     hypercorn (0.18) loses a keep-alive connection whose client sent its next request
-    before the server, already stopping, finished the previous one: the connection
-    waits, paused, until `--shutdown-timeout`. A mount's watch does exactly that (it
-    asks again at once when answered), so SIGTERM took the whole timeout in about one
-    stop of three. Told to close, a client sends nothing more on the connection.
+    before the server, already stopping, finished the previous one: h11 holds that
+    request (PAUSED), the stopping server closes the connection instead of starting
+    the next cycle, and the read loop waits on `can_read` until `--shutdown-timeout`
+    cancels it (seen: our=DONE their=DONE, terminated, 10.0 s). A mount's watch does
+    exactly that (it asks again at once when answered), so SIGTERM took the whole
+    timeout in about one stop of three. Told to close, a client sends nothing more on
+    the connection.
     """
 
     def __init__(self, app: Any) -> None:
