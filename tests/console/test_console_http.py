@@ -3,6 +3,7 @@ archived stores, --no-console, and the refusal to open it on a non-loopback addr
 
 from __future__ import annotations
 
+import random
 import re
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from memfs.server.console.app import keep_line_ends
 from memfs.server.console.auth import MAX_SESSIONS
 from tests.console.conftest import ADMIN_KEY, Site, api, issue_token
 from tests.support.server import ServerProcess
@@ -348,3 +350,16 @@ def test_rename_and_delete_carry_the_sha(site: Site, admin: httpx.Client) -> Non
         assert (
             client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").status_code == 404
         )
+
+
+def test_an_unchanged_text_keeps_every_line_end_whatever_the_mix() -> None:
+    """`keep_line_ends` on what a browser sends back unchanged gives the bytes shown,
+    for 2,000 random texts of CRLF, LF, lone CR and blank lines; an added line takes the
+    most common end, the first seen on a tie."""
+    rng = random.Random(35)
+    for _ in range(2000):
+        pieces = rng.choices(["a", "b", " ", "", "\r\n", "\n", "\r", "é"], k=rng.randint(0, 40))
+        text = "".join(pieces)
+        assert keep_line_ends(_as_a_browser_sends(text), text) == text, repr(text)
+    assert keep_line_ends("x\r\na\r\nb\r\n", "a\r\nb\n") == "x\r\na\r\nb\n"
+    assert keep_line_ends("a\r\nb", None) == "a\nb"  # a new memory: LF

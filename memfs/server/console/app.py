@@ -14,6 +14,7 @@ import importlib.resources
 import logging
 import re
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -676,10 +677,10 @@ def keep_line_ends(sent: str, shown: str | None) -> str:
     if shown is None:
         return "\n".join(texts)
     old, old_ends = _lines(shown)
-    used = [end for end in old_ends if end]
-    common = max(set(used), key=used.count) if used else "\n"
+    counted = Counter(end for end in old_ends if end)  # a tie: the first seen
+    common = counted.most_common(1)[0][0] if counted else "\n"
     ends = [common] * (len(texts) - 1) + [""]
-    if len(set(used)) <= 1:
+    if len(counted) <= 1:
         return "".join(t + e for t, e in zip(texts, ends, strict=True))
     # mixed line ends: match the lines unchanged at both ends, then the middle
     head = 0
