@@ -207,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1000; 0 turns the watch off)",
     )
     serve.add_argument(
+        "--allowed-host",
+        dest="allowed_hosts",
+        action="append",
+        metavar="NAME",
+        help="without a key, also answer requests to host NAME (repeatable; default: only "
+        "localhost, names under .localhost and IP addresses, against DNS rebinding)",
+    )
+    serve.add_argument(
         "--no-console",
         dest="console",
         action="store_false",
@@ -554,6 +562,7 @@ def _main(argv: Sequence[str] | None) -> int:
             metrics_addr=args.metrics_addr,
             console=args.console,
             max_watchers=args.max_watchers,
+            allowed_hosts=args.allowed_hosts or (),
         )
     if args.command == "store":
         from memfs.cli import store_commands

@@ -52,12 +52,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _redact(args: argparse.Namespace) -> int:
-    t = history_commands.target(args.target, getattr(args, "api_url", None))
-    if t.spec is None:
+    path, spec = history.split_version(args.target)
+    if spec is None or not path.strip():  # a usage error, before any mount is looked for
+        shown = f"{args.target}: " if args.target.strip() else ""
         raise CommandFailed(
-            f"{args.target}: name the version to redact (PATH@memver_… or PATH@~N)",
-            ExitCode.USAGE,
+            f"{shown}name the version to redact (PATH@memver_… or PATH@~N)", ExitCode.USAGE
         )
+    t = history_commands.target(args.target, getattr(args, "api_url", None))
     answer = history_commands.ask(t, "log")
     store_id, memory_id = str(answer["memory_store_id"]), answer.get("memory_id")
     if memory_id is None:

@@ -456,7 +456,10 @@ class Handlers:
         if after is None:
             head = await self._head(store_id)
         else:
-            with self.watch.admit():
+            grant = request.scope.get(GRANT)
+            token_id = None if grant is None else grant.token_id
+            share = 0 if grant is None else self.watch.token_share(len(grant.scopes))
+            with self.watch.admit(token_id, share):
                 head = await self._wait(request, store_id, after or None, timeout)
         return _ok({"type": "memfs_watch", "head": head})
 
@@ -469,8 +472,7 @@ class Handlers:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_disconnect, request, nursery.cancel_scope)
-                with trio.move_on_after(seconds):
-                    head = await self.watch.wait(store_id, after, self._head)
+                head = await self.watch.wait(store_id, after, self._head, seconds)
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ApiError):

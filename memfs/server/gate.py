@@ -10,6 +10,7 @@ envelope of spec §6, and never reaches a route.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,6 +54,8 @@ class Gate:
         db: Storage | None = None,
         limiter: trio.CapacityLimiter | None = None,
     ) -> None:
+        if api_key is not None and not api_key:
+            raise ValueError("an empty admin key would let an empty credential in")
         self.app = app
         self.api_key = api_key
         self.hooks = tuple(hooks)
@@ -136,7 +139,7 @@ class Gate:
         if self.api_key is not None and not token:
             expected = self.api_key.encode("utf-8")
             ok = any(
-                cred is not None and hmac.compare_digest(cred.encode("utf-8"), expected)
+                cred and hmac.compare_digest(cred.encode("utf-8"), expected)
                 for cred in (presented, bearer)
             )
             if not ok:
@@ -194,6 +197,65 @@ def _check_beta(headers: Headers) -> None:
 
 def error_response(exc: ApiError, request_id: str) -> Response:
     return JSONResponse(exc.body(request_id), status_code=exc.status)
+
+
+def host_name(value: str) -> str:
+    """A Host header's name: no port, no brackets, lowercase, no final dot."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name = value[1:].partition("]")[0]
+    else:
+        name, _, port = value.rpartition(":")
+        if not name or not port.isdigit():
+            name = value
+    return name.rstrip(".") if name != "." else name
+
+
+def names_this_host(name: str) -> bool:
+    """`localhost`, a name under `.localhost` (browsers answer it with loopback without
+    asking DNS) or an IP address: no page can reach us under such a Host through DNS
+    rebinding, which needs a name whose DNS answer the attacker controls."""
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class HostCheck:
+    """A server without an admin key answers only requests whose Host is this machine's
+    own (`names_this_host`) or a name given with `--allowed-host`; other Hosts get 421.
+
+    Without a key any request is served, so a web page under a name that resolves to
+    127.0.0.1 (DNS rebinding) could read every store and edit memories from a browser on
+    this host: the browser sends that name as Host, which this refuses. With a key every
+    API request needs it, and the console's cookie is SameSite=Strict and host-only,
+    so no check is needed (or made)."""
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str] = ()) -> None:
+        self.app = app
+        self.allowed = frozenset(host_name(name) for name in allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host")
+            name = None if host is None else host_name(host)
+            if name is not None and name not in self.allowed and not names_this_host(name):
+                log.debug("request refused: a host name not allowed host=%s", name)
+                error = ApiError(
+                    421,
+                    "invalid_request_error",
+                    f"this server has no API key, so it answers only requests to localhost "
+                    f"or an IP address, not to {name!r} (a page under another name could "
+                    f"be a DNS rebinding attack): start it with --allowed-host {name} to "
+                    "serve that name, or require a key",
+                )
+                await drain(receive)
+                await error_response(error, new_id("req_"))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class Health:

@@ -17,6 +17,7 @@ from hypercorn.trio import serve
 
 from memfs import metrics
 from memfs.config import ExitCode, read_secret_file
+from memfs.errors import ConfigError
 from memfs.paths import MAX_MEMORIES_PER_STORE
 from memfs.server.app import create_app
 from memfs.server.backends import (
@@ -26,7 +27,7 @@ from memfs.server.backends import (
 )
 from memfs.server.db import DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
-from memfs.server.gate import RequestHook
+from memfs.server.gate import HostCheck, RequestHook
 from memfs.server.watch import DEFAULT_MAX_WATCHERS, WatchHub
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -40,23 +41,32 @@ def _refuse(message: str) -> int:
 
 
 API_KEY_VARIABLE = "MEMFS_SERVE_API_KEY"
+_EMPTY_KEY = " (an unset shell variable?): give the key, or leave it out to accept any request"
 
 
 def admin_key(flag: str | None, path: str | None, environ: Mapping[str, str]) -> str | None:
     """The key every request must carry: `--api-key-file`, else `MEMFS_SERVE_API_KEY`,
     else `--api-key` with one warning (every local user reads it in `ps`); None: no key.
 
-    A ConfigError for a key file that is missing, not private or empty.
+    A ConfigError for a key file that is missing, not private or empty, and for an empty
+    `--api-key` or `MEMFS_SERVE_API_KEY` (an unset shell variable, `--api-key "$KEY"`):
+    counted as a key it let an empty password in; counted as none it would open the
+    server to anyone.
     """
     if path is not None:
         return read_secret_file(path, "key file")
     if flag is not None:
+        if not flag.strip():
+            raise ConfigError(f"--api-key is empty{_EMPTY_KEY}")
         log.warning(
             "the admin key is on the command line, where every local user can read it; "
             "give it as MEMFS_SERVE_API_KEY or --api-key-file"
         )
-        return flag
-    return environ.get(API_KEY_VARIABLE, "").strip() or None
+        return flag.strip()
+    value = environ.get(API_KEY_VARIABLE)
+    if value is not None and not value.strip():
+        raise ConfigError(f"{API_KEY_VARIABLE} is set but empty{_EMPTY_KEY}")
+    return None if value is None else value.strip()
 
 
 def _is_loopback(host: str) -> bool:
@@ -67,6 +77,20 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _host_checked(app: Any, api_key: str | None, allowed: Sequence[str]) -> Any:
+    """Without a key, only requests to this host's names and `allowed` (DNS rebinding)."""
+    return app if api_key is not None else HostCheck(app, allowed)
+
+
+def _named(host: str) -> list[str]:
+    """`--host` when it is a name (not an address): the name clients will ask for."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return [host] if host else []
+    return []
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -90,8 +114,43 @@ def _url(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
+class CloseWhenStopping:
+    """Once the server is stopping, every answer says `connection: close`.
+
+    hypercorn (0.18) loses a keep-alive connection whose client sent its next request
+    before the server, already stopping, finished the previous one: h11 holds that
+    request (PAUSED), the stopping server closes the connection instead of starting
+    the next cycle, and the read loop waits on `can_read` until `--shutdown-timeout`
+    cancels it (seen: our=DONE their=DONE, terminated, 10.0 s). A mount's watch does
+    exactly that (it asks again at once when answered), so SIGTERM took the whole
+    timeout in about one stop of three. Told to close, a client sends nothing more on
+    the connection.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.stopping = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: Any) -> None:
+            if self.stopping and message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+
 async def _serve(
-    config: Config, app: Any, url: str, watch: WatchHub, metrics_sock: socket.socket | None
+    config: Config,
+    app: CloseWhenStopping,
+    url: str,
+    watch: WatchHub,
+    metrics_sock: socket.socket | None,
 ) -> None:
     if metrics_sock is not None:
         metrics.start(metrics_sock)
@@ -100,6 +159,7 @@ async def _serve(
         async def shutdown_trigger() -> None:
             async for signum in signals:
                 log.info("stopping on signal=%s", signal.Signals(signum).name)
+                app.stopping = True
                 watch.close()  # a waiting watch must not hold the shutdown for its timeout
                 return
 
@@ -152,6 +212,7 @@ def run_server(
     metrics_addr: str | None = None,
     console: bool = True,
     max_watchers: int = DEFAULT_MAX_WATCHERS,
+    allowed_hosts: Sequence[str] = (),
 ) -> int:
     """Serve the Memory Stores API; 0 on a signal, 2 when it cannot start.
 
@@ -171,6 +232,8 @@ def run_server(
     )
     if wrong is not None:
         return _refuse(wrong)
+    if api_key is not None and not api_key.strip():
+        return _refuse(f"the admin key is empty{_EMPTY_KEY}")
     if console and api_key is None and not _is_loopback(host):
         return _refuse(
             f"the console on {host} would open every store to anyone who reaches it: "
@@ -214,6 +277,7 @@ def run_server(
             console=console,
             watch=watch,
         )
+        app = _host_checked(app, api_key, [*allowed_hosts, *_named(host)])
         if fault_spec is not None:
             log.warning("fault injection is on faults=%s", faults)
             app = FaultInjector(app, fault_spec)
@@ -226,7 +290,7 @@ def run_server(
         # pending when it closes, and a second Ctrl-C must not turn into a traceback.
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
         try:
-            trio.run(_serve, config, app, url, watch, metrics_sock)
+            trio.run(_serve, config, CloseWhenStopping(app), url, watch, metrics_sock)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -10,8 +10,9 @@ store's write commits; on PostgreSQL through LISTEN/NOTIFY, the NOTIFY sent in t
 write's own transaction, so every instance on the database hears every commit and a
 rolled-back write wakes nobody. A waiting watch sleeps on an event: it reads the head
 once when it starts and once per wake-up, never on a timer. Watchers are bounded per
-instance; one over the bound gets 429 and its client probes instead. A watch whose
-client went away (a killed mount) leaves at once: the handler listens for the disconnect.
+instance, and a scoped token to its share of the bound (`WATCHES_PER_STORE`); one over
+either gets 429 and its client probes instead. A watch whose client went away (a killed
+mount) leaves at once: the handler listens for the disconnect.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NoReturn, TypeAlias
 
 import trio
 
@@ -32,6 +33,10 @@ log = logging.getLogger("memfs.server")
 DEFAULT_TIMEOUT = 25.0  # seconds a watch waits when the client names no timeout
 MAX_TIMEOUT = 60.0  # below every proxy's and client's idle bound
 DEFAULT_MAX_WATCHERS = 1000
+WATCHES_PER_STORE = 4
+"""A scoped token's share: this many watches per store of its scope (a mount keeps one
+per store; the rest is room for a restart's overlap), and never more than a tenth of
+the instance's bound, so one token cannot push every other mount back to probing."""
 
 HeadOf: TypeAlias = Callable[[str], Awaitable[str | None]]
 """Reads a store's newest version id (None: it has none) without blocking the loop."""
@@ -54,6 +59,7 @@ class WatchHub:
         self._everything = trio.Event()  # set on close: every watch answers at once
         self._token: trio.lowlevel.TrioToken | None = None
         self._watchers = 0
+        self._by_token: dict[str, int] = {}
         self._refused = 0
         self._wakeups = 0
 
@@ -90,37 +96,70 @@ class WatchHub:
             self._token = trio.lowlevel.current_trio_token()
             self.storage.follow_changes(self.changed)
 
+    def token_share(self, stores: int) -> int:
+        """The watches one scoped token of `stores` stores may hold at once."""
+        return max(1, min(WATCHES_PER_STORE * stores, self.max_watchers // 10))
+
     @contextmanager
-    def admit(self) -> Iterator[None]:
-        """A place for one watch while the block runs; 429 when every place is taken."""
+    def admit(self, token_id: str | None = None, share: int = 0) -> Iterator[None]:
+        """A place for one watch while the block runs; 429 when every place is taken, or
+        when the scoped token `token_id` holds its `share` already (the admin key and a
+        keyless server's clients have no share of their own: the instance's bound)."""
+        held = 0 if token_id is None else self._by_token.get(token_id, 0)
         if self._watchers >= self.max_watchers:
-            self._refused += 1
-            if self._refused == 1 or self._refused % 100 == 0:
-                log.warning(
-                    "watch refused: too many watchers max_watchers=%d refused=%d",
-                    self.max_watchers,
-                    self._refused,
-                )
-            raise errors.ApiError(
-                429,
-                "rate_limit_error",
-                f"this server has {self.max_watchers} watches open; probe instead",
+            self._refuse(f"this server has {self.max_watchers} watches open; probe instead")
+        if token_id is not None and held >= share:
+            self._refuse(
+                f"this token holds {held} watches, its share of this server's "
+                f"{self.max_watchers}; probe instead",
+                token_id,
             )
         self._watchers += 1
+        if token_id is not None:
+            self._by_token[token_id] = held + 1
         try:
             yield
         finally:
             self._watchers -= 1
+            if token_id is not None:
+                left = self._by_token.pop(token_id) - 1
+                if left:
+                    self._by_token[token_id] = left
 
-    async def wait(self, store_id: str, after: str | None, head_of: HeadOf) -> str | None:
-        """The store's head once it is not `after` (the caller admits the watch and
-        bounds the wait); `after` at once when the server is stopping."""
+    def _refuse(self, message: str, token_id: str | None = None) -> NoReturn:
+        if token_id is not None:  # the token's own doing: the server is not short of places
+            log.debug("watch refused: the token holds its share token_id=%s", token_id)
+            raise errors.ApiError(429, "rate_limit_error", message)
+        self._refused += 1
+        if self._refused == 1 or self._refused % 100 == 0:
+            log.warning(
+                "watch refused: too many watchers max_watchers=%d refused=%d",
+                self.max_watchers,
+                self._refused,
+            )
+        raise errors.ApiError(429, "rate_limit_error", message)
+
+    async def wait(
+        self, store_id: str, after: str | None, head_of: HeadOf, seconds: float
+    ) -> str | None:
+        """The store's head once it is not `after`, else `after` once `seconds` pass (the
+        caller admits the watch); `after` at once when the server is stopping.
+
+        The head is always read once, whatever `seconds`: `timeout=0` answers the head
+        now, not the client's own `after` (a bound around the whole wait cancelled that
+        read before it returned)."""
         self._start()
+        deadline = trio.current_time() + seconds
         while not self._everything.is_set():
             event = self._events.setdefault(store_id, trio.Event())
             head = await head_of(store_id)
             if head != after:
                 return head
+            if trio.current_time() >= deadline:
+                break  # timeout=0: the head now, no wait
             log.debug("watch waiting memory_store_id=%s watchers=%d", store_id, self._watchers)
-            await event.wait()
+            with trio.move_on_at(deadline):
+                await event.wait()
+            if not event.is_set():
+                break  # the timeout: no change was heard
         return after

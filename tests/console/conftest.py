@@ -19,6 +19,8 @@ ADMIN_KEY = "console-admin-key"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 MEMORIES = 1_000
+REBOUND_NAME = "rebound.test"
+"""A name the browser resolves to 127.0.0.1, as an attacker's DNS would after rebinding."""
 
 
 def api(server: ServerProcess) -> httpx.Client:
@@ -108,6 +110,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--window-size=1280,900",
+        f"--host-resolver-rules=MAP {REBOUND_NAME} 127.0.0.1",  # a DNS rebinding, for its test
         f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
     ):  # fmt: skip
         options.add_argument(flag)

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.console.conftest import ADMIN_KEY, Site, api, issue_token, screenshots_dir
+from tests.console.conftest import (
+    ADMIN_KEY,
+    REBOUND_NAME,
+    Site,
+    api,
+    issue_token,
+    screenshots_dir,
+)
+from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.deadline(300)
 
@@ -188,6 +196,39 @@ def test_edit_conflict_diff_and_redact(browser: Any, site: Site, tmp_path: Path)
     assert "is the current version" in _by_id(browser, "error").text
 
 
+def test_save_without_an_edit_keeps_every_byte(browser: Any, site: Site) -> None:
+    """Issue 35 item 7, in Chromium: open a memory with a leading newline, CRLF, a lone
+    CR and LF, press Save without an edit: no new version, the bytes unchanged. Then an
+    edit: the lines left alone keep their ends."""
+    original = "\nfirst line\r\nsecond\rthird\n"
+    with api(site.server) as client:
+        made = client.post(
+            f"/v1/memory_stores/{site.store}/memories",
+            json={"path": "/line-ends.md", "content": original},
+        ).json()
+    _login(browser, site, ADMIN_KEY)
+    browser.get(f"{site.url}/s/{site.store}/m/{made['id']}")
+    browser.find_element("css selector", "#edit-panel summary").click()
+    shown = browser.execute_script("return document.getElementById('edit-content').value")
+    assert shown == "\nfirst line\nsecond\nthird\n"  # what a textarea holds: LF only
+    _submit(browser, "save")
+    with api(site.server) as client:
+        stored = client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").json()
+        versions = client.get(
+            f"/v1/memory_stores/{site.store}/memory_versions", params={"memory_id": made["id"]}
+        ).json()["data"]
+    assert stored["content"] == original
+    assert stored["content_sha256"] == made["content_sha256"]
+    assert [v["id"] for v in versions] == [made["memory_version_id"]]
+
+    browser.find_element("css selector", "#edit-panel summary").click()
+    _by_id(browser, "edit-content").send_keys("fourth")
+    _submit(browser, "save")
+    with api(site.server) as client:
+        stored = client.get(f"/v1/memory_stores/{site.store}/memories/{made['id']}").json()
+    assert stored["content"] == original + "fourth"
+
+
 def test_a_read_only_token_reads_only_its_store(browser: Any, site: Site) -> None:
     token = issue_token(site.server, f"{site.store}:ro")
     _login(browser, site, token)
@@ -203,3 +244,55 @@ def test_a_read_only_token_reads_only_its_store(browser: Any, site: Site) -> Non
     assert "may only read" in _by_id(browser, "error").text
     browser.get(f"{site.url}/s/{site.other}")
     assert "not found" in _by_id(browser, "error").text
+
+
+def test_a_page_under_a_rebound_name_reads_nothing(browser: Any, tmp_path: Path) -> None:
+    """Issue 35 item 6: a keyless `memfs serve` (the README's) answered any Host, so a
+    page under a name resolving to 127.0.0.1 was same-origin with it and read every
+    store. Chromium, told that rebound.test is 127.0.0.1, gets the refusal instead."""
+    server = ServerProcess(tmp_path / "open.db").start()
+    try:
+        with api(server) as client:
+            client.post("/v1/memory_stores", json={"name": "Secret Plans"}).raise_for_status()
+        browser.get(f"http://{REBOUND_NAME}:{server.port}/console/")
+        shown = browser.find_element("tag name", "body").text
+        assert "Secret Plans" not in shown and "--allowed-host rebound.test" in shown, shown
+        browser.get(f"http://{REBOUND_NAME}:{server.port}/v1/memory_stores")
+        assert "Secret Plans" not in browser.find_element("tag name", "body").text
+        browser.get(f"http://127.0.0.1:{server.port}/console/")
+        assert "Secret Plans" in _by_id(browser, "main").text  # the server's own name works
+    finally:
+        assert server.stop() == 0
+
+
+def test_with_a_key_the_cookie_is_not_sent_from_another_site(browser: Any, site: Site) -> None:
+    """Issue 35 item 6, with a key: every Host is answered, so it is the cookie that must
+    not work cross-site. Logged in at 127.0.0.1, a page of another site (rebound.test,
+    also 127.0.0.1 to this browser) that navigates to the console or posts one of its
+    forms gets the login page: SameSite=Strict keeps the cookie home."""
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    _login(browser, site, ADMIN_KEY)
+    browser.get(f"{site.url}/")
+    assert "Team Notes" in _by_id(browser, "main").text  # logged in at 127.0.0.1
+    port = site.server.port
+    for action in (
+        f"location.href = 'http://127.0.0.1:{port}/console/'",
+        "const f = document.createElement('form'); f.method = 'post';"
+        f" f.action = 'http://127.0.0.1:{port}/console/s/{site.store}/new';"
+        " for (const [k, v] of [['path', '/cross-site.md'], ['content', 'x']]) {"
+        " const i = document.createElement('input'); i.name = k; i.value = v;"
+        " f.appendChild(i); } document.body.appendChild(f); f.submit();",
+    ):
+        browser.get(f"http://{REBOUND_NAME}:{port}/v1/memory_stores")  # a page of no CSP
+        browser.execute_script(action)
+        WebDriverWait(browser, 20).until(lambda b: "127.0.0.1" in b.current_url)
+        WebDriverWait(browser, 20).until(
+            lambda b: b.execute_script("return document.readyState") == "complete"
+        )
+        assert "/console/login" in browser.current_url, browser.current_url
+    with api(site.server) as client:
+        listed = client.get(f"/v1/memory_stores/{site.store}/memories", params={"depth": 1})
+    assert "/cross-site.md" not in listed.text
+    browser.get(f"{site.url}/")
+    assert "Team Notes" in _by_id(browser, "main").text  # still logged in at home

@@ -196,6 +196,21 @@ def test_deleting_a_missing_store_says_so_before_asking_for_yes(
     assert api.request("GET", f"/v1/memory_stores/{store_id}").status_code == 200
 
 
+def test_a_redact_without_a_version_is_a_usage_error(tmp_path: Path) -> None:
+    """Issue 35 item 11: `memfs redact ""` exited 1; an argument naming no version (or
+    no path) is a usage error, exit 2, before any mount or store is asked."""
+    for target, shown in (
+        ("", ""),
+        ("@~1", "@~1: "),
+        (str(tmp_path / "a.md"), f"{tmp_path}/a.md: "),
+    ):
+        out = memfs("redact", target, "--yes", url="http://127.0.0.1:9")
+        assert out.returncode == ExitCode.USAGE, (target, out.stderr)
+        assert out.stderr.strip() == (
+            f"memfs: {shown}name the version to redact (PATH@memver_… or PATH@~N)"
+        )
+
+
 def test_counts_are_plural_words(server: ServerProcess, api: Api, tmp_path: Path) -> None:
     store_id = api.create_store("Plurals")["id"]
     api.create_memory(store_id, "/one.md", "1\n")

@@ -122,6 +122,37 @@ def test_the_admin_key_on_the_command_line_works_with_one_warning(tmp_path: Path
     assert KEY not in log
 
 
+def test_an_empty_key_is_refused_at_start(tmp_path: Path) -> None:
+    """Issue 35 item 5: `--api-key "$KEY"` with KEY unset counted as a key, so a console
+    on 0.0.0.0 started and an empty password logged in. Every empty form is exit 2."""
+    db = str(tmp_path / "s.db")
+    hint = "(an unset shell variable?): give the key, or leave it out to accept any request"
+    for args in (["--api-key", ""], ["--api-key", "  "], ["--host", "0.0.0.0", "--api-key", ""]):
+        assert serve_refused("--db", db, *args) == [f"memfs serve: --api-key is empty {hint}"]
+    assert serve_refused("--db", db, env={"MEMFS_SERVE_API_KEY": " "}) == [
+        f"memfs serve: MEMFS_SERVE_API_KEY is set but empty {hint}"
+    ]
+    assert not (tmp_path / "s.db").exists()  # refused before the database is made
+
+
+def test_an_empty_credential_is_refused(tmp_path: Path) -> None:
+    """An empty x-api-key, an empty Bearer and an empty console password are 401."""
+    server = ServerProcess(tmp_path / "s.db", env={"MEMFS_SERVE_API_KEY": KEY}).start()
+    try:
+        assert status_with(server.url, "") == 401
+        headers = {"anthropic-beta": "managed-agents-2026-04-01", "authorization": "Bearer"}
+        assert httpx.get(f"{server.url}/v1/memory_stores", headers=headers).status_code == 401
+        with httpx.Client(base_url=server.url + "/console", timeout=10) as console:
+            form = console.get("/login")
+            nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+            assert nonce is not None
+            done = console.post("/login", data={"nonce": nonce.group(1), "credential": ""})
+            assert done.status_code == 401 and "give the admin key or a token" in done.text
+            assert console.get("/").status_code == 303  # still the login page
+    finally:
+        assert server.stop() == 0
+
+
 def test_no_client_option_carries_a_secret() -> None:
     """Only `memfs serve --api-key` takes a secret as an argument (and warns)."""
 

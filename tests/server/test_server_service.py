@@ -79,7 +79,7 @@ def test_sigterm_finishes_the_request_in_flight(server: ServerProcess, api: Api)
     sid = api.create_store("drain")["id"]
     body = json.dumps({"path": "/in-flight.md", "content": "x" * 5000}).encode()
     head = (
-        f"POST /v1/memory_stores/{sid}/memories HTTP/1.1\r\nHost: x\r\n"
+        f"POST /v1/memory_stores/{sid}/memories HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"anthropic-beta: {BETA_MEMORY}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\n\r\n"
     ).encode()

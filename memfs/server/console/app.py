@@ -12,12 +12,14 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import logging
+import re
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import jinja2
 import trio
@@ -32,6 +34,7 @@ from memfs.server import errors, tokens
 from memfs.server.console.auth import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Session, Sessions
 from memfs.server.db import Storage
 from memfs.server.errors import ApiError
+from memfs.server.gate import MAX_BODY_BYTES
 
 log = logging.getLogger("memfs.server")
 
@@ -177,9 +180,8 @@ class Console:
                 if session.is_token and session.credential is not None:
                     await self._run(self.sessions.grant, session.credential)
                 if request.method == "POST":
-                    form = await request.form()
-                    csrf = form.get("csrf")
-                    if not Sessions.csrf_ok(session, csrf if isinstance(csrf, str) else None):
+                    form = await self._form(request)
+                    if not Sessions.csrf_ok(session, form.get("csrf")):
                         raise errors.forbidden("the form is stale or was not sent by this page")
                 response = await handler(request, session)
             except ApiError as exc:
@@ -211,12 +213,44 @@ class Console:
         self._authorize(session, "GET", f"/v1/memory_stores/{store_id}")
         return await self._run(self.db.get_store, store_id)
 
+    async def _unarchived(self, session: Session, store_id: str) -> dict[str, Any]:
+        """The store, or 409 when it is archived: the API still deletes and redacts in an
+        archived store, but the console keeps it read-only for everyone, as it says."""
+        store = await self._store(session, store_id)
+        if store["archived_at"] is not None:
+            raise errors.conflict(
+                f"memory store {store_id} is archived: the console keeps it read-only"
+            )
+        return store
+
     def _writable(self, session: Session, store: dict[str, Any]) -> bool:
         return store["archived_at"] is None and self._may_write(session, store["id"])
 
     async def _form(self, request: Request) -> dict[str, str]:
-        form = await request.form()
-        return {k: v for k, v in form.items() if isinstance(v, str)}
+        """The form's fields, decoded strictly: bytes that are not UTF-8 are refused, not
+        turned into U+FFFD (Starlette's parser would), since the API cannot hold them."""
+        cached = request.scope.get(_FORM)
+        if isinstance(cached, dict):
+            return cached
+        kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if kind != "application/x-www-form-urlencoded":
+            raise errors.invalid("a console form is sent as application/x-www-form-urlencoded")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise errors.too_large(f"the form is larger than {MAX_BODY_BYTES} bytes")
+        try:
+            pairs = parse_qsl(
+                body.decode("ascii"), keep_blank_values=True, encoding="utf-8", errors="strict"
+            )
+        except (UnicodeDecodeError, ValueError):
+            raise errors.invalid(
+                "the form is not UTF-8 text, which a memory must be: nothing was saved"
+            ) from None
+        fields = dict(pairs)
+        request.scope[_FORM] = fields
+        return fields
 
     # ------------------------------------------------------------ login
 
@@ -240,7 +274,10 @@ class Console:
         return response
 
     async def login(self, request: Request) -> Response:
-        form = await self._form(request)
+        try:
+            form = await self._form(request)
+        except ApiError as exc:
+            return await self.login_form(request, str(exc))
         nonce = request.cookies.get(LOGIN_COOKIE)
         if not nonce or form.get("nonce") != nonce:
             return await self.login_form(request, "The login form was stale; try again.")
@@ -396,6 +433,7 @@ class Console:
             memory=memory,
             versions=versions,
             writable=self._writable(session, store),
+            editable=_UNEDITABLE not in memory["content"],
             max_bytes=MAX_CONTENT_BYTES,
         )
 
@@ -435,7 +473,8 @@ class Console:
         store = await self._store(session, store_id)
         self._authorize(session, "POST", f"/v1/memory_stores/{store_id}/memories")
         form = await self._form(request)
-        path, content = form.get("path", ""), _content(form.get("content", ""))
+        path = form.get("path", "")
+        content = _checked(keep_line_ends(form.get("content", ""), None))
         try:
             created = await self._run(
                 self.db.create_memory, store_id, path, content, session.actor, full=False
@@ -459,7 +498,14 @@ class Console:
         store_id, memory_id = request.path_params["store_id"], request.path_params["memory_id"]
         self._authorize(session, "POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}")
         form = await self._form(request)
-        content = _content(form.get("content", ""))
+        sha = form.get("sha") or None
+        current = await self._run(self.db.get_memory, store_id, memory_id, full=True)
+        base = await self._shown(store_id, current, sha, form.get("version"))
+        if base is not None and _UNEDITABLE in base:
+            raise errors.invalid(_UNEDITABLE_REASON)
+        content = _checked(await self._run(keep_line_ends, form.get("content", ""), base))
+        if content == current["content"]:  # a save without an edit writes no version
+            return RedirectResponse(self._memory_url(store_id, memory_id), status_code=303)
         try:
             await self._run(
                 self.db.update_memory,
@@ -467,7 +513,7 @@ class Console:
                 memory_id,
                 content=content,
                 path=None,
-                precondition_sha=form.get("sha") or None,
+                precondition_sha=sha,
                 actor=session.actor,
                 full=False,
             )
@@ -476,6 +522,22 @@ class Console:
                 raise
             return await self._conflict(request, session, store_id, memory_id, content)
         return RedirectResponse(self._memory_url(store_id, memory_id), status_code=303)
+
+    async def _shown(
+        self, store_id: str, current: dict[str, Any], sha: str | None, version: str | None
+    ) -> str | None:
+        """The content the edit form was made from (the current one, or the version the
+        form names when the memory changed since), or None when neither has its sha."""
+        if sha is None or current["content_sha256"] == sha:
+            return str(current["content"])
+        if version:
+            try:
+                shown = await self._run(self.db.get_version, store_id, version, full=True)
+            except ApiError:
+                return None
+            if shown.get("memory_id") == current["id"] and shown.get("content_sha256") == sha:
+                return str(shown["content"])
+        return None
 
     async def _conflict(
         self, request: Request, session: Session, store_id: str, memory_id: str, mine: str
@@ -512,13 +574,14 @@ class Console:
 
     async def delete_form(self, request: Request, session: Session) -> Response:
         store_id, memory_id = request.path_params["store_id"], request.path_params["memory_id"]
-        store = await self._store(session, store_id)
+        store = await self._unarchived(session, store_id)
         memory = await self._run(self.db.get_memory, store_id, memory_id, full=False)
         return self._render(request, "delete.html", session, store=store, memory=memory)
 
     async def delete(self, request: Request, session: Session) -> Response:
         store_id, memory_id = request.path_params["store_id"], request.path_params["memory_id"]
         self._authorize(session, "DELETE", f"/v1/memory_stores/{store_id}/memories/{memory_id}")
+        await self._unarchived(session, store_id)
         form = await self._form(request)
         await self._run(
             self.db.delete_memory,
@@ -558,7 +621,7 @@ class Console:
 
     async def redact_form(self, request: Request, session: Session) -> Response:
         store_id, version_id = request.path_params["store_id"], request.path_params["version_id"]
-        store = await self._store(session, store_id)
+        store = await self._unarchived(session, store_id)
         version = await self._run(self.db.get_version, store_id, version_id, full=False)
         return self._render(request, "redact.html", session, store=store, version=version)
 
@@ -567,6 +630,7 @@ class Console:
         self._authorize(
             session, "POST", f"/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact"
         )
+        await self._unarchived(session, store_id)
         version = await self._run(self.db.redact_version, store_id, version_id, session.actor)
         log.info(
             "version redacted through the console memory_store_id=%s version_id=%s",
@@ -576,9 +640,73 @@ class Console:
         return RedirectResponse(self._memory_url(store_id, version["memory_id"]), status_code=303)
 
 
-def _content(text: str) -> str:
-    """A textarea sends CRLF line ends; a memory keeps the LF the agent wrote."""
-    content = text.replace("\r\n", "\n")
+_FORM = "memfs.console.form"
+_UNEDITABLE = "\x00"
+_UNEDITABLE_REASON = (
+    "this memory holds NUL characters, which a browser's text box cannot carry (it shows "
+    "U+FFFD instead): edit it through a mount or the API; nothing was saved"
+)
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_DIFF_LINES = 2_000
+"""Past this many changed lines on either side, new line ends are not matched line by
+line (difflib is quadratic): they all take the memory's most common one."""
+
+
+def _lines(text: str) -> tuple[list[str], list[str]]:
+    """`text` as its lines and the end of each ("" for the last)."""
+    texts, ends, start = [], [], 0
+    for found in _LINE_END.finditer(text):
+        texts.append(text[start : found.start()])
+        ends.append(found.group())
+        start = found.end()
+    texts.append(text[start:])
+    ends.append("")
+    return texts, ends
+
+
+def keep_line_ends(sent: str, shown: str | None) -> str:
+    """What a textarea sent, with the line ends of the content it showed.
+
+    A browser turns every line end of a textarea into CRLF when it submits (and CR or
+    CRLF into LF in what it shows), so the line ends sent say nothing of the memory's:
+    a line the person left as it was keeps the end it had in `shown` (CRLF, LF or a
+    lone CR), and a new line takes the most common end of `shown` (LF for a new
+    memory). Everything else is kept exactly as sent: a leading newline, trailing
+    spaces, NUL from a client that is not a browser."""
+    texts, _ = _lines(sent.replace("\r\n", "\n"))
+    if shown is None:
+        return "\n".join(texts)
+    old, old_ends = _lines(shown)
+    counted = Counter(end for end in old_ends if end)  # a tie: the first seen
+    common = counted.most_common(1)[0][0] if counted else "\n"
+    ends = [common] * (len(texts) - 1) + [""]
+    if len(counted) <= 1:
+        return "".join(t + e for t, e in zip(texts, ends, strict=True))
+    # mixed line ends: match the lines unchanged at both ends, then the middle
+    head = 0
+    while head < min(len(texts), len(old)) - 1 and texts[head] == old[head]:
+        ends[head] = old_ends[head]
+        head += 1
+    tail = 0
+    while (
+        tail < min(len(texts), len(old)) - head - 1
+        and texts[-2 - tail] == old[-2 - tail]
+        and old_ends[-2 - tail]
+    ):
+        ends[-2 - tail] = old_ends[-2 - tail]
+        tail += 1
+    mine, theirs = texts[head : len(texts) - tail], old[head : len(old) - tail]
+    if len(mine) <= _DIFF_LINES and len(theirs) <= _DIFF_LINES:
+        matcher = difflib.SequenceMatcher(None, theirs, mine, autojunk=False)
+        for block in matcher.get_matching_blocks():
+            for k in range(block.size):
+                i, j = head + block.a + k, head + block.b + k
+                if j < len(texts) - 1 and old_ends[i]:
+                    ends[j] = old_ends[i]
+    return "".join(t + e for t, e in zip(texts, ends, strict=True))
+
+
+def _checked(content: str) -> str:
     if len(content.encode("utf-8")) > MAX_CONTENT_BYTES:
         raise errors.invalid(f"content is larger than {MAX_CONTENT_BYTES} bytes")
     return content

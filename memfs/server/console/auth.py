@@ -6,11 +6,18 @@ cookie (HttpOnly, SameSite=Strict, path /console); a token is checked again on e
 request through the same `TokenCheck` the API uses, so a revoked or expired token stops
 working within `tokens.CACHE_SECONDS`. Every form carries the session's CSRF token.
 Sessions live in one server instance: behind a load balancer, pin the console to one.
+
+Only a login makes a session the server keeps, so requests without a cookie never push
+a live session out. A server without a key keeps none at all: its sessions are only a
+random cookie, and their CSRF token an HMAC of it under a key of this process, so ten
+thousand cookieless requests (each of which needs a session to render its forms) no
+longer flushed every open browser's session and lost the text it was about to save.
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -24,7 +31,8 @@ COOKIE = "memfs_console"
 LOGIN_COOKIE = "memfs_console_login"
 SESSION_SECONDS = 8 * 3600
 MAX_SESSIONS = 10_000
-"""Oldest sessions are forgotten past this many (each is a few hundred bytes)."""
+"""Oldest sessions are forgotten past this many logins (each is a few hundred bytes)."""
+_SID = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
 
 
 @dataclass
@@ -47,10 +55,13 @@ class Sessions:
     """The console's sessions, bounded, oldest first out."""
 
     def __init__(self, db: Storage, api_key: str | None) -> None:
+        if api_key is not None and not api_key:
+            raise ValueError("an empty admin key would let an empty password in")
         self.db = db
         self.api_key = api_key
         self.check = tokens.TokenCheck()
         self._by_sid: OrderedDict[str, Session] = OrderedDict()
+        self._csrf_key = secrets.token_bytes(32)  # the open console's CSRF tokens
 
     @property
     def open(self) -> bool:
@@ -60,6 +71,8 @@ class Sessions:
     def lookup(self, sid: str | None) -> Session | None:
         if not sid:
             return None
+        if self.open:
+            return self._open_session(sid) if _SID.fullmatch(sid) else None
         session = self._by_sid.get(sid)
         if session is None:
             return None
@@ -68,7 +81,14 @@ class Sessions:
             return None
         return session
 
+    def _open_session(self, sid: str) -> Session:
+        """A session of the console without a key: kept nowhere, made again from its id."""
+        csrf = hmac.new(self._csrf_key, sid.encode("ascii"), "sha256").hexdigest()
+        return Session(sid, csrf, None, False, time.time() + SESSION_SECONDS)
+
     def start(self, credential: str | None, *, is_token: bool) -> Session:
+        if self.open and credential is None:
+            return self._open_session(secrets.token_urlsafe(32))
         session = Session(
             sid=secrets.token_urlsafe(32),
             csrf=secrets.token_urlsafe(32),
@@ -88,6 +108,8 @@ class Sessions:
     def login(self, credential: str) -> Session:
         """A session for `credential`, or the ApiError (401) that says why not."""
         credential = credential.strip()
+        if not credential and not self.open:
+            raise errors.unauthorized("give the admin key or a token")
         if tokens.is_token(credential):
             self.grant(credential)
             return self.start(credential, is_token=True)
@@ -95,7 +117,7 @@ class Sessions:
             credential.encode("utf-8"), self.api_key.encode("utf-8")
         ):
             raise errors.unauthorized("invalid API key")
-        return self.start(credential, is_token=False)
+        return self.start(None if self.open else credential, is_token=False)
 
     def grant(self, token: str) -> tokens.Grant:
         """The token's grant now (revocation and expiry apply), or 401."""
