@@ -23,6 +23,7 @@ import memfs.state.node
 import memfs.state.store_state
 import memfs.state.tree
 import memfs.sync.engine
+import memfs.sync.feed
 import memfs.sync.landing
 import memfs.sync.plan
 import memfs.sync.pusher
@@ -1375,3 +1376,31 @@ async def test_a_failure_the_store_repeats_every_pass_is_warned_once(
     )
     await h.sync_once()  # the store takes it now
     assert h.fake.memories == {}
+
+
+@pytest.mark.parametrize("n", [100, 2_000])
+async def test_a_change_costs_the_same_requests_at_any_store_size(
+    tmp_path: Path, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: a local change is its upload alone, another writer's change one page of
+    the feed with its content, whatever the store's size (before: a listing of ⌈N/100⌉
+    pages each). The store here was filled a moment ago, inside the feed's overlap;
+    a real one is older, so the overlap is left out (memfs/sync/feed.py)."""
+    monkeypatch.setattr(memfs.sync.feed, "OVERLAP", 0.0)
+    h = Harness(tmp_path)
+    try:
+        h.fake.add_many((f"/d{i % 20}/m{i:05d}.md", f"memory {i}\n") for i in range(n))
+        await h.start()
+        await h.sync.fetcher.fetch_all_missing()
+        h.fake.requests.clear()
+        h.write("/d0/m00000.md", "a local change\n")
+        assert (await h.sync.run_pass(kind="push")).pushed == 1
+        local = [s.op for s in h.fake.requests]
+        h.fake.requests.clear()
+        h.fake.edit(h.fake.id_of("/d1/m00001.md"), content="a remote change\n")
+        assert (await h.sync.run_pass(kind="feed")).pulled == 1
+        remote = [s.op for s in h.fake.requests]
+        assert (local, remote) == (["update"], ["versions"])
+        assert h.read("/d1/m00001.md") == "a remote change\n"
+    finally:
+        await h.aclose()

@@ -1,0 +1,194 @@
+"""Sync cost by store size: the requests and daemon CPU one change costs, at 100, 1,000 and
+10,000 memories.
+
+Two default mounts (push soon, the watch) of one `memfs serve` store, each behind a
+counting proxy of its own (`proxy.CountingProxy`). Measured at each size:
+
+- one local write: mount A appends a line; A's requests and CPU until B has the line and
+  A's owed feed pass has run (the writer's cost), and B's (the reader's cost);
+- the two-mount minute of issue 36: A appends one line every 2 s for 60 s (quick: 20 s);
+  requests per minute at each proxy, and how late B saw the last line;
+- the SDK's reference worker (`SessionMemoryStores`) beside it: the requests of one of
+  its recurring passes, and per minute at its default 15 s interval.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from memfs.sync.schedule import ECHO_DEFER
+from tests.support.api import Api
+from tests.support.server import seed_bulk
+
+from .common import log, proc_cpu_ms
+from .engines import MemfsMount, RefWorker, start_server
+from .proxy import CountingProxy
+from .sections import Section, target, workdir
+
+TITLE = "Sync cost by store size"
+SIZES = (100, 1_000, 10_000)
+QUICK_SIZES = (100, 1_000)
+APPEND_EVERY = 2.0
+REF_INTERVAL = 15.0  # the SDK's DEFAULT_MEMORY_SYNC_INTERVAL
+
+
+def _wait(predicate: Any, what: str, bound: float = 60.0) -> float:
+    """Seconds until `predicate()` holds (polled every 10 ms); raises past `bound`."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > bound:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def _has(path: Path, text: str) -> bool:
+    try:
+        return text in path.read_text()
+    except OSError:
+        return False
+
+
+def _size(d: Path, n: int, minute: float) -> dict[str, Any]:
+    server = start_server(d / "store.db", d / "server.log")
+    proxies: list[CountingProxy] = []
+    mounts: list[MemfsMount] = []
+    ref: RefWorker | None = None
+    try:
+        with Api(server.url) as api:
+            sid = str(api.create_store(f"cost-{n}")["id"])
+        seed_bulk(
+            d / "store.db",
+            sid,
+            [("/log.md", "start\n")]
+            + [(f"/d{i % 50}/m{i:05d}.md", f"memory {i}\n") for i in range(n - 1)],
+        )
+        for name in ("a", "b"):
+            proxy = CountingProxy(server.port)
+            proxies.append(proxy)
+            mounts.append(
+                MemfsMount(sid, d / name, d / f"{name}-cache", proxy.url, d / f"{name}.log").start()
+            )
+        for m in mounts:
+            m.wait_content(timeout=300)
+        a, b = mounts
+        fa, fb = a.mountpoint / "log.md", b.mountpoint / "log.md"
+        _wait(lambda: b.status().get("learns_by") == "watch", "b watches")
+        time.sleep(ECHO_DEFER + 1.5)  # whatever the start owed has run
+        # One local write: the writer's and the reader's cost.
+        marks = [p.mark() for p in proxies]
+        cpu = [proc_cpu_ms(m.proc.pid) for m in mounts if m.proc is not None]
+        with open(fa, "a") as f:
+            f.write("one line\n")
+        seen = _wait(lambda: _has(fb, "one line"), "b sees the line", 30)
+        time.sleep(ECHO_DEFER + 1.5)  # the writer's owed feed pass
+        one = {
+            "seen_s": seen,
+            "writer": proxies[0].since(marks[0]),
+            "reader": proxies[1].since(marks[1]),
+            "writer_cpu_ms": proc_cpu_ms(a.proc.pid) - cpu[0] if a.proc else 0.0,
+            "reader_cpu_ms": proc_cpu_ms(b.proc.pid) - cpu[1] if b.proc else 0.0,
+        }
+        # The two-mount minute.
+        marks = [p.mark() for p in proxies]
+        t0 = time.monotonic()
+        i = 0
+        while time.monotonic() - t0 < minute:
+            with open(fa, "a") as f:
+                f.write(f"line {i}\n")
+            i += 1
+            time.sleep(APPEND_EVERY)
+        last = _wait(lambda: _has(fb, f"line {i - 1}\n"), "b sees the last line", 30)
+        spent = time.monotonic() - t0
+        per_min = [
+            p.since(mk)["requests"] * 60 / spent for p, mk in zip(proxies, marks, strict=True)
+        ]
+        for m in mounts:
+            m.stop()
+        mounts = []
+        # The reference worker: one of its recurring passes, through a proxy of its own.
+        proxy = CountingProxy(server.port)
+        proxies.append(proxy)
+        ref = RefWorker(proxy.url, d / "refworker.log")
+        ref.start()
+        ref.download(sid, d / "ref" / "memory")
+        mark = proxy.mark()
+        ref.sync()
+        ref_pass = proxy.since(mark)["requests"]
+        return {
+            "one": one,
+            "appends": i,
+            "writer_per_min": per_min[0],
+            "reader_per_min": per_min[1],
+            "last_seen_s": last,
+            "ref_per_pass": ref_pass,
+            "ref_per_min": ref_pass * 60 / REF_INTERVAL,
+        }
+    finally:
+        if ref is not None:
+            ref.stop()
+        for m in mounts:
+            m.stop()
+        for p in proxies:
+            p.close()
+        server.stop()
+
+
+def run(quick: bool) -> Section:
+    d = workdir("sync_cost")
+    sizes = QUICK_SIZES if quick else SIZES
+    minute = 20.0 if quick else 60.0
+    results: dict[int, dict[str, Any]] = {}
+    for n in sizes:
+        results[n] = _size(d / str(n), n, minute)
+        r = results[n]
+        log(
+            f"sync cost n={n}: writer {r['writer_per_min']:.0f}/min, reader "
+            f"{r['reader_per_min']:.0f}/min, ref {r['ref_per_min']:.0f}/min"
+        )
+    lines = [
+        f"Two default mounts of one store (push soon, the watch), each behind a counting "
+        f"proxy. *One local write*: mount A appends a line; requests and daemon CPU until "
+        f"B has it and A's owed feed pass ran. *Minute*: A appends a line every "
+        f"{APPEND_EVERY:g} s for {minute:g} s; requests per minute at each proxy, and how "
+        f"late B saw the last line. The SDK's reference worker lists the whole store at "
+        f"each pass: its requests per pass, and per minute at its {REF_INTERVAL:g} s "
+        "interval.",
+        "",
+        "| memories | one write: A req | A CPU ms | B req | B CPU ms | B saw it s "
+        "| minute: A req/min | B req/min | B saw the last s | reference: req/pass "
+        "| req/min |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, r in results.items():
+        one = r["one"]
+        lines.append(
+            f"| {n:,} | {one['writer']['requests']} | {one['writer_cpu_ms']:.0f} "
+            f"| {one['reader']['requests']} | {one['reader_cpu_ms']:.0f} | {one['seen_s']:.2f} "
+            f"| {r['writer_per_min']:.0f} | {r['reader_per_min']:.0f} | {r['last_seen_s']:.2f} "
+            f"| {r['ref_per_pass']} | {r['ref_per_min']:.0f} |"
+        )
+    biggest = results[max(results)]
+    flat = [
+        r["one"]["writer"]["requests"] + r["one"]["reader"]["requests"] for r in results.values()
+    ]
+    targets = [
+        target(
+            "requests per change flat in the store's size",
+            " / ".join(str(f) for f in flat),
+            max(flat) == min(flat),
+        ),
+        target(
+            f"writer <= 90 req/min in the two-mount minute at {max(results):,}",
+            f"{biggest['writer_per_min']:.0f}",
+            biggest["writer_per_min"] <= 90,
+        ),
+        target(
+            f"reader <= 60 req/min in the two-mount minute at {max(results):,}",
+            f"{biggest['reader_per_min']:.0f}",
+            biggest["reader_per_min"] <= 60,
+        ),
+    ]
+    return Section(lines=lines, data={str(n): r for n, r in results.items()}, targets=targets)
