@@ -2,7 +2,8 @@
 
 Start-up: check the mount point and FUSE, reach each store, open its cache directory
 (locked), load its journal and merge the store's listing (pushing what a previous run
-left, with preconditions), then mount. Content streams in behind the live mount.
+left, with preconditions), then mount: over the dead mount a killed daemon left, if any,
+which stays until then (`overmount.py`). Content streams in behind the live mount.
 
 Teardown (SIGINT, SIGTERM, `memfs unmount`, or an external `fusermount3 -u`): writes
 start failing with EROFS, the sync loops stop, every store runs one final pass within
@@ -42,7 +43,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.mount import answers
+from memfs.mount import answers, overmount
 from memfs.mount.display import Display
 from memfs.mount.fs import MemFs
 from memfs.mount.notifier import KernelNotifier
@@ -279,7 +280,12 @@ class Daemon:
     async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
         cfg = self.config
         check_fuse()
-        mountpoint = self.mountpoint = prepare_mountpoint(cfg.mountpoint)
+        mountpoint, dead = prepare_mountpoint(cfg.mountpoint)
+        self.mountpoint = mountpoint
+        # A killed daemon's dead mount stays until the new mount is ready (or goes on
+        # top of it): the mount point is never a bare directory writes could land in.
+        over_dead = dead and overmount.plan_over_dead(mountpoint)
+        fuse_fd: int | None = None  # the /dev/fuse descriptor of a mount over a dead one
         cache_root = cfg.cache_dir or default_cache_root()
         check_outside(mountpoint, "cache directory", cache_root)
         try:
@@ -316,9 +322,11 @@ class Daemon:
                 read_spin_us=cfg.read_spin_us,
             )
             self.ops.trail = self.trail
+            target, fuse_fd = overmount.target(mountpoint, options, dead=dead, over=over_dead)
             try:
-                pyfuse3.init(self.ops, mountpoint, options)
+                pyfuse3.init(self.ops, target, options)
             except RuntimeError as e:
+                overmount.abandon(mountpoint, fuse_fd)
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
             self.trail.mount("mounted", self.places())
@@ -343,8 +351,12 @@ class Daemon:
                 raise
         finally:
             if mounted:
+                if not crashed:
+                    overmount.unmount_over(mountpoint, fuse_fd)  # libfuse did not mount it
                 # A crash leaves the mount dead (ENOTCONN), never a bare directory.
                 pyfuse3.close(unmount=not crashed)
+                if over_dead and not crashed:
+                    overmount.clear_dead_mounts(mountpoint)  # the one it went over
             if mounted:
                 self.trail.mount("crashed" if crashed else "unmounted", self.places())
             self.trail.close()

@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from memfs.config import ExitCode, StoreSpec
+from memfs.control.recovery import is_dead_mount
 from memfs.errors import (
     ConfigError,
     NotFound,
@@ -27,7 +28,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.mount.preflight import START_RETRY, clear_dead_mount, lookup_store, remove_store_dir
+from memfs.mount.preflight import START_RETRY, lookup_store
 from memfs.paths import MAX_STORES_PER_SESSION, slugify
 from memfs.store.client import StoreClient, StoreInfo
 from memfs.store.connection import (
@@ -219,9 +220,9 @@ def build_specs(
             )
         by_dir[dir_name.lower()] = a.store_id
         path = os.path.join(root, dir_name)
-        if clear_dead_mount(path):
-            remove_store_dir(path)  # a killed session's: memfs made it, and mounted it
-        if os.path.lexists(path):
+        # A killed session's dead mount stays: the store's daemon mounts over it, so the
+        # path is never a bare directory writes could land in (overmount.py).
+        if not is_dead_mount(path) and os.path.lexists(path):
             raise StartError(
                 f"something already exists at the memory store's path: "
                 f"{root}/{dir_name} (memory_store_id={a.store_id}); it must "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from memfs import metrics
 from memfs.config import ExitCode, MountConfig
 from memfs.control import registry
+from memfs.control.recovery import is_dead_mount
 from memfs.errors import StartError
 from memfs.mount.preflight import clear_dead_mount, remove_store_dir
 
@@ -105,6 +106,8 @@ def _metrics_socket(configs: list[MountConfig]) -> socket.socket | None:
 
 
 def _make_store_dir(config: MountConfig) -> None:
+    if is_dead_mount(config.mountpoint):
+        return  # a killed session's: the store's daemon mounts over it
     try:
         os.mkdir(config.mountpoint, 0o755)
     except FileExistsError:

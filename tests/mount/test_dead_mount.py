@@ -10,13 +10,16 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.api import Api
-from tests.support.files import local_files, store_files
-from tests.support.mount import is_mounted, mount_store
+from tests.support.files import local_files, store_contents, store_files
+from tests.support.mount import is_mounted, lazy_unmount, mount_store
+from tests.support.recovery import recover, recover_under_a_writer
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.deadline(180)
@@ -75,3 +78,75 @@ def test_status_explains_a_dead_mount_and_the_command_that_recovers_it(
         assert not is_mounted(root)
     finally:
         proc.cleanup()
+
+
+# ------------------------------------------------------ the recovery window (issue 35.1)
+def test_recovery_never_exposes_the_bare_directory_to_a_writer(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
+    store_id = str(store["id"])
+    proc = mount_store(tmp_path, shared_server.url, store_id, "--sync-interval", "300")
+    root = proc.mountpoint
+    try:
+        (root / "log.md").write_text("before\n")
+        proc.sync()
+        proc.kill()
+
+        def status() -> dict[str, Any]:
+            result = proc.memfs("status", str(root), check=False)
+            assert result.returncode == 1, result.stderr
+            answer: dict[str, Any] = json.loads(result.stdout)
+            return answer
+
+        writer, recovered = recover_under_a_writer(root, status, proc.env)
+        assert recovered.returncode == 0, recovered.stderr
+        # The writer saw the dead mount, then the new one: never a plain directory.
+        assert writer.errors["ENOTCONN"] > 0 and writer.acked, (writer.errors, writer.acked)
+        assert set(writer.errors) == {"ENOTCONN"}, writer.errors
+        proc.sync()
+        assert store_contents(shared_api, store_id) == {
+            "/log.md": "before\n" + "".join(writer.acked)
+        }
+        proc.memfs("unmount", str(root))
+        assert not is_mounted(root)
+        assert os.listdir(root) == []  # nothing landed in the directory under the mount
+    finally:
+        proc.cleanup()
+        for _ in range(4):  # a dead mount, and one it went over
+            lazy_unmount(root)
+
+
+def _plant_under(mountpoint: Path, names: dict[str, str]) -> None:
+    """Write files into the directory under the mount at `mountpoint`, through a
+    non-recursive bind mount of its parent (it shows no mount on top)."""
+    peek = Path(tempfile.mkdtemp(prefix="mfs-peek-"))
+    subprocess.run(["mount", "--bind", str(mountpoint.parent), str(peek)], check=True)
+    try:
+        for name, text in names.items():
+            (peek / mountpoint.name / name).write_text(text)
+    finally:
+        subprocess.run(["umount", str(peek)], check=True)
+        peek.rmdir()
+
+
+def test_a_recovery_that_would_hide_files_refuses_and_names_them(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object]
+) -> None:
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]))
+    root = proc.mountpoint
+    try:
+        proc.kill()
+        _plant_under(root, {"landed.md": "written while nothing was mounted\n", "x.txt": ""})
+        answer = json.loads(proc.memfs("status", str(root), check=False).stdout)["mounts"][0]
+        recovered = recover(answer["recover"], proc.env)
+        assert recovered.returncode == 2, recovered.stderr
+        assert "would hide: landed.md, x.txt; nothing was mounted" in recovered.stderr
+        # Refused without clearing the dead mount: a writer still gets ENOTCONN.
+        refused = subprocess.run(["touch", str(root / "new.md")], capture_output=True, text=True)
+        assert "Transport endpoint is not connected" in refused.stderr, refused
+        lazy_unmount(root)
+        assert sorted(os.listdir(root)) == ["landed.md", "x.txt"]
+    finally:
+        proc.cleanup()
+        for _ in range(4):  # a dead mount, and one it went over
+            lazy_unmount(root)
