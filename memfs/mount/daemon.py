@@ -5,7 +5,7 @@ Start-up: check the mount point and FUSE, reach each store, open its cache direc
 left, with preconditions), then mount: over the dead mount a killed daemon left, if any,
 which stays until then (`overmount.py`). Content streams in behind the live mount.
 
-Teardown (SIGINT, SIGTERM, `memfs unmount`, or an external `fusermount3 -u`): writes
+Teardown (SIGINT, SIGTERM, SIGHUP, `memfs unmount`, or an external `fusermount3 -u`): writes
 start failing with EROFS, the sync loops stop, every store runs one final pass within
 one bound, then the mount goes away. A bug in any task ends the nursery; the mount is
 then left dead (ENOTCONN) rather than unmounted, so nothing can write into the bare
@@ -30,7 +30,14 @@ import trio
 
 from memfs import metrics
 from memfs.audit import Trail
-from memfs.config import ExitCode, MountConfig, StoreSpec, default_cache_root, private_dir
+from memfs.config import (
+    STOP_SIGNALS,
+    ExitCode,
+    MountConfig,
+    StoreSpec,
+    default_cache_root,
+    private_dir,
+)
 from memfs.control.protocol import UnmountAnswer
 from memfs.control.recovery import fuse_mounts
 from memfs.control.registry import socket_path
@@ -274,7 +281,7 @@ class Daemon:
         """Mount, serve until stopped, tear down; returns the process exit code."""
         # Open for the whole run: a signal before the mount is live aborts the start
         # (nothing mounted, nothing left running); after it, it starts the teardown.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             return await self._run(ready, signals)
 
     async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
@@ -371,7 +378,7 @@ class Daemon:
                 await self.http.aclose()
 
     async def _start_stores(self, client: StoreClient, signals: Any) -> None:
-        """`_open_stores`, abandoned cleanly if SIGINT/SIGTERM arrives first."""
+        """`_open_stores`, abandoned cleanly if a stop signal arrives first."""
         heard: list[str] = []
 
         async def watch(scope: trio.CancelScope) -> None:
@@ -457,6 +464,11 @@ class Daemon:
             if not self._flushing:
                 log.info("stopping on signal=%s", name)
                 self._stop.set()
+                continue
+            if signum == signal.SIGHUP:
+                # A closed terminal hangs up every process of it, some more than once:
+                # not a person pressing Ctrl-C again; the final sync goes on.
+                log.debug("signal during the final sync ignored signal=%s", name)
                 continue
             self._flush_signals += 1
             if self._flush_signals == 1:

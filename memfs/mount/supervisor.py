@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memfs import metrics
-from memfs.config import ExitCode, MountConfig
+from memfs.config import STOP_SIGNALS, ExitCode, MountConfig
 from memfs.control import registry
 from memfs.control.recovery import is_dead_mount
 from memfs.errors import StartError
@@ -31,7 +31,7 @@ from memfs.mount.preflight import clear_dead_mount, remove_store_dir
 
 log = logging.getLogger("memfs.session")
 
-SIGNALS = {signal.SIGINT, signal.SIGTERM}
+SIGNALS = set(STOP_SIGNALS)
 POLL_S = 0.05
 PR_SET_PDEATHSIG = 1
 
@@ -200,7 +200,7 @@ def _failed(m: Member, members: list[Member]) -> StartError:
 
 
 def _serve(members: list[Member]) -> int:
-    """Pass SIGINT/SIGTERM on; when one daemon ends, stop the rest; the worst code."""
+    """Pass a stop signal on; when one daemon ends, stop the rest; the worst code."""
     stopping = False
     while any(m.code is None for m in members):
         heard = signal.sigtimedwait(SIGNALS, POLL_S)
