@@ -39,7 +39,7 @@ from memfs.config import (
     private_dir,
 )
 from memfs.control.protocol import UnmountAnswer
-from memfs.control.recovery import fuse_mounts
+from memfs.control.recovery import fuse_mount_count
 from memfs.control.registry import socket_path
 from memfs.control.server import ControlServer
 from memfs.errors import (
@@ -409,6 +409,7 @@ class Daemon:
     ) -> int:
         assert self.ops is not None
         ops = self.ops
+        stacked = fuse_mount_count(mountpoint)  # ours, and any dead one it went over
         control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
         fuse_gone = trio.Event()
 
@@ -417,7 +418,7 @@ class Daemon:
                 ops.start_loop()
                 await pyfuse3.main()
                 if not self._stop.is_set():
-                    _log_outside_end(mountpoint)
+                    _log_outside_end(mountpoint, stacked)
             finally:
                 fuse_gone.set()
                 self._stop.set()
@@ -627,11 +628,13 @@ class Daemon:
         return self._flush_report
 
 
-def _log_outside_end(mountpoint: str) -> None:
+def _log_outside_end(mountpoint: str, stacked: int) -> None:
     """Say how the FUSE session ended without us: an unmount (umount or fusermount3 -u)
     takes the mount away; an aborted connection (/sys/fs/fuse/connections/N/abort)
-    leaves it in the mount table, dead. /proc/self/mounts never touches the mount."""
-    if mountpoint in fuse_mounts():
+    leaves it in the mount table, dead. `stacked`: the FUSE mounts at the mount point
+    while ours was live (more than one over a dead mount). /proc/self/mounts never
+    touches the mount."""
+    if fuse_mount_count(mountpoint) >= stacked:
         log.warning(
             "the FUSE connection was aborted from outside; running the final sync; the "
             "mount point stays dead until unmounted mountpoint=%s",

@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,4 +150,36 @@ def test_a_recovery_that_would_hide_files_refuses_and_names_them(
     finally:
         proc.cleanup()
         for _ in range(4):  # a dead mount, and one it went over
+            lazy_unmount(root)
+
+
+def test_a_mount_over_a_dead_one_unmounted_from_outside_syncs_and_clears_both(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, store: dict[str, object]
+) -> None:
+    """The recovered mount sits on top of the dead one: `fusermount3 -u` from outside
+    takes the top one away; the daemon says so (not "aborted"), runs its final sync,
+    and clears the dead mount under it, so nothing is left mounted."""
+    store_id = str(store["id"])
+    proc = mount_store(tmp_path, shared_server.url, store_id)
+    root = proc.mountpoint
+    try:
+        proc.kill()
+        answer = json.loads(proc.memfs("status", str(root), check=False).stdout)["mounts"][0]
+        recovered = recover(answer["recover"], proc.env)
+        assert recovered.returncode == 0, recovered.stderr
+        pid = json.loads(proc.memfs("status", str(root)).stdout)["mounts"][0]["pid"]
+        (root / "late.md").write_text("pushed after fusermount3 -u\n")
+        subprocess.run(["fusermount3", "-u", str(root)], check=True, timeout=10)
+        deadline = time.monotonic() + 60
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pid}")
+        log = proc.log()
+        assert "the mount was unmounted from outside (umount or fusermount3 -u)" in log, log
+        assert "cleared a dead mount left by a killed daemon" in log, log
+        assert store_files(shared_api, store_id) == {"late.md": "pushed after fusermount3 -u\n"}
+        assert not is_mounted(root) and os.listdir(root) == []
+    finally:
+        proc.cleanup()
+        for _ in range(4):
             lazy_unmount(root)
