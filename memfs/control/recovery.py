@@ -157,7 +157,7 @@ def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any
             answer["unpushed"][store_id] = left[0]
             if left[1]:
                 answer["refused"][store_id] = left[1]
-    # The start command clears the dead mount itself and pushes the journal first.
+    # The start command pushes the journal first, then mounts over the dead mount.
     answer["recover"] = info.get("restart") or clear
     return answer
 
