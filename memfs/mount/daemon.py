@@ -329,7 +329,13 @@ class Daemon:
                 read_spin_us=cfg.read_spin_us,
             )
             self.ops.trail = self.trail
-            target, fuse_fd = overmount.target(mountpoint, options, dead=dead, over=over_dead)
+            # Made before the mount: a recovery takes the dead daemon's registry entry over
+            # right before its mount stops looking dead (`claim`), so that a `memfs status`
+            # elsewhere does not remove it, and the socket bound next, as stale.
+            control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
+            target, fuse_fd = overmount.target(
+                mountpoint, options, dead=dead, over=over_dead, claim=control.publish
+            )
             try:
                 pyfuse3.init(self.ops, target, options)
             except RuntimeError as e:
@@ -352,7 +358,7 @@ class Daemon:
                     self.ops.statistics().pyfuse3.version,
                 )
             try:
-                return await self._serve(mountpoint, ready, signals)
+                return await self._serve(mountpoint, ready, signals, control)
             except BaseException:
                 crashed = True
                 raise
@@ -405,12 +411,15 @@ class Daemon:
             )
 
     async def _serve(
-        self, mountpoint: str, ready: Callable[[str], None] | None, signals: Any
+        self,
+        mountpoint: str,
+        ready: Callable[[str], None] | None,
+        signals: Any,
+        control: ControlServer,
     ) -> int:
         assert self.ops is not None
         ops = self.ops
         stacked = fuse_mount_count(mountpoint)  # ours, and any dead one it went over
-        control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
         fuse_gone = trio.Event()
 
         async def fuse_main() -> None:

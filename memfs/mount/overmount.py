@@ -25,6 +25,7 @@ import ctypes.util
 import logging
 import os
 import select
+from collections.abc import Callable
 
 from memfs.errors import StartError
 from memfs.mount.preflight import clear_dead_mount
@@ -151,10 +152,17 @@ def mount_over(mountpoint: str, options: set[str]) -> tuple[str, int]:
     return f"/dev/fd/{fd}", fd
 
 
-def target(mountpoint: str, options: set[str], *, dead: bool, over: bool) -> tuple[str, int | None]:
+def target(
+    mountpoint: str, options: set[str], *, dead: bool, over: bool, claim: Callable[[], None]
+) -> tuple[str, int | None]:
     """Right before `pyfuse3.init`: what to give it as the mount point, and the /dev/fuse
     descriptor of a mount over the dead one (`over`, from `plan_over_dead`). A dead
-    mount that cannot be mounted over is cleared now, after the start's slow part."""
+    mount that cannot be mounted over is cleared now, after the start's slow part.
+    `claim` takes the dead daemon's registry entry over first, while the mount still
+    looks dead: once it does not, the old entry (a gone pid) would look stale, and a
+    `memfs status` anywhere would remove it with the socket path the new daemon binds."""
+    if dead:
+        claim()
     if over:
         check_under_dead(mountpoint)  # nothing can have come since: it is still dead
         return mount_over(mountpoint, options)

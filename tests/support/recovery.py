@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 
 class Appender(threading.Thread):
@@ -74,11 +75,39 @@ def recover_under_a_writer(
     (answer,) = status()["mounts"]
     assert answer["state"] == "dead", answer
     writer = Appender(dead / "log.md")
-    writer.start()
-    try:
-        time.sleep(0.2)
-        recovered = recover(answer["recover"], env)
-        time.sleep(0.5)  # the writer reaches the new mount
-    finally:
-        writer.stop()
+    lister = Lister()
+    runtime = {"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]} if "XDG_RUNTIME_DIR" in env else {}
+    with mock.patch.dict(os.environ, runtime):  # the daemon's registry, for the lister
+        writer.start()
+        lister.start()
+        try:
+            time.sleep(0.2)
+            recovered = recover(answer["recover"], env)
+            time.sleep(0.5)  # the writer reaches the new mount
+        finally:
+            writer.stop()
+            lister.stop()
+    assert lister.scans > 0
     return writer, recovered
+
+
+class Lister(threading.Thread):
+    """`memfs status` elsewhere, as often as it can: the registry scan it runs removes
+    the entries of gone daemons whose mount is not dead (memfs.control.registry)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.scans = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from memfs.control import registry
+
+        while not self.halt.is_set():
+            registry.registered_mounts()
+            self.scans += 1
+            time.sleep(0.0005)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
