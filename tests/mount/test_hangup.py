@@ -28,6 +28,7 @@ import pytest
 from tests.support.api import Api
 from tests.support.files import store_contents
 from tests.support.mount import is_mounted, lazy_unmount, require_fuse
+from tests.support.refusals import tool_fails
 from tests.support.server import ServerProcess
 
 pytestmark = [pytest.mark.fuse, pytest.mark.deadline(180)]
@@ -185,6 +186,53 @@ def test_a_closed_terminal_stops_a_foreground_session_with_its_final_sync(
     finally:
         term.finish()
         lazy_unmount(root / "hangup")
+
+
+def test_a_closed_terminal_with_a_refused_file_exits_1_without_a_crash(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api
+) -> None:
+    """What the final sync left is said on stderr, which is the closed terminal now:
+    the lines are lost with it, not the exit code (1, as documented) or the teardown."""
+    require_fuse()
+    store_id = shared_api.create_store("Refused")["id"]
+    root = tmp_path / "memory"
+    root.mkdir()
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps({"resources": [{"type": "memory_store", "memory_store_id": store_id}]})
+    )
+    log = tmp_path / "session.log"
+    term = Terminal(
+        [
+            *MEMFS,
+            "--log-level",
+            "debug",
+            "--log-file",
+            str(log),
+            "session",
+            str(spec),
+            "--root",
+            str(root),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        _env(shared_server.url, tmp_path / "rt"),
+    )
+    try:
+        term.wait_for("memfs: mounted at")
+        (root / "refused" / "kept.md").write_text("kept\n")
+        binary = tmp_path / "bin"
+        binary.write_bytes(b"\xff\xfe not utf-8")
+        tool_fails("cp", str(binary), str(root / "refused" / "bin.md"), message="Invalid")
+        assert term.finish() == 1, log.read_text()[-3000:]
+        assert store_contents(shared_api, store_id) == {"/kept.md": "kept\n"}
+        assert not is_mounted(root / "refused") and os.listdir(root) == []
+        text = log.read_text()
+        assert "stopping on signal=SIGHUP" in text, text[-3000:]
+        assert "crashed" not in text and "Traceback" not in text, text[-3000:]
+    finally:
+        term.finish()
+        lazy_unmount(root / "refused")
 
 
 def _free_port() -> int:
