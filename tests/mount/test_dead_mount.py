@@ -183,3 +183,43 @@ def test_a_mount_over_a_dead_one_unmounted_from_outside_syncs_and_clears_both(
         proc.cleanup()
         for _ in range(4):
             lazy_unmount(root)
+
+
+def test_without_root_the_dead_mount_is_cleared_only_right_before_the_mount(
+    tmp_path: Path, shared_server: ServerProcess, store: dict[str, object], monkeypatch: Any
+) -> None:
+    """Without the privilege to mount over a dead mount (fusermount3 refuses one), the
+    start keeps it through its slow part and clears it right before the mount; what is
+    in the directory then is refused by name, not hidden (run in this process, on a
+    real dead mount, as a user who is not root)."""
+    from memfs.errors import StartError
+    from memfs.mount import overmount
+
+    proc = mount_store(tmp_path, shared_server.url, str(store["id"]))
+    root = proc.mountpoint
+    try:
+        proc.kill()
+        _plant_under(root, {"landed.md": "written while nothing was mounted\n"})
+        monkeypatch.setattr(overmount.os, "geteuid", lambda: 1000)
+        assert overmount.plan_over_dead(str(root)) is False
+        assert is_mounted(root)  # still dead: kept through the start
+        claimed: list[bool] = []
+        with pytest.raises(StartError) as refused:
+            overmount.target(
+                str(root), set(), dead=True, over=False, claim=lambda: claimed.append(True)
+            )
+        assert claimed == [True]
+        assert (
+            f"the mount point {root}, under the dead mount just cleared, holds files the "
+            "new mount would hide: landed.md; nothing was mounted"
+        ) in str(refused.value)
+        assert not is_mounted(root)
+        (root / "landed.md").unlink()
+        assert overmount.target(str(root), set(), dead=False, over=False, claim=lambda: None) == (
+            str(root),
+            None,
+        )
+    finally:
+        proc.cleanup()
+        for _ in range(4):
+            lazy_unmount(root)
