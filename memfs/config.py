@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import stat
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -23,7 +24,13 @@ class ExitCode(IntEnum):
     FAILED = 1  # the operation ran and failed
     USAGE = 2  # bad usage or configuration: fix the command line or environment
     UNREACHABLE = 3  # the store or server could not be reached
-    INTERRUPTED = 130  # Ctrl-C (SIGINT) or SIGTERM before the command finished
+    INTERRUPTED = 130  # Ctrl-C (SIGINT), SIGTERM or SIGHUP before the command finished
+
+
+# What stops every foreground process memfs runs (mount, session, serve, memfs-worker)
+# cleanly, with its final sync and unmount: Ctrl-C, a service manager's stop, and a
+# closed terminal or ssh session (SIGHUP, which libfuse's own handlers treat as SIGTERM).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 # How a local delete reaches the store (`--deletions`).

@@ -25,7 +25,7 @@ EXIT_MEANINGS = {
     ExitCode.USAGE: "bad usage or configuration: the command line, the environment or "
     "the credentials",
     ExitCode.UNREACHABLE: "the store or server could not be reached",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C or SIGTERM) before the command finished",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM or SIGHUP) before the command finished",
 }
 
 ENVIRONMENT = (

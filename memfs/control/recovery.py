@@ -47,6 +47,21 @@ def fuse_mounts() -> dict[str, str]:
     return found
 
 
+def fuse_mount_count(mountpoint: str) -> int:
+    """How many FUSE mounts are stacked at `mountpoint` (a recovery mounts over the dead
+    one a killed daemon left)."""
+    count = 0
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[2].startswith("fuse"):
+                    count += unescape_mount_field(parts[1]) == mountpoint
+    except OSError:
+        pass
+    return count
+
+
 def unescape_mount_field(field: str) -> str:
     """/proc/self/mounts escapes space, tab, newline and backslash as octal."""
     for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
@@ -142,7 +157,7 @@ def describe_dead(info: dict[str, Any] | None, mountpoint: str) -> dict[str, Any
             answer["unpushed"][store_id] = left[0]
             if left[1]:
                 answer["refused"][store_id] = left[1]
-    # The start command clears the dead mount itself and pushes the journal first.
+    # The start command pushes the journal first, then mounts over the dead mount.
     answer["recover"] = info.get("restart") or clear
     return answer
 

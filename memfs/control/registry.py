@@ -122,11 +122,22 @@ def registered_mounts() -> list[dict[str, Any]]:
             continue
         info["alive"] = pid > 0 and pid_alive(pid)
         if not info["alive"] and not is_dead_mount(str(info.get("mountpoint", ""))):
-            info_path.unlink(missing_ok=True)
-            Path(str(info.get("socket", ""))).unlink(missing_ok=True)
+            _remove_stale(info_path, pid, str(info.get("socket", "")))
             continue
         found.append(info)
     return found
+
+
+def _remove_stale(info_path: Path, pid: int, sock: str) -> None:
+    """Remove a stale entry and its socket, unless a new daemon at the same mount point
+    took it over meanwhile (a recovery does, right before it mounts over the dead one)."""
+    try:
+        if int(json.loads(info_path.read_text()).get("pid", 0)) != pid:
+            return
+    except (OSError, ValueError, TypeError, AttributeError):
+        return
+    info_path.unlink(missing_ok=True)
+    Path(sock).unlink(missing_ok=True)
 
 
 def live_mounts() -> list[dict[str, Any]]:

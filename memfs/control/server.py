@@ -63,6 +63,11 @@ class ControlServer:
         """Until every request received so far has had its answer sent."""
         await self._idle.wait()
 
+    def publish(self) -> None:
+        """This mount's registry entry, before its socket is bound: a recovery takes the
+        dead daemon's entry over this way (`memfs/mount/overmount.py`)."""
+        registry.publish(self.info)
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.sock_path.unlink(missing_ok=True)
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -2,9 +2,10 @@
 
 Start-up: check the mount point and FUSE, reach each store, open its cache directory
 (locked), load its journal and merge the store's listing (pushing what a previous run
-left, with preconditions), then mount. Content streams in behind the live mount.
+left, with preconditions), then mount: over the dead mount a killed daemon left, if any,
+which stays until then (`overmount.py`). Content streams in behind the live mount.
 
-Teardown (SIGINT, SIGTERM, `memfs unmount`, or an external `fusermount3 -u`): writes
+Teardown (SIGINT, SIGTERM, SIGHUP, `memfs unmount`, or an external `fusermount3 -u`): writes
 start failing with EROFS, the sync loops stop, every store runs one final pass within
 one bound, then the mount goes away. A bug in any task ends the nursery; the mount is
 then left dead (ENOTCONN) rather than unmounted, so nothing can write into the bare
@@ -29,9 +30,16 @@ import trio
 
 from memfs import metrics
 from memfs.audit import Trail
-from memfs.config import ExitCode, MountConfig, StoreSpec, default_cache_root, private_dir
+from memfs.config import (
+    STOP_SIGNALS,
+    ExitCode,
+    MountConfig,
+    StoreSpec,
+    default_cache_root,
+    private_dir,
+)
 from memfs.control.protocol import UnmountAnswer
-from memfs.control.recovery import fuse_mounts
+from memfs.control.recovery import fuse_mount_count
 from memfs.control.registry import socket_path
 from memfs.control.server import ControlServer
 from memfs.errors import (
@@ -42,7 +50,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.mount import answers
+from memfs.mount import answers, overmount
 from memfs.mount.display import Display
 from memfs.mount.fs import MemFs
 from memfs.mount.notifier import KernelNotifier
@@ -273,16 +281,18 @@ class Daemon:
         """Mount, serve until stopped, tear down; returns the process exit code."""
         # Open for the whole run: a signal before the mount is live aborts the start
         # (nothing mounted, nothing left running); after it, it starts the teardown.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             return await self._run(ready, signals)
 
     async def _run(self, ready: Callable[[str], None] | None, signals: Any) -> int:
         cfg = self.config
         check_fuse()
-        if cfg.mount_dir is None:
-            mountpoint = self.mountpoint = prepare_mountpoint(cfg.mountpoint)
-        else:  # a session's store: made and held open by the session, never looked up
-            mountpoint = self.mountpoint = cfg.mountpoint
+        mountpoint, dead = self._mountpoint()
+        self.mountpoint = mountpoint
+        # A killed daemon's dead mount stays until the new mount is ready (or goes on
+        # top of it): the mount point is never a bare directory writes could land in.
+        over_dead = dead and overmount.plan_over_dead(mountpoint)
+        fuse_fd: int | None = None  # the /dev/fuse descriptor of a mount over a dead one
         cache_root = cfg.cache_dir or default_cache_root()
         check_outside(mountpoint, "cache directory", cache_root)
         try:
@@ -319,12 +329,20 @@ class Daemon:
                 read_spin_us=cfg.read_spin_us,
             )
             self.ops.trail = self.trail
-            target = mountpoint
+            # Made before the mount: a recovery takes the dead daemon's registry entry over
+            # right before its mount stops looking dead (`claim`), so that a `memfs status`
+            # elsewhere does not remove it, and the socket bound next, as stale.
+            control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
             if cfg.mount_dir is not None:  # checked again; for root, the held directory's fd
                 target = mount_target(cfg.mount_dir, mountpoint, cfg.stores[0].store_id)
+            else:  # over a dead mount, or once it is cleared (overmount.py)
+                target, fuse_fd = overmount.target(
+                    mountpoint, options, dead=dead, over=over_dead, claim=control.publish
+                )
             try:
                 pyfuse3.init(self.ops, target, options)
             except RuntimeError as e:
+                overmount.abandon(mountpoint, fuse_fd)
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
             self.trail.mount("mounted", self.places())
@@ -343,14 +361,18 @@ class Daemon:
                     self.ops.statistics().pyfuse3.version,
                 )
             try:
-                return await self._serve(mountpoint, ready, signals)
+                return await self._serve(mountpoint, ready, signals, control)
             except BaseException:
                 crashed = True
                 raise
         finally:
             if mounted:
+                if not crashed:
+                    overmount.unmount_over(mountpoint, fuse_fd)  # libfuse did not mount it
                 # A crash leaves the mount dead (ENOTCONN), never a bare directory.
                 pyfuse3.close(unmount=not crashed)
+                if over_dead and not crashed:
+                    overmount.clear_dead_mounts(mountpoint)  # the one it went over
             if mounted:
                 self.trail.mount("crashed" if crashed else "unmounted", self.places())
             self.trail.close()
@@ -364,8 +386,16 @@ class Daemon:
             with trio.CancelScope(shield=True):
                 await self.http.aclose()
 
+    def _mountpoint(self) -> tuple[str, bool]:
+        """The mount point, and whether a dead mount is there (a killed daemon's)."""
+        cfg = self.config
+        if cfg.mount_dir is None:
+            return prepare_mountpoint(cfg.mountpoint)
+        # A session's store: made and held open by the session, never looked up.
+        return cfg.mountpoint, False
+
     async def _start_stores(self, client: StoreClient, signals: Any) -> None:
-        """`_open_stores`, abandoned cleanly if SIGINT/SIGTERM arrives first."""
+        """`_open_stores`, abandoned cleanly if a stop signal arrives first."""
         heard: list[str] = []
 
         async def watch(scope: trio.CancelScope) -> None:
@@ -392,11 +422,15 @@ class Daemon:
             )
 
     async def _serve(
-        self, mountpoint: str, ready: Callable[[str], None] | None, signals: Any
+        self,
+        mountpoint: str,
+        ready: Callable[[str], None] | None,
+        signals: Any,
+        control: ControlServer,
     ) -> int:
         assert self.ops is not None
         ops = self.ops
-        control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
+        stacked = fuse_mount_count(mountpoint)  # ours, and any dead one it went over
         fuse_gone = trio.Event()
 
         async def fuse_main() -> None:
@@ -404,7 +438,7 @@ class Daemon:
                 ops.start_loop()
                 await pyfuse3.main()
                 if not self._stop.is_set():
-                    _log_outside_end(mountpoint)
+                    _log_outside_end(mountpoint, stacked)
             finally:
                 fuse_gone.set()
                 self._stop.set()
@@ -451,6 +485,11 @@ class Daemon:
             if not self._flushing:
                 log.info("stopping on signal=%s", name)
                 self._stop.set()
+                continue
+            if signum == signal.SIGHUP:
+                # A closed terminal hangs up every process of it, some more than once:
+                # not a person pressing Ctrl-C again; the final sync goes on.
+                log.debug("signal during the final sync ignored signal=%s", name)
                 continue
             self._flush_signals += 1
             if self._flush_signals == 1:
@@ -609,11 +648,13 @@ class Daemon:
         return self._flush_report
 
 
-def _log_outside_end(mountpoint: str) -> None:
+def _log_outside_end(mountpoint: str, stacked: int) -> None:
     """Say how the FUSE session ended without us: an unmount (umount or fusermount3 -u)
     takes the mount away; an aborted connection (/sys/fs/fuse/connections/N/abort)
-    leaves it in the mount table, dead. /proc/self/mounts never touches the mount."""
-    if mountpoint in fuse_mounts():
+    leaves it in the mount table, dead. `stacked`: the FUSE mounts at the mount point
+    while ours was live (more than one over a dead mount). /proc/self/mounts never
+    touches the mount."""
+    if fuse_mount_count(mountpoint) >= stacked:
         log.warning(
             "the FUSE connection was aborted from outside; running the final sync; the "
             "mount point stays dead until unmounted mountpoint=%s",

@@ -108,8 +108,20 @@ def _run_mount(config: MountConfig, ready: Callable[[str], None]) -> int:
     daemon = Daemon(config)
     code = trio.run(daemon.run, ready)
     for line in display.left_lines(daemon.flush_report):
-        print(line, file=sys.stderr)
+        _tell(line)
     return code
+
+
+def _tell(line: str) -> None:
+    """A line on stderr, which may be a terminal that was closed (SIGHUP stopped us):
+    then the line is lost with it, and stderr goes to /dev/null so that nothing at exit
+    writes to it again; the exit code still says what was left."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stderr.fileno())
+        os.close(devnull)
 
 
 def _run_foreground(serve: Serve, config: MountConfig) -> int:

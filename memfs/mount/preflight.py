@@ -1,7 +1,8 @@
 """What is checked before a mount starts: FUSE, the mount point, the store.
 
 Each refusal is a `StartError` with the exit code a user can act on; a dead FUSE mount
-a killed daemon left at the mount point (ENOTCONN) is cleared first.
+a killed daemon left at the mount point (ENOTCONN) is kept until the new mount is ready
+(`overmount.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from memfs.config import ExitCode
+from memfs.control.recovery import is_dead_mount
 from memfs.errors import NotFound, StartError, StoreAuthError, StoreUnavailable, missing_store
 from memfs.store.client import RetryPolicy, StoreClient, StoreInfo
 
@@ -72,10 +74,12 @@ def clear_dead_mount(path: str) -> bool:
     return True
 
 
-def prepare_mountpoint(path: str) -> str:
-    """Refuse a mount point memfs can't use; clear a dead mount a killed daemon left."""
+def prepare_mountpoint(path: str) -> tuple[str, bool]:
+    """Refuse a mount point memfs can't use: the real path, and whether a dead mount a
+    killed daemon left is there (kept: the new mount goes over it, `overmount.py`)."""
     real = os.path.realpath(path)
-    clear_dead_mount(real)
+    if is_dead_mount(real):
+        return real, True
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -86,9 +90,11 @@ def prepare_mountpoint(path: str) -> str:
         raise StartError(f"mount point {path} is not a directory", 2)
     if os.path.ismount(real):
         raise StartError(f"mount point {path} is already a mount", 2)
-    if os.listdir(real):
-        raise StartError(f"mount point {path} is not empty", 2)
-    return real
+    names = sorted(os.listdir(real))
+    if names:
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        raise StartError(f"mount point {path} is not empty: {shown}", 2)
+    return real, False
 
 
 def check_outside(mountpoint: str, what: str, path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from memfs.config import ExitCode, StoreSpec
+from memfs.control.recovery import is_dead_mount
 from memfs.errors import (
     ConfigError,
     NotFound,
@@ -30,7 +31,6 @@ from memfs.mount.preflight import START_RETRY, lookup_store
 from memfs.mount.storedir import (
     SessionRoot,
     already_there,
-    clear_left_dir,
     lstat_at,
     open_root,
 )
@@ -217,8 +217,11 @@ def _build_specs(
                 2,
             )
         by_dir[dir_name.lower()] = a.store_id
-        clear_left_dir(opened, dir_name)
-        if lstat_at(opened, dir_name) is not None:
+        # A killed session's dead mount stays: the store's daemon mounts over it, so the
+        # path is never a bare directory writes could land in (overmount.py). A mount
+        # point cannot be renamed, so it cannot be swapped for a link either.
+        dead = is_dead_mount(os.path.join(root, dir_name))
+        if not dead and lstat_at(opened, dir_name) is not None:
             raise already_there(f"{root}/{dir_name}", a.store_id)
         read_only = a.read_only
         if info.archived_at is not None and not read_only:

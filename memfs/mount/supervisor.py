@@ -12,6 +12,7 @@ daemon that ends, stops the others. The store daemons die with this process
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -23,15 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memfs import metrics
-from memfs.config import ExitCode, MountConfig
+from memfs.config import STOP_SIGNALS, ExitCode, MountConfig
 from memfs.control import registry
+from memfs.control.recovery import is_dead_mount
 from memfs.errors import StartError
 from memfs.mount.preflight import clear_dead_mount
 from memfs.mount.storedir import close_store_dir, make_store_dir, open_root, remove_store_dir
 
 log = logging.getLogger("memfs.session")
 
-SIGNALS = {signal.SIGINT, signal.SIGTERM}
+SIGNALS = set(STOP_SIGNALS)
 POLL_S = 0.05
 PR_SET_PDEATHSIG = 1
 
@@ -71,11 +73,16 @@ def run_session(
     try:
         for config in configs:
             store = config.stores[0]
-            config.mount_dir = made = make_store_dir(held, str(store.dir_name), store.store_id)
+            if is_dead_mount(config.mountpoint):
+                made = None  # a killed session's: the store's daemon mounts over it
+            else:
+                made = make_store_dir(held, str(store.dir_name), store.store_id)
+            config.mount_dir = made
             members.append(_fork(config, members, serve_store))
             # The store's daemon holds it from here; the next ones must not (an fd on the
             # directory under the mount reads as "in use" to `memfs unmount`).
-            close_store_dir(made)
+            if made is not None:
+                close_store_dir(made)
         _await_live(members)
         if metrics_sock is not None:
             root = str(configs[0].session_root)
@@ -93,6 +100,11 @@ def run_session(
         for config in configs:
             if config.mount_dir is not None:
                 remove_store_dir(config.mount_dir)
+            elif config.stores[0].dir_name and not os.path.ismount(config.mountpoint):
+                # A recovered store's, mounted over its dead mount (both gone now): the
+                # directory the killed session made. rmdir follows no link.
+                with contextlib.suppress(OSError):
+                    os.rmdir(str(config.stores[0].dir_name), dir_fd=held.fd)
         held.close()
 
 
@@ -187,7 +199,7 @@ def _failed(m: Member, members: list[Member]) -> StartError:
 
 
 def _serve(members: list[Member]) -> int:
-    """Pass SIGINT/SIGTERM on; when one daemon ends, stop the rest; the worst code."""
+    """Pass a stop signal on; when one daemon ends, stop the rest; the worst code."""
     stopping = False
     while any(m.code is None for m in members):
         heard = signal.sigtimedwait(SIGNALS, POLL_S)

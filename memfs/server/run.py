@@ -1,4 +1,4 @@
-"""`memfs serve`: open the database, bind the socket, serve until SIGINT or SIGTERM."""
+"""`memfs serve`: open the database, bind the socket, serve until SIGINT, SIGTERM or SIGHUP."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from memfs import metrics
-from memfs.config import ExitCode, read_secret_file
+from memfs.config import STOP_SIGNALS, ExitCode, read_secret_file
 from memfs.errors import ConfigError
 from memfs.paths import MAX_MEMORIES_PER_STORE
 from memfs.server.app import create_app
@@ -29,8 +29,6 @@ from memfs.server.db import DatabaseUnavailable
 from memfs.server.faults import FaultInjector, FaultSpec
 from memfs.server.gate import HostCheck, RequestHook
 from memfs.server.watch import DEFAULT_MAX_WATCHERS, WatchHub
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 log = logging.getLogger("memfs.server")
 
@@ -154,7 +152,7 @@ async def _serve(
 ) -> None:
     if metrics_sock is not None:
         metrics.start(metrics_sock)
-    with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
 
         async def shutdown_trigger() -> None:
             async for signum in signals:
@@ -288,7 +286,7 @@ def run_server(
         )
         # Ignored outside the serving loop: trio's receiver re-raises a signal still
         # pending when it closes, and a second Ctrl-C must not turn into a traceback.
-        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
         try:
             trio.run(_serve, config, CloseWhenStopping(app), url, watch, metrics_sock)
         finally:

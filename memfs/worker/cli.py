@@ -16,6 +16,7 @@ import anyio
 from anthropic.lib.tools._memories import DEFAULT_MEMORY_SYNC_INTERVAL, SessionMemoryError
 
 from memfs import logs
+from memfs.config import STOP_SIGNALS
 from memfs.worker.sdk import SDKMismatch, environment_worker
 
 log = logging.getLogger("memfs.worker")
@@ -118,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     async def serve() -> None:
         worker = environment_worker(AsyncAnthropic(), cache_dir=args.cache_dir, **options)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with anyio.create_task_group() as tg:
 
                 async def stop_on_signal() -> None:

@@ -35,8 +35,9 @@ from memfs.paths import marker_content
 from memfs.server.sqlite import Database
 from tests.support.api import Api
 from tests.support.files import MARKER, store_contents
-from tests.support.mount import MountProcess, is_mounted, one_line, require_fuse
+from tests.support.mount import MountProcess, is_mounted, lazy_unmount, one_line, require_fuse
 from tests.support.nobody import run_cli_as_nobody
+from tests.support.recovery import recover_under_a_writer
 from tests.support.refusals import refused
 from tests.support.server import ServerProcess, seed_bulk, start_server
 from tests.support.terminal import on_a_terminal
@@ -664,6 +665,53 @@ def test_a_killed_session_is_cleared_and_its_journal_pushed_at_the_next_start(
     finally:
         again.cleanup()
         proc.cleanup()
+
+
+def test_recovering_a_killed_session_never_exposes_a_bare_store_directory(
+    tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
+) -> None:
+    """Issue 35.1 for a session: the printed command mounts each store over its dead
+    mount; a writer that keeps going sees ENOTCONN, then the store, never a plain
+    directory."""
+    require_fuse()
+    store_id = shared_api.create_store("Window")["id"]
+    root = tmp_path / "memory"
+    root.mkdir()
+    spec = write_spec(tmp_path / "spec.json", [ms(store_id)])
+    proc = start_session(tmp_path, shared_server.url, runtime_dir, spec, root)
+    store_dir = root / "window"
+    try:
+        (store_dir / "log.md").write_text("before\n")
+        proc.sync()
+        store_pid = next(
+            m["pid"] for m in json.loads(proc.memfs("status", "--json").stdout)["mounts"]
+        )
+        proc.kill()  # its store daemons die with it (PR_SET_PDEATHSIG)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{store_pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        def status() -> dict[str, Any]:
+            answer: dict[str, Any] = json.loads(
+                proc.memfs("status", str(store_dir), check=False).stdout
+            )
+            return answer
+
+        writer, recovered = recover_under_a_writer(store_dir, status, proc.env)
+        assert recovered.returncode == 0, recovered.stderr
+        assert writer.errors["ENOTCONN"] > 0 and writer.acked, (writer.errors, writer.acked)
+        assert set(writer.errors) == {"ENOTCONN"}, writer.errors
+        proc.memfs("sync", str(root))
+        assert store_contents(shared_api, store_id) == {
+            "/log.md": "before\n" + "".join(writer.acked)
+        }
+        proc.memfs("unmount", str(root))
+        assert not is_mounted(store_dir)
+        assert os.listdir(root) == []  # the store's directory went, with nothing in it
+    finally:
+        proc.cleanup()
+        for _ in range(4):
+            lazy_unmount(store_dir)
 
 
 def test_an_outside_fusermount_unmount_still_runs_the_final_sync(

@@ -234,6 +234,29 @@ def test_systemd_unit_example(host: tuple[Host, Api], server: ServerProcess) -> 
     assert not [line for line in log.splitlines() if "HTTP Request:" in line], log[-3000:]
 
 
+def test_sighup_stops_memfs_worker_poll_as_sigterm_does(
+    host: tuple[Host, Api], server: ServerProcess
+) -> None:
+    """A closed terminal or ssh session (SIGHUP) stops `memfs-worker poll` as the unit's
+    SIGTERM does: the session's teardown, exit 0 (issue 35, item 10; before, exit -1)."""
+    h, api = host
+    with ControlPlane(h.script, server.url) as plane:
+        proc = subprocess.Popen(
+            [str(BIN / "memfs-worker"), "poll", "--workdir", str(h.work)],
+            env=h.plane_env(
+                plane, ANTHROPIC_ENVIRONMENT_ID=ENV_ID, ANTHROPIC_ENVIRONMENT_KEY=ENV_KEY
+            ),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        wait_stopped(plane, proc)
+        code = stop(proc, signal.SIGHUP)
+        log = proc.stderr.read().decode() if proc.stderr else ""
+        assert code == 0, log[-3000:]
+        assert "stopping; the session gets its teardown signal=SIGHUP" in log, log[-3000:]
+        h.check(api, plane)
+
+
 def test_on_work_script_for_other_languages_example(
     host: tuple[Host, Api], server: ServerProcess
 ) -> None:
