@@ -30,6 +30,7 @@ from memfs.config import DEFAULT_EXCLUDES, DEFAULT_PROBE_BUDGET, DeletionMode
 from memfs.errors import (
     NotFound,
     Rejected,
+    StoreAuthError,
     StoreError,
     StoreUnavailable,
 )
@@ -218,6 +219,10 @@ class StoreSync:
         )
         self._invalid_path = Repeated(
             log, "the server listed a path no memory can have; skipping memory_store_id=%s path=%s"
+        )
+        self._invalid_head = Repeated(
+            log,
+            "the store's newest version is unusable; listing instead memory_store_id=%s error=%s",
         )
         self._feed_missed = Repeated(
             log,
@@ -629,15 +634,21 @@ class StoreSync:
             )
             return result
 
-    async def _store_head(self) -> MemoryVersion | None:
+    async def _store_head(self) -> MemoryVersion | bool | None:
         """The store's newest version (every create, change and delete appends one);
-        None if the store has none. `_feed_supported` goes False where the store has no
-        versions list: then every pass lists."""
+        None if the store has none; False if its answer was unusable (this pass lists and
+        keeps its cursor). `_feed_supported` goes False where the store has no versions
+        list: then every pass lists."""
         try:
             versions = await self.client.list_versions(self.store_id, limit=1)
         except (NotFound, Rejected):
             self._feed_supported = False
             return None
+        except (StoreUnavailable, StoreAuthError):
+            raise
+        except StoreError as e:
+            self._invalid_head.warning(self.store_id, self.store_id, e)
+            return False
         return versions[0] if versions else None
 
     async def _run_pass(
@@ -647,9 +658,11 @@ class StoreSync:
             kind = "full"  # nothing to read the feed from: list
         if kind == "probe":
             head = await self._store_head()
+            if isinstance(head, bool):
+                head, kind = None, "full"
             self.listener.heard(head.id if head is not None else None)
             cursor = self._cursor
-            if not self._feed_supported:
+            if not self._feed_supported or kind == "full":
                 kind = "full"
             elif cursor is None or (head.id if head is not None else "") == cursor.head:
                 result.listed = False
@@ -683,6 +696,10 @@ class StoreSync:
         except (NotFound, Rejected):
             self._feed_supported = False
             return None
+        except (StoreUnavailable, StoreAuthError):
+            raise
+        except StoreError as e:  # garbage where versions should be: list instead
+            feed = Feed(cursor=self._cursor, complete=False, why=f"its answer is unusable: {e}")
         for full in feed.contents:
             self.fetcher.store(full)
         if feed.cursor.head:
@@ -728,6 +745,9 @@ class StoreSync:
         and on the reconciliation schedule. Changes the listing shows that the feed read
         just before it did not (`feed`) are counted: the feed missed them."""
         head = await self._store_head() if self._feed_supported else None
+        known = not isinstance(head, bool)
+        if isinstance(head, bool):
+            head = None
         self.listener.heard(head.id if head is not None else None)
         remote: dict[str, RemoteMemory] = {}
         self.progress.begin("listing")
@@ -746,7 +766,7 @@ class StoreSync:
         if feed is not None and feed.complete and not initial:
             self._count_missed(self._remote_from(feed), remote)
         await self._apply(result, remote, initial=initial, final=final, asked=asked)
-        if self._feed_supported:
+        if self._feed_supported and known:
             self._advance(Cursor(head.created_at, head.id) if head is not None else Cursor())
 
     def _count_missed(

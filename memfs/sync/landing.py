@@ -99,6 +99,13 @@ class Lander:
         node = self.state.by_memory.get(memory.id)
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
+        if merge and node is not None and self._moved_here_only(node, memory):
+            # Renamed here, its content changed there: take the content, keep the rename
+            # (it goes up again on the new precondition), never move the file back.
+            self.state.take_content(node, memory, inodes)
+            result.pulled += 1
+            self.notify(inodes, entries)
+            return True
         if merge and node is not None and node.dirty and self.merge(node, memory, inodes):
             self.notify(inodes, entries)
             return node.dirty
@@ -110,6 +117,18 @@ class Lander:
         self.land(memory, node, inodes, entries)
         self.notify(inodes, entries)
         return False
+
+    def _moved_here_only(self, node: Node, memory: RemoteMemory) -> bool:
+        """`node` was only renamed here (its content is its baseline's) and `memory` only
+        changed in content there (still at the path both started from)."""
+        return (
+            not node.dirty
+            and node.base_path is not None
+            and node.store_path() != node.base_path
+            and memory.path == node.base_path
+            and node.current_sha() == node.base_sha
+            and self.state.objects.has(memory.content_sha256)
+        )
 
     def apply_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> bool:
         """Land every pull; synchronous, so the kernel never sees a half-applied pass.

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import trio
 
+import memfs.errors
 import memfs.state.node
 import memfs.state.store_state
 import memfs.state.tree
@@ -1404,3 +1405,39 @@ async def test_a_change_costs_the_same_requests_at_any_store_size(
         assert h.read("/d1/m00001.md") == "a remote change\n"
     finally:
         await h.aclose()
+
+
+async def test_news_forty_times_a_second_is_at_most_one_pass_a_second(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    """Issue 35 item 9: passes the watch woke had no minimum gap; another session writing
+    40 times a second (or a server whose watch always reports a new head) made a mount
+    list the store ~5 times a second. Now passes are MIN_GAP apart whatever woke them."""
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        await synced(h, {"/a.md": "a"})
+        async with running(h):
+            await trio.sleep(5)
+            before = sum(h.sync.scheduler.statistics().passes.values())
+            for n in range(400):  # 10 s of news, 25 ms apart
+                h.sync._heard(f"memver_other_{n}")
+                await trio.sleep(0.025)
+            passes = sum(h.sync.scheduler.statistics().passes.values()) - before
+            assert 5 <= passes <= 10 / memfs.sync.schedule.MIN_GAP + 1
+    finally:
+        await h.aclose()
+
+
+async def test_a_feed_answered_with_garbage_falls_back_to_a_listing(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = await synced(h, {"/a.md": "A"})
+    h.fake.edit(ids["/a.md"], content="A2")
+
+    async def garbage(*args: Any, **kw: Any) -> Any:
+        raise memfs.errors.StoreError("list_versions: malformed answer from the store: x")
+        yield  # an async generator, as the client's
+
+    monkeypatch.setattr(h.sync.client, "iter_versions", garbage)
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.kind == "full" and h.read("/a.md") == "A2"
