@@ -1441,3 +1441,31 @@ async def test_a_feed_answered_with_garbage_falls_back_to_a_listing(
     monkeypatch.setattr(h.sync.client, "iter_versions", garbage)
     result = await h.sync_once()
     assert result.outcome == "ok" and result.kind == "full" and h.read("/a.md") == "A2"
+
+
+async def test_the_feed_follows_a_delete_and_a_create_at_one_path(h: Harness) -> None:
+    ids = await synced(h, {"/a.md": "first life"})
+    h.fake.remove(ids["/a.md"])
+    h.fake.add("/a.md", "second life")
+    result = await h.sync_once()
+    assert result.kind == "feed" and h.read("/a.md") == "second life"
+    assert h.node("/a.md").memory_id == h.fake.id_of("/a.md") != ids["/a.md"]
+
+
+async def test_a_cursor_older_than_the_store_keeps_versions_lists_the_store(h: Harness) -> None:
+    await synced(h, {"/a.md": "a"})
+    h.sync._cursor = memfs.sync.feed.Cursor("2020-01-01T00:00:00.000000Z", "memver_gone")
+    h.fake.add("/b.md", "b")
+    result = await h.sync_once()
+    assert result.kind == "full" and h.read("/b.md") == "b"
+    assert h.sync._cursor is not None and h.sync._cursor.head != "memver_gone"
+    assert (await h.sync_once()).kind == "feed"  # and from there on, the feed again
+
+
+async def test_the_cursor_is_kept_across_a_restart(h: Harness) -> None:
+    await synced(h, {"/a.md": "a"})
+    await h.sync_once()
+    kept = h.sync._cursor
+    h.restart()
+    await h.start()
+    assert h.sync._cursor == kept
