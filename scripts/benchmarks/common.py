@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,16 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def seconds_until(check: Callable[[], bool], what: str, bound: float) -> float:
+    """Seconds until `check()` holds (polled every 10 ms); raises past `bound`."""
+    t0 = time.perf_counter()
+    while not check():
+        if time.perf_counter() - t0 > bound:
+            raise RuntimeError(f"{what}: not within {bound:g}s")
+        time.sleep(0.01)
+    return time.perf_counter() - t0
 
 
 def summary(values: list[float]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ counting proxy of its own (`proxy.CountingProxy`). Measured at each size:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from memfs.sync.schedule import ECHO_DEFER
 from tests.support.api import Api
 from tests.support.server import seed_bulk
 
-from .common import log, proc_cpu_ms
+from .common import log, proc_cpu_ms, seconds_until
 from .engines import MemfsMount, RefWorker, start_server
 from .proxy import CountingProxy
 from .sections import Section, target, workdir
@@ -35,14 +36,8 @@ APPEND_EVERY = 2.0
 REF_INTERVAL = 15.0  # the SDK's DEFAULT_MEMORY_SYNC_INTERVAL
 
 
-def _wait(predicate: Any, what: str, bound: float = 60.0) -> float:
-    """Seconds until `predicate()` holds (polled every 10 ms); raises past `bound`."""
-    t0 = time.monotonic()
-    while not predicate():
-        if time.monotonic() - t0 > bound:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-    return time.monotonic() - t0
+def _wait(predicate: Callable[[], bool], what: str, bound: float = 60.0) -> float:
+    return seconds_until(predicate, f"waiting for {what}", bound)
 
 
 def _has(path: Path, text: str) -> bool:

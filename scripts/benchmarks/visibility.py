@@ -18,7 +18,7 @@ from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY
 from tests.support.api import Api
 from tests.support.server import ServerProcess
 
-from .common import log, proc_cpu_ms, proc_status_kb
+from .common import log, proc_cpu_ms, proc_status_kb, seconds_until
 from .engines import MemfsMount
 from .sections import Section, target, workdir
 
@@ -40,12 +40,7 @@ def _text(path: Path) -> str | None:
 
 def _seen(check: Callable[[], bool]) -> float:
     """Seconds until `check` holds (polled every 10 ms, bounded)."""
-    t0 = time.perf_counter()
-    while not check():
-        if time.perf_counter() - t0 > BOUND:
-            raise RuntimeError(f"a change was not seen within {BOUND:g}s")
-        time.sleep(0.01)
-    return time.perf_counter() - t0
+    return seconds_until(check, "a change was not seen", BOUND)
 
 
 def _one(op: str, i: int, ra: Path, rb: Path) -> float:
