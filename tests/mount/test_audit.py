@@ -56,10 +56,11 @@ def test_each_change_names_its_process_and_the_version_it_became(
     v3, v2, v1 = versions(quiet, f)
     assert f.read_text() == "uno\ntwo\n"
 
-    # a conflict: the store changed meanwhile, so this edit loses and is kept
+    # a conflict: the store changed the same lines meanwhile, so this edit loses and is
+    # kept (an append after them would merge: neighbouring changes do, issue 36)
     (memory,) = shared_api.list_memories(sid)
     won = shared_api.update_memory(sid, memory["id"], content="remote\n")
-    run("sh", "-c", f"echo mine >> {f}")
+    run("sh", "-c", f"echo mine > {f}")
     quiet.sync()
     run("rm", str(f))
     run("mkdir", str(quiet.mountpoint / "d"))
@@ -78,6 +79,7 @@ def test_each_change_names_its_process_and_the_version_it_became(
         ("sed", "create", temp),
         ("sed", "write", temp),
         ("sed", "rename", temp),
+        ("sh", "truncate", "/notes.md"),
         ("sh", "write", "/notes.md"),
         ("rm", "unlink", "/notes.md"),
         ("mkdir", "mkdir", "/d"),
@@ -85,10 +87,11 @@ def test_each_change_names_its_process_and_the_version_it_became(
     assert seen[5]["to"] == "/notes.md"
     became = [(r["outcome"] or {}).get("version") for r in seen]
     assert became[:6] == [v1, v1, v2, v3, v3, v3]
-    assert seen[6]["outcome"]["op"] == "conflict"
-    assert seen[6]["outcome"]["version"] == won["memory_version_id"]
-    assert seen[7]["outcome"]["op"] == "deleted"
-    assert seen[8]["outcome"]["op"] == "local"
+    for overwrite in seen[6:8]:
+        assert overwrite["outcome"]["op"] == "conflict"
+        assert overwrite["outcome"]["version"] == won["memory_version_id"]
+    assert seen[8]["outcome"]["op"] == "deleted"
+    assert seen[9]["outcome"]["op"] == "local"
     for r in seen:
         assert r["pid"] > 0 and r["uid"] == os.getuid()
         assert r["local_path"] == str(quiet.mountpoint) + r["path"]
@@ -98,8 +101,8 @@ def test_each_change_names_its_process_and_the_version_it_became(
     assert "lost a conflict to" in text and "deleted in the store" in text
     # --path takes a path in the mount and follows atomic saves into it
     only = trail(quiet, "--path", str(f))
-    assert changes(only) == changes(records)[:8]
-    assert trail(quiet, "--path", "/d") == [seen[8]]
+    assert changes(only) == changes(records)[:9]
+    assert trail(quiet, "--path", "/d") == [seen[9]]
     assert trail(quiet, "--since", "0s") == []
     # the trail holds no contents
     raw = b"".join(
