@@ -616,7 +616,7 @@ class StoreSync:
             self._plan_probe()
             metrics.sync_pass(
                 self.store_id,
-                "idle" if result.outcome == "ok" and not result.listed else result.outcome,
+                "idle" if result.outcome == "ok" and result.kind == "probe" else result.outcome,
                 result.conflicts,
             )
             self.last_pass = result
