@@ -109,7 +109,8 @@ class _Metrics:
         GCCollector(registry=registry)
         self.passes = Counter(
             "memfs_sync_passes",
-            "Sync passes by store and outcome (ok, idle: a probe that found nothing new, failed, cut-off).",
+            "Sync passes by store and outcome "
+            "(ok, idle: a probe that found nothing new, failed, cut-off).",
             ["store", "outcome"],
             registry=registry,
         )
