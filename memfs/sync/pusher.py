@@ -404,6 +404,8 @@ class Pusher:
             self._refuse(node, sha, e)
             return
         except PathConflict as e:
+            if await self._settle_own_create(node, (data, sha, version), path, e, result):
+                return
             if node.memory_id is None:
                 self.state.record_sent(node, None, None)  # made nothing: not ours to claim
             taken = (path, e.conflicting_path)
@@ -422,6 +424,49 @@ class Pusher:
             self.state.bury_unlinked_create(node, memory.id)
             return
         self.state.record_pushed(node, sha, memory.path, version, data=data)
+
+    async def _settle_own_create(
+        self,
+        node: Node,
+        snap: tuple[bytes, str, int],
+        path: str,
+        e: PathConflict,
+        result: PassResult,
+    ) -> bool:
+        """A create refused because its path is taken by a memory no file here knows,
+        holding these very bytes: an earlier create of this file whose answer was lost (a
+        pass cancelled mid-upload, a lost connection), landed after the store was last
+        read. It is this file's memory; say so now instead of at the next pass, which at
+        unmount never comes."""
+        data, sha, version = snap
+        memory_id = e.conflicting_memory_id
+        if (
+            e.conflicting_path != path
+            or not memory_id
+            or memory_id in self.state.by_memory
+            or memory_id in self.state.tombstones
+        ):
+            return False
+        try:
+            full = await self.client.retrieve_memory(self.store_id, memory_id)
+        except NotFound:
+            return False
+        r = full.memory
+        if r.content_sha256 != sha or r.path != path or not node.linked:
+            return False
+        if node.memory_id is not None:  # claimed meanwhile (a rename onto it)
+            return False
+        self.fetcher.store(full)
+        self.state.adopt_identity(node, r.id, r.content_sha256, r.path)
+        self.state.record_pushed(node, sha, r.path, version, data=data)
+        log.info(
+            "a create whose answer was lost had made this memory; taking it over "
+            "memory_store_id=%s path=%s",
+            self.store_id,
+            path,
+        )
+        self._pushed(r, result)
+        return True
 
     def _refuse(self, node: Node, sha: str, e: StoreError) -> None:
         if isinstance(e, Rejected) and e.transient:

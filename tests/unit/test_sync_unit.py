@@ -1469,3 +1469,22 @@ async def test_the_cursor_is_kept_across_a_restart(h: Harness) -> None:
     h.restart()
     await h.start()
     assert h.sync._cursor == kept
+
+
+async def test_a_create_refused_for_its_own_earlier_create_takes_that_memory(
+    tmp_path: Path,
+) -> None:
+    """A create whose answer was lost landed after the store was read (a pass cancelled
+    mid-upload at unmount): the next create of the file finds its path taken by those
+    very bytes and takes the memory over at once; at unmount it was left unpushed, exit 1."""
+    h = Harness(tmp_path, retry=RetryPolicy(max_attempts=1))
+    await h.start()
+    node = h.write("/n.md", "new\n")
+    h.fake.lose_answer("create")
+    result = memfs.sync.plan.PassResult(0.0, 0.0, "ok")
+    with pytest.raises(memfs.errors.StoreError):
+        await h.sync.pusher._push_create(node, result)
+    await h.sync.pusher._push_create(node, result)  # as a pass that had not seen it would
+    assert result.pushed == 1 and node.state_name() == "clean"
+    assert node.memory_id == h.fake.id_of("/n.md") and len(h.fake.memories) == 1
+    await h.aclose()
