@@ -40,7 +40,6 @@ class SyncRecords:
     by_memory: dict[str, Node]
     tombstones: dict[str, Node]
     lost_creates: dict[str, Node]
-    generation: int
 
     if TYPE_CHECKING:
 
@@ -65,11 +64,6 @@ class SyncRecords:
         """One journal transaction for many records (a cold start lands thousands)."""
         with self.journal.transaction():
             yield
-
-    def note_change(self) -> None:
-        """Something the next pass must look at changed: it lists the store again
-        instead of taking the idle shortcut (StoreSync._idle compares generations)."""
-        self.generation += 1
 
     # -- identities and baselines ---------------------------------------------------
     def settle_sent(self, node: Node, r: RemoteMemory | None) -> None:

@@ -100,8 +100,6 @@ class StoreState(SyncRecords):
         marker = marker_content(store_id)
         self.marker.data = bytearray(marker)
         self.marker.size = len(marker)
-        # Bumped by every local change a pass may have to push (the idle-pass shortcut).
-        self.generation = 0
         # Names the sync never pushes (editor swap files...; StoreSync sets its rules):
         # a new file with such a name is not a memory, so the content rules do not
         # apply to it (`is_local_only`).
@@ -264,9 +262,7 @@ class StoreState(SyncRecords):
 
     # -- local mutations (called by FUSE handlers; policy already applied) ----------
     def _local_change(self, node: Node | None, kind: ChangeKind) -> None:
-        """Every local change a pass may have to push: the idle-pass shortcut sees the
-        generation move, and `on_change` schedules a pass soon."""
-        self.generation += 1
+        """Every local change a pass may have to push: `on_change` tells the scheduler."""
         self.on_change(node, kind)
 
     def writable(self) -> None:

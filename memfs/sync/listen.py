@@ -92,7 +92,6 @@ class Listener:
         # Versions this mount's own uploads made (`wrote`), newest last, bounded: the
         # watch answering with one of them is the echo of our own push.
         self._own: LRUCache[str, None] = LRUCache(maxsize=OWN_VERSIONS)
-        self._watch_head: str | None = None  # the newest head the watch answered with
         self._echoes = 0
 
     def statistics(self) -> ListenStatistics:
@@ -215,7 +214,6 @@ class Listener:
             log.info("watching for changes again memory_store_id=%s", self.store_id)
             self._broken = False
         self._watching = True
-        self._watch_head = head
         if head != self._head:
             self._wake_pass(head)  # it changed since the last pass read it (not watching)
         while True:
@@ -223,7 +221,6 @@ class Listener:
             self._last_heard = time.time()
             if new != head:
                 head = new
-                self._watch_head = new
                 self._wake_pass(new)
 
     def _wake_pass(self, head: str | None) -> None:
