@@ -50,6 +50,7 @@ class Node:
         "base_path",
         "base_sha",
         "children",
+        "closed_at",
         "conflict",
         "ctime_ns",
         "data",
@@ -104,6 +105,9 @@ class Node:
             store.usage.files += 1
         self.dirty = False
         self.dirty_since: float | None = None
+        # The last close of a writer while dirty (monotonic): closed since `dirty_since`,
+        # the file was written and closed, then opened again (an appender's stream).
+        self.closed_at: float | None = None
         self.memory_id: str | None = None
         self.base_sha: str | None = None
         self.base_path: str | None = None

@@ -660,6 +660,7 @@ class StoreState(SyncRecords):
         if writing:
             node.open_writers -= 1
             if node.dirty:
+                node.closed_at = time.monotonic()
                 self.on_change(node, "close")
         if (
             node.open_handles == 0

@@ -49,7 +49,6 @@ from memfs.sync.notify import Notifier
 from memfs.sync.plan import (
     WRITE_QUIET_NS,
     ConflictCopy,
-    PassKind,
     PassResult,
     PathPush,
     Plan,
@@ -57,7 +56,7 @@ from memfs.sync.plan import (
 )
 from memfs.sync.progress import Tracker
 from memfs.sync.pusher import MERGE_RETRIES, Pusher
-from memfs.sync.schedule import Scheduler
+from memfs.sync.schedule import PassKind, Scheduler
 
 log = logging.getLogger("memfs.sync")
 

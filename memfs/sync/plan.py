@@ -18,6 +18,7 @@ from memfs.logs import rfc3339
 from memfs.paths import RemoteMemory
 from memfs.state.node import Kind, Node
 from memfs.state.store_state import StoreState
+from memfs.sync.schedule import MAX_DEFER, PassKind
 
 # Zero-message opens (no close to wait for): a file written within this long is left
 # for a later pass, so a writer's burst goes up as one version, not half of it.
@@ -26,8 +27,6 @@ WRITE_QUIET_NS = 2_000_000_000
 log = logging.getLogger("memfs.sync")
 
 PassOutcome = Literal["ok", "failed", "cut-off"]
-# The kinds of pass, cheapest first (memfs/sync/schedule.py decides which runs).
-PassKind = Literal["probe", "push", "feed", "full"]
 
 
 @dataclass(frozen=True)
@@ -391,8 +390,14 @@ class Planner:
                 return True
         elif asked or time.time_ns() - node.mtime_ns >= WRITE_QUIET_NS:
             return True  # no close to wait for: no write for a while stands in for it
-        # Open for write: wait for the close, but never longer than one more interval.
-        return node.dirty_since is not None and now - node.dirty_since >= interval
+        # Open for write: wait for the close, but never longer than one more interval;
+        # and not past MAX_DEFER for a file closed since it changed and opened again (a
+        # stream of appends is open at some pass now and then: it must not miss it).
+        since = node.dirty_since
+        if since is None:
+            return False
+        reopened = node.closed_at is not None and node.closed_at >= since
+        return now - since >= (min(interval, MAX_DEFER) if reopened else interval)
 
     def pair_saves(self) -> None:
         """A new file where a deleted memory was (vim's save) continues that memory."""

@@ -37,14 +37,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from memfs.sync.feed import RECONCILE_EVERY
-from memfs.sync.plan import PassKind
+
+# The kinds of pass, cheapest first.
+PassKind = Literal["probe", "push", "feed", "full"]
 
 _RANK: dict[PassKind, int] = {"probe": 0, "push": 1, "feed": 2, "full": 3}
 
 AFTER_CLOSE = 0.2  # seconds from a settled local change to its push
-MAX_DEFER = 1.5  # a waiting local change is pushed at most this long after it came
+MAX_DEFER = 1.0  # a waiting local change is pushed at most this long after it came
 MIN_GAP = 1.0  # seconds between the starts of two passes (an asked one excepted)
 ECHO_DEFER = 3.0  # seconds from the echo of an own upload to the feed pass it owes
 

@@ -140,7 +140,7 @@ def test_ctrl_c_on_unmount_during_a_long_flush_finishes_the_unmount(
     with Api(slow_server.url) as api:
         store_id = str(api.create_store("slow")["id"])
         # Without push soon: the 40 files must still be unpushed when the unmount starts
-        # (push soon pushes a stream of writes every 1.5 s at the latest).
+        # (push soon pushes a stream of writes every MAX_DEFER at the latest).
         proc = mount_store(
             tmp_path,
             slow_server.url,

@@ -264,7 +264,7 @@ def test_a_write_stream_does_not_wake_pass_after_pass(
         stop.set()
         writer.join()
     assert appended[0] > 100
-    # A stream is pushed at most every MAX_DEFER (1.5 s) and at least that often, each
+    # A stream is pushed at most every MAX_DEFER (1 s) and at least that often, each
     # pass's echo owing one feed read later: no pass after pass (it was 112 in 3 s).
     assert passes <= 3 / MAX_DEFER + 1, f"{passes:g} passes in 3 s of a stream of appends"
 

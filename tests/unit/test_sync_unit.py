@@ -33,8 +33,8 @@ from memfs.config import DEFAULT_EXCLUDES
 from memfs.paths import MAX_CONTENT_BYTES
 from memfs.store.client import RetryPolicy
 from memfs.sync.engine import RefusedFile
-from memfs.sync.plan import PassKind
 from memfs.sync.pusher import delete_cap
+from memfs.sync.schedule import MAX_DEFER, MIN_GAP, PassKind
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
 
@@ -827,6 +827,35 @@ async def test_open_for_write_waits_for_close_at_most_one_more_interval(
             assert h.fake.by_path() == {"/closed.md": "done", "/open.md": "still writing"}
             h.close(node)
             assert closed.state_name() == "clean"
+    finally:
+        await h.aclose()
+
+
+async def test_an_appender_open_at_every_pass_is_still_pushed_within_max_defer(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    """A stream of appends (open, write, close, again) that every pass finds open: a
+    file closed since it changed goes at MAX_DEFER open or not, not one interval later."""
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        async with running(h):
+            await trio.sleep(20)  # past the first timed pass
+            node = h.write("/log.md", "start\n")
+            h.state.closed(node, writing=False)
+            await trio.sleep(2)
+            assert h.fake.by_path() == {"/log.md": "start\n"}
+            t0 = trio.current_time()
+            lines = 0
+            while trio.current_time() - t0 < 6:
+                node.open_handles += 1
+                node.open_writers += 1
+                h.state.write(node, node.size, f"line {lines}\n".encode())
+                lines += 1
+                await trio.sleep(0.05)  # every pass runs while it is open
+                h.state.closed(node, writing=True)
+            stored = h.fake.by_path()["/log.md"]
+            behind = lines - stored.count("line ")
+            assert behind * 0.05 <= MAX_DEFER + MIN_GAP, (lines, behind)
     finally:
         await h.aclose()
 
