@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,10 @@ from tests.support.daemonwatch import DaemonWatch
 from tests.support.deadline import deadline
 from tests.support.mount import MountProcess, mount_store, require_fuse
 from tests.support.server import ServerProcess, start_server
+
+# Every daemon a test starts checks each pass's scope against a walk of every file
+# (memfs/sync/engine.py, CHECK_SCOPE): a file the scope misses fails the test's mount.
+os.environ.setdefault("MEMFS_TEST_CHECK_SCOPE", "1")
 
 # The session's PostgreSQL cluster fixture; pytester for tests of the fixtures themselves.
 pytest_plugins = ["tests.support.postgres", "pytester"]

@@ -93,6 +93,10 @@ class StoreState(SyncRecords):
         # have made is ours (deleted or taken over at the next listing), never a
         # remote file to pull back. Keyed by the path the create sent.
         self.lost_creates: dict[str, Node] = {}
+        # Files and directories changed here since sync last took them (`take_touched`):
+        # what a pass must look at beside what the store changed, so that a pass after
+        # one change costs that change, not a walk of every file.
+        self.touched: set[Node] = set()
         now = time.time_ns()
         self.root = tree.root  # a mount serves one store: its root is the store's
         tree.root.store = self
@@ -263,7 +267,14 @@ class StoreState(SyncRecords):
     # -- local mutations (called by FUSE handlers; policy already applied) ----------
     def _local_change(self, node: Node | None, kind: ChangeKind) -> None:
         """Every local change a pass may have to push: `on_change` tells the scheduler."""
+        if node is not None:
+            self.touched.add(node)
         self.on_change(node, kind)
+
+    def take_touched(self) -> set[Node]:
+        """The nodes changed here since the last call (for sync's pass scope)."""
+        touched, self.touched = self.touched, set()
+        return touched
 
     def writable(self) -> None:
         if self.read_only:
@@ -285,6 +296,7 @@ class StoreState(SyncRecords):
         node.data = bytearray()
         node.dirty = True
         node.dirty_since = time.monotonic()
+        self.touched.add(node)
         self._touch_dir(parent, now)
         return node
 
@@ -565,6 +577,7 @@ class StoreState(SyncRecords):
             self.tree.negatives.appeared(new_parent.ino, new_name)
             node.ctime_ns = now
             self._rejournal_paths(node)
+        self.touched.add(node)  # a directory: every file under it moved
         self._touch_dir(old_parent, now)
         self._touch_dir(new_parent, now)
         return target
@@ -601,6 +614,7 @@ class StoreState(SyncRecords):
         if not node.dirty and node.current_sha() != base_sha:
             node.dirty = True
             node.dirty_since = time.monotonic()
+        self.touched.add(node)
         if node.entry_id is not None:
             self.journal.update(
                 node.entry_id,

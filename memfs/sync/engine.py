@@ -14,8 +14,10 @@ may have changed the file meanwhile (invariants 1 and 3 in docs/concurrency.md).
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Iterable
@@ -66,6 +68,8 @@ GC_EVERY = 600.0
 RETRY_GAP = 5.0
 # Journal meta: the newest version of the store this mount has applied (feed.Cursor).
 CURSOR_META = "feed_cursor"
+# Tests set it: every pass checks its scope against a walk of every file (`_end_scope`).
+CHECK_SCOPE = os.environ.get("MEMFS_TEST_CHECK_SCOPE") == "1"
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,13 @@ class StoreSync:
         self._feed_supported = True  # False: the store has no versions list; every pass lists
         self._missed = 0  # changes full listings found that the feed had missed
         self._left_over = False  # the last pass left work a later one must do
+        # The pass scope (docs/sync.md, "What a pass looks at"): files that may have
+        # something to push; every file is walked instead after a start, in a full
+        # pass and in the final one. `check_scope` (tests: MEMFS_TEST_CHECK_SCOPE=1) walks
+        # every file after each pass too and fails if the scope missed one.
+        self._pending: set[Node] = set()
+        self._walk_all = True
+        self.check_scope = CHECK_SCOPE
         self._left_over_pulls = False  # a pull of the last pass waits for its content
         self._probe_at = math.inf  # trio time of the next probe (probing or interval mode)
         self._next_retry: float | None = None  # time.time() a transient refusal is due
@@ -678,8 +689,9 @@ class StoreSync:
             feed = await self._read_feed()
         if kind == "feed" and feed is not None and feed.complete:
             result.kind, result.listed = "feed", False
-            remote = self._remote_from(feed)
-            await self._apply(result, remote, initial=initial, final=final, asked=asked)
+            files = self._scope(feed, whole=final)
+            remote = self._remote_from(feed, files)
+            await self._apply(result, remote, files, initial=initial, final=final, asked=asked)
             self._advance(feed.cursor)
             return
         result.kind = "full"
@@ -711,12 +723,25 @@ class StoreSync:
             )
         return feed
 
-    def _remote_from(self, feed: Feed) -> dict[str, RemoteMemory]:
+    def _remote_from(self, feed: Feed, files: set[Node] | None = None) -> dict[str, RemoteMemory]:
         """The store as a listing would show it: what this mount last saw of every
-        memory it knows, with the feed's changes laid over."""
+        memory it knows, with the feed's changes laid over. With `files` (the pass's
+        scope), only their memories, every tombstone's and those the feed names: a
+        memory outside it is as this mount last saw it, which is nothing to do."""
         baseline: dict[str, RemoteMemory] = {}
-        for holder in (self.state.by_memory, self.state.tombstones):
-            for memory_id, node in holder.items():
+        holders: list[Iterable[tuple[str, Node]]] = [self.state.tombstones.items()]
+        if files is None:
+            holders.append(self.state.by_memory.items())
+        else:
+            by_memory = self.state.by_memory
+            named = (by_memory.get(memory_id) for memory_id in feed.newest)
+            holders.append(
+                (n.memory_id, n)
+                for n in itertools.chain(files, named)
+                if n is not None and n.memory_id is not None
+            )
+        for holder in holders:
+            for memory_id, node in holder:
                 if node.base_sha is not None and node.base_path is not None:
                     baseline[memory_id] = RemoteMemory(
                         memory_id, node.base_path, node.base_sha, node.size, ""
@@ -764,7 +789,9 @@ class StoreSync:
         self.progress.end()
         if feed is not None and feed.complete and not initial:
             self._count_missed(self._remote_from(feed), remote)
-        await self._apply(result, remote, initial=initial, final=final, asked=asked)
+        await self._apply(
+            result, remote, self._scope(None, whole=True), initial=initial, final=final, asked=asked
+        )
         if self._feed_supported and known:
             self._advance(Cursor(head.created_at, head.id) if head is not None else Cursor())
 
@@ -787,6 +814,7 @@ class StoreSync:
         self,
         result: PassResult,
         remote: dict[str, RemoteMemory],
+        files: set[Node] | None,
         *,
         initial: bool,
         final: bool,
@@ -795,7 +823,9 @@ class StoreSync:
         """Plan from the store's state (a listing, or the feed over the baseline), bring
         in what changed there, push what changed here."""
         asked = asked or final
-        plan = self.planner.plan(remote, final=final, interval=self.interval, asked=asked)
+        plan = self.planner.plan(
+            remote, final=final, interval=self.interval, asked=asked, files=files
+        )
         if not initial:
             await self.fetcher.fetch([p.remote for p in plan.pulls])
         # Removals first: a remotely deleted file may be in the way of a pulled one.
@@ -806,15 +836,20 @@ class StoreSync:
         # pulls changed before this pass is reported done.
         await self.lander.flush_invalidations()
         await self._push(plan, result, asked=asked)
+        self._end_scope(files)
         self._left_over = self._has_left_over() or self._left_over_pulls
 
     async def _push_pass(self, result: PassResult, *, asked: bool) -> None:
         """Local changes only, each on its precondition: no listing, no feed. What the
         store answers decides: a lost race is merged or lost to the store's version, a
         path taken makes the next pass read the feed."""
-        plan = self.planner.plan_local(asked=asked, final=False, interval=self.interval)
+        files = self._scope(None, whole=False)
+        plan = self.planner.plan_local(
+            asked=asked, final=False, interval=self.interval, files=files
+        )
         plan.deletes.extend(self.state.tombstones.values())
         await self._push(plan, result, asked=asked)
+        self._end_scope(files)
         self._left_over = self._has_left_over()
 
     async def _push(self, plan: Plan, result: PassResult, *, asked: bool) -> None:
@@ -830,6 +865,59 @@ class StoreSync:
             self.pusher.taken = False
             self.scheduler.heard(trio.current_time(), own=False)  # the feed settles it
 
+    def _scope(self, feed: Feed | None, *, whole: bool) -> set[Node] | None:
+        """The files this pass looks at: those changed here since a pass last looked,
+        those an earlier pass left with something to push, and those whose memories
+        the feed names. None: every file (`whole`, and the first pass after a start)."""
+        touched = self.state.take_touched()
+        if whole or self._walk_all:
+            self._walk_all = True
+            return None
+        pending = self._pending  # kept as it grows: a pass that fails loses nothing
+        for node in touched:
+            if node.kind is Kind.FILE:
+                pending.add(node)
+            elif node.is_dir and node.linked:
+                pending.update(self.state.walk_files(node))  # moved: its files moved
+        files = {node for node in pending if node.linked}
+        if feed is not None:
+            by_memory = self.state.by_memory
+            files.update(n for mid in feed.newest if (n := by_memory.get(mid)) is not None)
+        return files
+
+    def _needs_push(self, node: Node) -> bool:
+        """Something of this file a later pass may have to push (refused ones too: a
+        change or a retry sends them again)."""
+        if self._excluded(node):
+            return False
+        return bool(
+            node.memory_id is None
+            or node.dirty
+            or node.sent_sha
+            or node.sent_path
+            or (node.base_path is not None and node.base_path != node.store_path())
+        )
+
+    def _end_scope(self, files: set[Node] | None) -> None:
+        """After a pass that looked at `files` (None: every file): what is still
+        pending. Changes made during the pass wait in `state.touched`."""
+        walked = files is None
+        seen = self.state.walk_files() if files is None else files
+        self._pending = {n for n in seen if n.linked and self._needs_push(n)}
+        if walked:
+            self._walk_all = False
+        elif self.check_scope:
+            late = {n for n in self.state.touched if n.kind is Kind.FILE}
+            for d in (n for n in self.state.touched if n.is_dir):
+                late.update(self.state.walk_files(d))
+            missed = [
+                n.store_path()
+                for n in self.state.walk_files()
+                if self._needs_push(n) and n not in self._pending and n not in late
+            ]
+            if missed:
+                raise AssertionError(f"the pass scope missed files: {missed[:10]}")
+
     def _has_left_over(self) -> bool:
         """Anything a later pass still has to push, even with no new local change; and
         `_next_retry`: when the first transient refusal is due again (`_idle`)."""
@@ -838,7 +926,7 @@ class StoreSync:
         if state.read_only:
             return False
         left = self.deletions == "enabled" and bool(state.tombstones)
-        for node in state.walk_files():
+        for node in self._pending:
             if self._excluded(node):
                 continue
             if node.memory_id is None or node.dirty or node.sent_sha or node.sent_path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -141,13 +141,21 @@ class Planner:
         self.trail = trail  # the audit trail: what became of each local change
 
     def plan(
-        self, remote: dict[str, RemoteMemory], *, final: bool, interval: float, asked: bool = False
+        self,
+        remote: dict[str, RemoteMemory],
+        *,
+        final: bool,
+        interval: float,
+        asked: bool = False,
+        files: Iterable[Node] | None = None,
     ) -> Plan:
         """What this pass pulls, removes and pushes, from one listing (no await).
 
         Not pure: it first records what the listing proves (a lost answer settled,
         the same change on both sides, a vim save continuing its memory). `asked`: a
         pass someone waits for (`memfs sync`), which pushes what was just written.
+        `files`: the pass's scope (None: every file); `remote` then holds at least the
+        memories of those files and of every tombstone.
         """
         state = self.state
         plan = Plan()
@@ -159,17 +167,20 @@ class Planner:
         def ready(node: Node) -> bool:
             return self.ready_to_push(node, now, final or asked, interval, final)
 
-        for node in list(state.walk_files()):
+        scope = list(state.walk_files() if files is None else files)
+        for node in scope:
             if node.memory_id is not None:
                 self._plan_known(plan, node, remote, ready)
         self._plan_tombstones(plan, remote)
-        self._plan_new_files(plan, remote, known, ready)
+        self._plan_new_files(plan, remote, known, ready, scope)
         for r in remote.values():
             if r.id not in known and r.id not in state.by_memory:
                 plan.pulls.append(Pull(r, None, 0))
         return plan
 
-    def plan_local(self, *, asked: bool, final: bool, interval: float) -> Plan:
+    def plan_local(
+        self, *, asked: bool, final: bool, interval: float, files: Iterable[Node] | None = None
+    ) -> Plan:
         """A push pass's uploads, from the local state alone (no listing, no feed):
         changed or renamed files of known memories (updates, each on its baseline's
         precondition, so a remote change is caught and merged as usual) and new files
@@ -178,7 +189,7 @@ class Planner:
         plan = Plan()
         self.pair_saves()
         now = time.monotonic()
-        for node in list(self.state.walk_files()):
+        for node in list(self.state.walk_files() if files is None else files):
             if self.excluded(node) or node.sent_sha is not None or node.sent_path is not None:
                 continue
             if not self.ready_to_push(node, now, asked, interval, final):
@@ -298,11 +309,12 @@ class Planner:
         remote: dict[str, RemoteMemory],
         known: set[str],
         ready: Callable[[Node], bool],
+        scope: list[Node],
     ) -> None:
         """Files with no memory yet: create them, or settle a create whose answer was lost."""
         state = self.state
         by_path = {m.path: m for m in remote.values()}
-        new = [n for n in state.walk_files() if n.memory_id is None and not self.excluded(n)]
+        new = [n for n in scope if n.memory_id is None and not self.excluded(n)]
         for node in new:
             # Moved since its create went unanswered: the memory it made is this file's,
             # and the move is pushed as a rename (not a second memory, nor a pull).

@@ -68,6 +68,7 @@ class Harness:
         self.notifier = NullNotifier()
         self.client = StoreClient(self.http, retry=self.retry)
         self.sync = StoreSync(self.state, self.client, self.notifier, **self.sync_kw)
+        self.sync.check_scope = True  # every pass's scope checked against a full walk
 
     def restart(self, *, read_only: bool | None = None) -> None:
         """Drop every in-memory structure (a kill -9) and reopen the cache directory."""
