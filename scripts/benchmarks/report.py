@@ -679,10 +679,10 @@ pass reports done (`memfs/sync/notify.py`, `Lander.flush_invalidations`). Tested
 `tests/mount/test_sync_mount.py` (caches warmed with `ls`/`cat`/`stat` before remote creates, \
 edits, renames and deletes; stale answers fail) and the differential model test \
 `tests/mount/test_model.py`.
-- The idle shortcut trusts the store's newest version id to move on every change. Tested by \
-`tests/unit/test_sync_unit.py::test_idle_shortcut_never_hides_a_change` (remote change, local \
-change, our own push, the periodic full listing); a store without versions falls back to \
-listing every pass.
+- A probe trusts the store's newest version id to move on every change, and a feed pass \
+reads what moved it. Tested by \
+`tests/unit/test_sync_unit.py::test_feed_passes_bring_every_change_without_a_listing`; a store \
+without versions falls back to listing every pass.
 - Content streams in behind a live mount: the mount is usable once the listing is merged; a \
 read of a file whose content is still on its way waits, bounded, for it \
 (`tests/unit/test_tree.py`, `tests/mount/test_security.py` for a store that never answers).
