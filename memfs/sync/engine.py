@@ -14,7 +14,6 @@ may have changed the file meanwhile (invariants 1 and 3 in docs/concurrency.md).
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import logging
 import math
 import os
@@ -726,20 +725,15 @@ class StoreSync:
     def _remote_from(self, feed: Feed, files: set[Node] | None = None) -> dict[str, RemoteMemory]:
         """The store as a listing would show it: what this mount last saw of every
         memory it knows, with the feed's changes laid over. With `files` (the pass's
-        scope), only their memories, every tombstone's and those the feed names: a
-        memory outside it is as this mount last saw it, which is nothing to do."""
+        scope, which holds the files of the memories the feed names), only their
+        memories and every tombstone's: a memory outside it is as this mount last saw
+        it, which is nothing to do."""
         baseline: dict[str, RemoteMemory] = {}
         holders: list[Iterable[tuple[str, Node]]] = [self.state.tombstones.items()]
         if files is None:
             holders.append(self.state.by_memory.items())
         else:
-            by_memory = self.state.by_memory
-            named = (by_memory.get(memory_id) for memory_id in feed.newest)
-            holders.append(
-                (n.memory_id, n)
-                for n in itertools.chain(files, named)
-                if n is not None and n.memory_id is not None
-            )
+            holders.append((n.memory_id, n) for n in files if n.memory_id is not None)
         for holder in holders:
             for memory_id, node in holder:
                 if node.base_sha is not None and node.base_path is not None:
@@ -926,16 +920,12 @@ class StoreSync:
         if state.read_only:
             return False
         left = self.deletions == "enabled" and bool(state.tombstones)
-        for node in self._pending:
-            if self._excluded(node):
-                continue
-            if node.memory_id is None or node.dirty or node.sent_sha or node.sent_path:
-                if node.refused_sha is None or node.refused_sha != node.current_sha():
-                    left = True
-                elif node.retry_at is not None:
-                    self._next_retry = min(node.retry_at, self._next_retry or node.retry_at)
-            elif node.base_path is not None and node.base_path != node.store_path():
-                left = True
+        for node in self._pending:  # each has something to push (`_needs_push`)
+            unsent = node.memory_id is None or node.dirty or node.sent_sha or node.sent_path
+            if not unsent or node.refused_sha is None or node.refused_sha != node.current_sha():
+                left = True  # a rename, or content not refused as it stands
+            elif node.retry_at is not None:
+                self._next_retry = min(node.retry_at, self._next_retry or node.retry_at)
         return left
 
     def _excluded(self, node: Node) -> bool:
