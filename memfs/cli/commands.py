@@ -270,10 +270,12 @@ def _push_file(args: Any, info: dict[str, Any]) -> int:
 
 
 def _held_back(answer: dict[str, Any]) -> bool:
-    """The mount holds changes its store refused: refused files, or conflict copies of
-    a merge the store could not hold."""
+    """The mount holds changes its store refused: refused files, conflict copies of
+    a merge the store could not hold, or uploads whose path another memory holds."""
     return any(
-        s.get("refused_files") or any(c.get("why") for c in s.get("conflict_copies", []))
+        s.get("refused_files")
+        or any(c.get("why") for c in s.get("conflict_copies", []))
+        or (s.get("last_pass") or {}).get("unsettled")
         for s in answer.get("stores", [])
     )
 
@@ -301,6 +303,9 @@ def _print_sync(answer: dict[str, Any]) -> None:
         unheld = [c for c in store.get("conflict_copies", []) if c.get("why") and c not in found]
         _listing("conflict", [_conflict(c) for c in [*found, *unheld]])
         _listing("refused", [_refusal(f) for f in store.get("refused_files", [])])
+        _listing(
+            "unsettled", [f"{p} (another memory holds the path)" for p in r.get("unsettled", [])]
+        )
 
 
 # A terminal listing names this many files of each kind; `--json` names them all.

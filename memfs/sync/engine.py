@@ -65,6 +65,9 @@ log = logging.getLogger("memfs.sync")
 GC_EVERY = 600.0
 # The least wait before a pass that retries a transient refusal (pusher.RETRY_FIRST).
 RETRY_GAP = 5.0
+# Passes `memfs sync` runs after one that left an upload whose path was taken: the first
+# brings the memory in the way (and keeps the local side as a conflict copy).
+SETTLE_PASSES = 2
 # Journal meta: the newest version of the store this mount has applied (feed.Cursor).
 CURSOR_META = "feed_cursor"
 # Tests set it: every pass checks its scope against a walk of every file (`_end_scope`).
@@ -279,7 +282,18 @@ class StoreSync:
         self._wake.set()
 
     async def sync_now(self, *, full: bool = False) -> PassResult:
-        """Run a pass that starts after this call, and return its result."""
+        """Run a pass that starts after this call, and return its result. An upload that
+        found its path taken (another writer's memory there, or one that overlaps it) is
+        settled by the feed in the next pass: up to `SETTLE_PASSES` more run, and what
+        is still unsettled after them is in the result (`memfs sync` is then exit 1)."""
+        result = await self._one_pass(full=full)
+        for _ in range(SETTLE_PASSES):
+            if not result.unsettled or result.outcome != "ok":
+                break
+            result = result.then(await self._one_pass(full=False))
+        return result
+
+    async def _one_pass(self, *, full: bool) -> PassResult:
         target = self._started_seq + 1
         self.request_sync(full=full)
         while self._completed_seq < target:

@@ -38,6 +38,8 @@ class Lander:
         self._pending_inodes: list[int] = []
         self.trail = trail  # the audit trail: conflicts lost
         self.merged: list[Node] = []  # merged this pass: they are pushed in it
+        # Conflict copies of local files the store's other shape displaced (`_displace`).
+        self.displaced: list[ConflictCopy] = []
         # Files whose clean merge the store could not hold, and why: their local side
         # goes to a conflict copy that says so (`keep_losing_bytes`).
         self._unheld: dict[int, str] = {}
@@ -132,8 +134,9 @@ class Lander:
 
     def apply_pulls(self, plan: Plan, result: PassResult, *, require_content: bool) -> bool:
         """Land every pull; synchronous, so the kernel never sees a half-applied pass.
-        True when a pull waits for its content (the fetch failed): the next pass must
-        list again, since the store's head will not move to say so."""
+        True when a pull waits for its content (the fetch failed) or for its path (a
+        local entry in the way): the next pass must read the same changes again, since
+        the store's head will not move to say so."""
         # One journal transaction for the batch: a cold start of 10,000 memories is
         # one commit, not 10,000 (measured: 2.8 s -> 0.23 s at 5,000).
         self.merged = []
@@ -169,8 +172,14 @@ class Lander:
             target = self.land(r, node, inodes, entries)
             if target is not None:
                 result.pulled += 1
-            elif node is not None and node.ino in detached:
-                self.state.reattach(node)
+            else:
+                # Blocked: the feed moves on, so the cursor must not (it is read again).
+                deferred = True
+                if node is not None and node.ino in detached:
+                    self.state.reattach(node)
+        displaced, self.displaced = self.displaced, []
+        result.conflicts += len(displaced)
+        result.conflict_copies.extend(displaced)
         self.notify(inodes, entries)
         return deferred
 
@@ -206,11 +215,17 @@ class Lander:
         return r, (node if node.linked else None)
 
     def keep_losing_bytes(
-        self, node: Node, remote_sha: str | None, remote_path: str, remote_version: str = ""
+        self,
+        node: Node,
+        remote_sha: str | None,
+        remote_path: str,
+        remote_version: str = "",
+        *,
+        why: str | None = None,
     ) -> bool:
         """Save the local bytes a pull is about to replace; True if a conflict was kept."""
         state = self.state
-        why = self._unheld.pop(node.ino, None)
+        why = self._unheld.pop(node.ino, None) or why
         local = state.content(node)
         path = node.store_path()
         if local is None:
@@ -273,6 +288,8 @@ class Lander:
         if occupant.kind is Kind.DIR and not occupant.children:
             self.state.remove_empty_dir(occupant, entries)
             return True
+        if occupant.kind is Kind.DIR and node is None and self._displace(occupant, entries):
+            return True
         if (
             occupant.kind is Kind.FILE
             and occupant.base_path is not None
@@ -306,9 +323,61 @@ class Lander:
         try:
             parent = self.state.ensure_dirs(parent_path or "/")
         except FsError:
-            self._file_in_way.warning(path, self.store_id, path)
-            return None
+            blocker = self._file_above(parent_path)
+            if blocker is None or not self._displace(blocker, entries):
+                self._file_in_way.warning(path, self.store_id, path)
+                return None
+            parent = self.state.ensure_dirs(parent_path)
         return parent, name
+
+    def _file_above(self, path: str) -> Node | None:
+        """The local file where `path` (a directory the store has) needs a directory."""
+        node = self.state.root
+        for name in path[1:].split("/"):
+            assert node.children is not None
+            child = node.children.get(name)
+            if child is None or child.kind is Kind.FILE:
+                return child
+            node = child
+        return None
+
+    def _displace(self, local: Node, entries: list[tuple[int, str]]) -> bool:
+        """A file where the store has a directory, or a directory where it has a file:
+        another mount gave the path the other shape first, and the store takes no
+        memory that overlaps another's (spec §4), so every upload of the local side
+        was refused. The store's shape wins: each local file in the way goes to a
+        conflict copy (none is lost) and leaves the tree. False, and nothing changed,
+        if a file in the way is a memory of the store's (the pass is then retried)."""
+        files = [local] if local.kind is Kind.FILE else list(self.state.walk_files(local))
+        if any(f.memory_id is not None for f in files):
+            return False
+        path = local.store_path()
+        log.warning(
+            "a local %s is where the store has a %s; keeping the store's and the local "
+            "files as conflict copies memory_store_id=%s path=%s files=%d",
+            "file" if local.kind is Kind.FILE else "directory",
+            "directory" if local.kind is Kind.FILE else "file",
+            self.store_id,
+            path,
+            len(files),
+        )
+        for f in files:
+            if self.keep_losing_bytes(
+                f, None, f.store_path(), why="the store has the other shape at " + path
+            ):
+                self.displaced.append(self.conflict_copies[-1])
+            self._unlink_local(f, entries)
+        if local.kind is Kind.DIR:
+            self._remove_dirs(local, entries)
+        return True
+
+    def _remove_dirs(self, d: Node, entries: list[tuple[int, str]]) -> None:
+        """Remove a directory left with no files in it, its empty subdirectories first."""
+        assert d.children is not None
+        for child in list(d.children.values()):
+            if child.is_dir:
+                self._remove_dirs(child, entries)
+        self.state.remove_empty_dir(d, entries)
 
     def _move(self, node: Node, path: str, entries: list[tuple[int, str]]) -> bool:
         """Move a linked (or detached) file to `path`, journal included."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from memfs.audit import Trail
@@ -60,6 +60,24 @@ class PassResult:
     conflict_copies: list[ConflictCopy] = field(default_factory=list)
     # The version each accepted upload made, by the path it has now (`StoreSync.push_path`).
     versions: dict[str, str] = field(default_factory=dict)
+    # Uploads refused because another memory holds the path (or overlaps it): the feed
+    # settles them in the next pass; `memfs sync` is exit 1 while any is left.
+    unsettled: list[str] = field(default_factory=list)
+
+    def then(self, later: PassResult) -> PassResult:
+        """This pass and the `later` one that settled what it left, as one result."""
+        return replace(
+            later,
+            started_at=self.started_at,
+            duration_s=later.started_at + later.duration_s - self.started_at,
+            pulled=self.pulled + later.pulled,
+            pushed=self.pushed + later.pushed,
+            deleted=self.deleted + later.deleted,
+            conflicts=self.conflicts + later.conflicts,
+            listed=self.listed or later.listed,
+            conflict_copies=self.conflict_copies + later.conflict_copies,
+            versions={**self.versions, **later.versions},
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
@@ -75,6 +93,7 @@ class PassResult:
             "conflict_copies": [c.as_json() for c in self.conflict_copies],
             "listed": self.listed,
             "kind": self.kind,
+            "unsettled": list(self.unsettled),
         }
 
 

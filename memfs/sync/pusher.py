@@ -351,6 +351,7 @@ class Pusher:
                 taken = (path, e.conflicting_path)
                 self._path_taken.warning(taken, self.store_id, path, e.conflicting_path)
                 self.taken = True
+                result.unsettled.append(path)
                 return
         if merged:  # the merge is the file now: push it on top of the version that won
             await self._push_update(node, result, merges=merges + 1)
@@ -411,6 +412,7 @@ class Pusher:
             taken = (path, e.conflicting_path)
             self._create_taken.warning(taken, self.store_id, path, e.conflicting_path)
             self.taken = True
+            result.unsettled.append(path)
             return
         self._pushed(memory, result)
         if node.memory_id is not None:

@@ -5,6 +5,7 @@ API at the same time, and the write patterns of real tools.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -269,3 +270,66 @@ def test_four_appending_mounts_and_one_api_write_lose_no_line_to_a_copy(
     ]
     # Four writers pushing at most once a second each, plus the API's write.
     assert len(versions) <= 4 * (time.time() - t0 + 2) + 1
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under `root` with its text, by store path."""
+    return {
+        "/" + str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".anthropic-memory-store"
+    }
+
+
+def test_a_file_in_one_mount_where_another_has_a_directory_converges(
+    tmp_path: Path, server: ServerProcess, api: Api
+) -> None:
+    """Mount a makes 15 files `c<i>` while mount b makes 15 directories `c<i>/` with a
+    file in each (issue 36 item 7; before: 10-20 files a mount unpushable forever, and
+    `memfs sync` said ok). The store takes one shape for each name, both mounts show
+    it, the other side's bytes are a conflict copy, and `memfs sync` exits 0 only
+    once nothing is left unsettled."""
+    sid = str(api.create_store("shapes")["id"])
+    a = mount_store(tmp_path, server.url, sid, name="a")
+    b = mount_store(tmp_path, server.url, sid, name="b")
+
+    def files() -> None:
+        for i in range(15):
+            (a.mountpoint / f"c{i}").write_text(f"a's file {i}\n")
+
+    def dirs() -> None:
+        for i in range(15):
+            (b.mountpoint / f"c{i}").mkdir()
+            (b.mountpoint / f"c{i}" / "note.md").write_text(f"b's note {i}\n")
+
+    writers = [threading.Thread(target=files), threading.Thread(target=dirs)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(30)
+    t0 = time.monotonic()
+    while True:
+        codes = [m.memfs("sync", str(m.mountpoint), check=False) for m in (a, b)]
+        for r in codes:
+            assert r.returncode in (0, 1), (r.stdout, r.stderr)
+            # exit 1 names what is left: never "ok" with something unsettled
+            assert (r.returncode == 1) == ("unsettled: " in r.stdout), r.stdout
+        if all(r.returncode == 0 for r in codes):
+            break
+        assert time.monotonic() - t0 < 30, [r.stdout for r in codes]
+    store: dict[str, str] = {}
+    for m in api.list_memories(sid):
+        store[m["path"]] = api.get_memory(sid, m["id"])["content"]
+    for i in range(15):  # one shape for each name
+        shapes = [p for p in (f"/c{i}", f"/c{i}/note.md") if p in store]
+        assert len(shapes) == 1, (i, sorted(store))
+    for m in (a, b):
+        _eventually(lambda m=m: _tree(m.mountpoint) == store, f"{m.mountpoint} shows the store")
+    kept: list[str] = []
+    for m in (a, b):
+        answer = json.loads(m.memfs("conflicts", str(m.mountpoint), "--json").stdout)
+        for c in answer["mounts"][0]["conflicts"]:
+            kept.append(m.memfs("conflicts", "show", c["id"]).stdout)
+    losers = [f"a's file {i}\n" for i in range(15) if f"/c{i}" not in store]
+    losers += [f"b's note {i}\n" for i in range(15) if f"/c{i}/note.md" not in store]
+    assert sorted(kept) == sorted(losers)

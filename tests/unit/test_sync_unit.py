@@ -1517,3 +1517,67 @@ async def test_a_create_refused_for_its_own_earlier_create_takes_that_memory(
     assert result.pushed == 1 and node.state_name() == "clean"
     assert node.memory_id == h.fake.id_of("/n.md") and len(h.fake.memories) == 1
     await h.aclose()
+
+
+async def test_a_local_directory_where_the_store_has_a_file_settles_to_the_store_shape(
+    h: Harness,
+) -> None:
+    """Issue 36 item 5: one mount made `/x` a directory, another made it a file first.
+    The store takes no memory that overlaps another's, so every upload under `/x/` is
+    refused; before, they stayed unpushable forever ("the next pass settles it", 100+
+    times) while `memfs sync` said ok. Now the store's shape wins at the next pass and
+    each local file is kept as a conflict copy."""
+    await synced(h, {"/other.md": "o\n"})
+    h.write("/x/a.md", "a\n")
+    h.write("/x/b/c.md", "c\n")
+    h.fake.add("/x", "the store's file\n")
+    pushed = await h.sync.run_pass(kind="push")
+    assert sorted(pushed.unsettled) == ["/x/a.md", "/x/b/c.md"]
+    assert pushed.to_json()["unsettled"] == pushed.unsettled
+    settled = await h.sync_once()
+    assert settled.kind == "feed" and settled.unsettled == [] and settled.conflicts == 2
+    assert h.local_files() == {"/other.md": "o\n", "/x": "the store's file\n"}
+    kept = {c.path: read_copy(c.copy) for c in settled.conflict_copies}
+    assert kept == {"/x/a.md": "a\n", "/x/b/c.md": "c\n"}
+    assert all(c.why and "other shape" in c.why for c in settled.conflict_copies)
+    after = await h.sync_once()
+    assert (after.pushed, after.unsettled, after.conflicts) == (0, [], 0)
+    assert _store_paths(h) == ["/other.md", "/x"]
+
+
+async def test_a_local_file_where_the_store_has_a_directory_settles_to_the_store_shape(
+    h: Harness,
+) -> None:
+    await synced(h, {"/other.md": "o\n"})
+    h.write("/x", "mine\n")
+    h.fake.add("/x/a.md", "the store's\n")
+    assert (await h.sync.run_pass(kind="push")).unsettled == ["/x"]
+    settled = await h.sync_once()
+    assert settled.unsettled == [] and settled.conflicts == 1
+    assert [read_copy(c.copy) for c in settled.conflict_copies] == ["mine\n"]
+    assert h.local_files() == {"/other.md": "o\n", "/x/a.md": "the store's\n"}
+    assert (await h.sync_once()).pushed == 0
+    assert _store_paths(h) == ["/other.md", "/x/a.md"]
+
+
+async def test_memfs_sync_settles_a_taken_path_before_it_answers(h: Harness) -> None:
+    """`sync_now` (what `memfs sync` waits for) runs the pass that settles an upload
+    whose path another mount took a moment before it, and reports both as one."""
+    await synced(h, {"/other.md": "o\n"})
+
+    def another_mount_first(op: str, _mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "create" and body is not None and body.get("path") == "/x":
+            h.fake.before_write = None
+            h.fake.add("/x/a.md", "the store's\n")
+
+    h.fake.before_write = another_mount_first
+    h.write("/x", "mine\n")
+    async with running(h):
+        result = await h.sync.sync_now()
+    assert result.unsettled == [] and result.conflicts == 1 and result.outcome == "ok"
+    assert [read_copy(c.copy) for c in result.conflict_copies] == ["mine\n"]
+    assert h.local_files() == {"/other.md": "o\n", "/x/a.md": "the store's\n"}
+
+
+def _store_paths(h: Harness) -> list[str]:
+    return sorted(m["path"] for m in h.fake.memories.values())
