@@ -352,15 +352,21 @@ class Lander:
         if any(f.memory_id is not None for f in files):
             return False
         path = local.store_path()
-        log.warning(
-            "a local %s is where the store has a %s; keeping the store's and the local "
-            "files as conflict copies memory_store_id=%s path=%s files=%d",
-            "file" if local.kind is Kind.FILE else "directory",
-            "directory" if local.kind is Kind.FILE else "file",
-            self.store_id,
-            path,
-            len(files),
-        )
+        if local.kind is Kind.FILE:
+            log.warning(
+                "a local file is where the store has a directory; keeping the store's and "
+                "the local file as a conflict copy memory_store_id=%s path=%s",
+                self.store_id,
+                path,
+            )
+        else:
+            log.warning(
+                "a local directory is where the store has a file; keeping the store's and "
+                "the local files as conflict copies memory_store_id=%s path=%s files=%d",
+                self.store_id,
+                path,
+                len(files),
+            )
         for f in files:
             if self.keep_losing_bytes(
                 f, None, f.store_path(), why="the store has the other shape at " + path
