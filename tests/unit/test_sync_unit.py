@@ -35,6 +35,7 @@ from memfs.store.client import RetryPolicy
 from memfs.sync.engine import RefusedFile
 from memfs.sync.pusher import delete_cap
 from memfs.sync.schedule import MAX_DEFER, MIN_GAP, PassKind
+from tests.support.apistore import OTHER_CLIENT
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
 
@@ -1581,3 +1582,28 @@ async def test_memfs_sync_settles_a_taken_path_before_it_answers(h: Harness) -> 
 
 def _store_paths(h: Harness) -> list[str]:
     return sorted(m["path"] for m in h.fake.memories.values())
+
+
+async def test_a_redacted_version_in_the_feed_is_passed_over_for_the_newest(h: Harness) -> None:
+    """Issue 36, the feed: the store redacts only versions that are no memory's head
+    (spec §5), so a redacted version in the window is an older one of a memory whose
+    newest version the feed also reads: the pass stays a feed pass and lands the newest."""
+    ids = await synced(h, {"/a.md": "A1"})
+    h.fake.edit(ids["/a.md"], content="A2")
+    h.fake.edit(ids["/a.md"], content="A3")
+    versions, _ = h.fake.db.list_versions(
+        h.fake.store_id,
+        memory_id=ids["/a.md"],
+        operation=None,
+        actor_filters=[],
+        created_gte=None,
+        created_lte=None,
+        limit=10,
+        page=None,
+        full=False,
+    )
+    older = versions[1]  # newest first: A3, then A2
+    redacted = h.fake.db.redact_version(h.fake.store_id, older["id"], OTHER_CLIENT)
+    assert redacted["redacted_at"] is not None and redacted["path"] is None
+    result = await h.sync_once()
+    assert result.kind == "feed" and h.read("/a.md") == "A3"
