@@ -347,6 +347,7 @@ class StoreSync:
                 else:
                     merges = 0 if merge else MERGE_RETRIES
                     await self.pusher._push_update(node, result, merges=merges)
+                self._settle_taken(result)
                 await self.lander.flush_invalidations()
             except Exception as e:
                 cause = _expected_failure(e)
@@ -869,9 +870,12 @@ class StoreSync:
             await self.pusher.push(plan, result)
         finally:
             self.pusher.deletes_held -= hold
-        if self.pusher.taken:
-            self.pusher.taken = False
-            self.scheduler.heard(trio.current_time(), own=False)  # the feed settles it
+        self._settle_taken(result)
+
+    def _settle_taken(self, result: PassResult) -> None:
+        """An upload found its path taken in the store: the feed settles it, at once."""
+        if result.unsettled:
+            self.scheduler.heard(trio.current_time(), own=False)
 
     def _scope(self, feed: Feed | None, *, whole: bool) -> set[Node] | None:
         """The files this pass looks at: those changed here since a pass last looked,

@@ -81,9 +81,6 @@ class Pusher:
         self.limit = trio.CapacityLimiter(concurrency)
         self.trail = trail  # the audit trail: pushes, refusals, deletes
         self.deletes_held = 0  # > 0: flushes in progress that send no deletes
-        # An upload found its path taken in the store: the feed settles it (the engine
-        # reads and clears this after each push).
-        self.taken = False
         # Told of every version an accepted upload made (the listener knows its echo).
         self.written: Callable[[str], None] = lambda _version_id: None
         self._log_only_said: set[str] = set()
@@ -350,8 +347,7 @@ class Pusher:
                     return
                 taken = (path, e.conflicting_path)
                 self._path_taken.warning(taken, self.store_id, path, e.conflicting_path)
-                self.taken = True
-                result.unsettled.append(path)
+                result.unsettled.append(path)  # the feed settles it
                 return
         if merged:  # the merge is the file now: push it on top of the version that won
             await self._push_update(node, result, merges=merges + 1)
@@ -411,8 +407,7 @@ class Pusher:
                 self.state.record_sent(node, None, None)  # made nothing: not ours to claim
             taken = (path, e.conflicting_path)
             self._create_taken.warning(taken, self.store_id, path, e.conflicting_path)
-            self.taken = True
-            result.unsettled.append(path)
+            result.unsettled.append(path)  # the feed settles it
             return
         self._pushed(memory, result)
         if node.memory_id is not None:
