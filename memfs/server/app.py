@@ -45,7 +45,7 @@ from memfs.server.gate import (
     RequestHook,
     error_response,
 )
-from memfs.server.watch import DEFAULT_TIMEOUT, MAX_TIMEOUT, WatchHub
+from memfs.server.watch import DEFAULT_TIMEOUT, MAX_TIMEOUT, WATCH_NEWER, WatchHub
 from memfs.server.wire import Actor, new_id, parse_timestamp
 
 log = logging.getLogger("memfs.server")
@@ -461,7 +461,15 @@ class Handlers:
             share = 0 if grant is None else self.watch.token_share(len(grant.scopes))
             with self.watch.admit(token_id, share):
                 head = await self._wait(request, store_id, after or None, timeout)
-        return _ok({"type": "memfs_watch", "head": head})
+        answer: dict[str, Any] = {"type": "memfs_watch", "head": head}
+        if after and head is not None and head != after:
+            # What came after `after`: a client that made every one of them itself
+            # has nothing to read (its own upload's echo, docs/server.md).
+            newer = await self._read(self.db.newer, store_id, after, WATCH_NEWER)
+            if newer:
+                answer["head"] = newer[0][0]
+                answer["newer"] = [{"id": i, "created_at": at} for i, at in newer]
+        return _ok(answer)
 
     async def _wait(
         self, request: Request, store_id: str, after: str | None, seconds: float

@@ -33,6 +33,7 @@ log = logging.getLogger("memfs.server")
 DEFAULT_TIMEOUT = 25.0  # seconds a watch waits when the client names no timeout
 MAX_TIMEOUT = 60.0  # below every proxy's and client's idle bound
 DEFAULT_MAX_WATCHERS = 1000
+WATCH_NEWER = 16  # versions after `after` an answer names at most (more: none named)
 WATCHES_PER_STORE = 4
 """A scoped token's share: this many watches per store of its scope (a mount keeps one
 per store; the rest is room for a restart's overlap), and never more than a tenth of

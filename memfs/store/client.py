@@ -86,6 +86,9 @@ from memfs.store.wire import (
     StoreInfo as StoreInfo,
 )
 from memfs.store.wire import (
+    WatchAnswer as WatchAnswer,
+)
+from memfs.store.wire import (
     error_from_response as error_from_response,
 )
 from memfs.store.wire import (
@@ -879,15 +882,16 @@ class StoreClient:
     async def watch_head(self, store_id: str) -> str | None:
         """The store's newest version id through memfs serve's watch, at once: where a
         watch starts, and whether the server has one (`NotFound`: it has not)."""
-        return await self._watch(store_id, {})
+        return (await self._watch(store_id, {})).head
 
-    async def watch(self, store_id: str, *, after: str | None, seconds: float) -> str | None:
+    async def watch(self, store_id: str, *, after: str | None, seconds: float) -> WatchAnswer:
         """memfs serve's watch (docs/server.md, "The watch"): the store's newest version
-        id once it is not `after`, or `after` when `seconds` pass. One attempt: the
-        caller falls back to probing on any error."""
+        id once it is not `after` (with the versions after `after` if the server names
+        them), or `after` when `seconds` pass. One attempt: the caller falls back to
+        probing on any error."""
         return await self._watch(store_id, {"after": after or "", "timeout": f"{seconds:g}"})
 
-    async def _watch(self, store_id: str, params: dict[str, Any]) -> str | None:
+    async def _watch(self, store_id: str, params: dict[str, Any]) -> WatchAnswer:
         seconds = float(params.get("timeout", 0))
         data = await self._long_poll(
             f"/v1/memory_stores/{_seg(store_id, 'store id')}/memfs/watch", params, seconds

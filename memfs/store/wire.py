@@ -115,6 +115,16 @@ class MemoryVersion:
     redacted_by: dict[str, Any] | None = field(hash=False)
 
 
+@dataclass(frozen=True)
+class WatchAnswer:
+    """memfs serve's watch answer: the store's newest version id (None: it has none) and,
+    when the head moved past the `after` asked with, the versions after it, newest first,
+    as (id, created_at) (None: the server named none, docs/server.md)."""
+
+    head: str | None
+    newer: tuple[tuple[str, str], ...] | None = None
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -249,13 +259,25 @@ def _parse_version(data: Any) -> MemoryVersion:
     )
 
 
-def _parse_head(data: Any) -> str | None:
-    """The watch's answer: the store's newest version id, None while it has none. It
-    goes back to the server as `after`, so it must be sendable (not a lone surrogate)."""
-    head = _obj(data, "watch answer").get("head")
+def _parse_head(data: Any) -> WatchAnswer:
+    """The watch's answer. Its head goes back to the server as `after`, so it must be
+    sendable (not a lone surrogate); `newer`, if any, must be a list of versions whose
+    first is the head, or it is not used."""
+    obj = _obj(data, "watch answer")
+    head = obj.get("head")
     if head is not None and (not isinstance(head, str) or not _sendable(head)):
         raise _Malformed("head is not a usable version id")
-    return head
+    raw = obj.get("newer")
+    newer: tuple[tuple[str, str], ...] | None = None
+    if isinstance(raw, list) and raw:
+        items = [(v.get("id"), v.get("created_at")) for v in raw if isinstance(v, dict)]
+        if len(items) == len(raw) and all(
+            isinstance(i, str) and isinstance(at, str) for i, at in items
+        ):
+            newer = tuple((str(i), str(at)) for i, at in items)
+        if newer is not None and newer[0][0] != head:
+            newer = None
+    return WatchAnswer(head, newer)
 
 
 def _page(data: Any) -> tuple[list[Any], str | None]:

@@ -45,7 +45,7 @@ from memfs.store.wire import MemoryVersion
 from memfs.sync.feed import Cursor, Feed, read_feed, remote_view
 from memfs.sync.fetcher import ContentFetcher
 from memfs.sync.landing import Lander
-from memfs.sync.listen import Listener, Mode
+from memfs.sync.listen import Listener, Mode, Moved
 from memfs.sync.notify import Notifier
 from memfs.sync.plan import (
     WRITE_QUIET_NS,
@@ -209,6 +209,7 @@ class StoreSync:
             client,
             state.store_id,
             self._heard,
+            uploads_done=self._pass_ended,
             interval=interval,
             budget=probe_budget,
             use_watch=watch,
@@ -274,12 +275,37 @@ class StoreSync:
         self.scheduler.asked(trio.current_time(), full=full)
         self._wake.set()
 
-    def _heard(self, head: str | None) -> None:
+    def _heard(self, head: str | None, moved: Moved | None = None) -> None:
         """The watch answered with a new head: another writer's version (a feed pass at
-        once), or the echo of this mount's own upload (one later, `schedule.ECHO_DEFER`)."""
+        once), or the echo of this mount's own upload. An echo the watch shows whole
+        moves the cursor at no cost (`_echo_only`); any other owes a feed pass later
+        (`schedule.ECHO_DEFER`: another writer's version may hide behind ours)."""
         own = head is not None and self.listener.is_own(head)
+        if own and self._echo_only(moved):
+            return
         self.scheduler.heard(trio.current_time(), own=own)
         self._wake.set()
+
+    async def _pass_ended(self) -> None:
+        """Until the running pass (if any) ends: its uploads' answers are in."""
+        if self._pass_lock.locked():
+            async with self._pass_lock:
+                pass
+
+    def _echo_only(self, moved: Moved | None) -> bool:
+        """The watch moved from the cursor's head through versions that are all this
+        mount's own uploads: the feed has nothing to bring, so the cursor goes to the new
+        head without reading it. Not while a pass runs (its feed read sets the cursor)."""
+        cursor = self._cursor
+        if moved is None or moved.newer is None or cursor is None or not self._feed_supported:
+            return False
+        if moved.after != cursor.head or self._pass_lock.locked() or self._left_over_pulls:
+            return False
+        if not self.listener.all_own(v for v, _ in moved.newer):
+            return False
+        head, at = moved.newer[0]
+        self._advance(Cursor(at, head))
+        return True
 
     async def sync_now(self, *, full: bool = False) -> PassResult:
         """Run a pass that starts after this call, and return its result. An upload that

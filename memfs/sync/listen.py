@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,6 +46,16 @@ WATCH_SECONDS = 25.0  # how long one watch request waits on the server
 RETRY = 5.0  # seconds before a broken watch is tried again (doubling)
 RETRY_MAX = 60.0
 OWN_VERSIONS = 4096  # the own uploads' versions remembered (more only costs a pass)
+UPLOAD_WAIT = 2.0  # seconds a new head waits for the running pass (its uploads) to end
+
+
+@dataclass(frozen=True)
+class Moved:
+    """How the watch saw the head move: from `after`, through `newer` (the versions
+    after it, newest first, as (id, created_at); None if the server named none)."""
+
+    after: str | None
+    newer: tuple[tuple[str, str], ...] | None
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,9 @@ class Listener:
         self,
         client: StoreClient,
         store_id: str,
-        wake: Callable[[str | None], None],
+        wake: Callable[[str | None, Moved | None], None],
         *,
+        uploads_done: Callable[[], Awaitable[None]] | None = None,
         interval: float,
         budget: int = DEFAULT_PROBE_BUDGET,
         use_watch: bool = True,
@@ -75,6 +86,7 @@ class Listener:
         self.client = client
         self.store_id = store_id
         self._wake = wake
+        self._uploads_done = uploads_done or _nothing_in_flight
         self.interval = interval
         self.budget = budget
         self._use_watch = use_watch
@@ -122,6 +134,10 @@ class Listener:
             return False
         self._echoes += 1
         return True
+
+    def all_own(self, version_ids: Iterable[str]) -> bool:
+        """Every one of `version_ids` is a version this mount's own upload made."""
+        return all(v in self._own for v in version_ids)
 
     def heard(self, head: str | None) -> None:
         """A pass reached the store and read its newest version id ("" if unknown)."""
@@ -217,12 +233,21 @@ class Listener:
         if head != self._head:
             self._wake_pass(head)  # it changed since the last pass read it (not watching)
         while True:
-            new = await self.client.watch(self.store_id, after=head, seconds=WATCH_SECONDS)
+            answer = await self.client.watch(self.store_id, after=head, seconds=WATCH_SECONDS)
             self._last_heard = time.time()
-            if new != head:
-                head = new
-                self._wake_pass(new)
+            if answer.head != head:
+                # A running pass's upload may have made it: its answer names the version
+                # (the watch often answers first), and the pass's end says whether it
+                # read the feed. Both tell an echo from news.
+                with trio.move_on_after(UPLOAD_WAIT):
+                    await self._uploads_done()
+                self._wake_pass(answer.head, Moved(head, answer.newer))
+                head = answer.head
 
-    def _wake_pass(self, head: str | None) -> None:
+    def _wake_pass(self, head: str | None, moved: Moved | None = None) -> None:
         self._wakeups += 1
-        self._wake(head)
+        self._wake(head, moved)
+
+
+async def _nothing_in_flight() -> None:
+    """No uploads to wait for (a listener without an engine)."""

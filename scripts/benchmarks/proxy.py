@@ -139,6 +139,10 @@ def classify(method: str, target: str) -> str:
                 return "list_full" if "view=full" in query else "list_basic"
             return "create" if method == "POST" else f"{method.lower()}_memories"
         return {"GET": "get_memory", "POST": "update", "DELETE": "delete"}.get(method, "other")
+    if len(parts) >= 4 and parts[3] == "memory_versions":
+        return "versions"
+    if len(parts) >= 5 and parts[3:5] == ["memfs", "watch"]:
+        return "watch"
     if len(parts) == 3 and parts[1] == "memory_stores":
         return "get_store" if method == "GET" else "store_other"
     return "other"

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY, sha256_hex
-from memfs.server.watch import WATCHES_PER_STORE
+from memfs.server.watch import WATCH_NEWER, WATCHES_PER_STORE
 from tests.support.api import Api, assert_error
 from tests.support.postgres import PostgresCluster
 from tests.support.server import ServerProcess, start_server
@@ -140,6 +140,34 @@ def test_timeout_zero_answers_the_head_now(server: ServerProcess) -> None:
         started = time.monotonic()
         assert watch(api, sid, new, 0).json()["head"] == new  # current: answered at once
         assert time.monotonic() - started < 2
+
+
+def test_an_answer_names_the_versions_after_the_head_it_waited_on(
+    server: ServerProcess,
+) -> None:
+    """Issue 36: a mount whose own upload moved the head could not tell whether another
+    writer's version hid behind it, so each local change cost a feed read. The answer
+    names what came after `after` (in the versions list's order), or nothing if it
+    cannot: `after` unknown, or more than WATCH_NEWER came."""
+    with Api(server.url) as api:
+        sid = api.create_store("newer")["id"]
+        mem = api.create_memory(sid, "/a.md", "one")
+        old = head_of(api, sid)
+        api.update_memory(sid, mem["id"], content="two")
+        api.create_memory(sid, "/b.md", "b")
+        listed = api.request(
+            "GET", f"/v1/memory_stores/{sid}/memory_versions", params={"limit": 2}
+        ).json()["data"]
+        body = watch(api, sid, old, 5).json()
+        assert body["head"] == listed[0]["id"]
+        assert body["newer"] == [{"id": v["id"], "created_at": v["created_at"]} for v in listed]
+        assert "newer" not in watch(api, sid, "memver_unknown", 0).json()
+        assert "newer" not in watch(api, sid, None, 0).json()
+        now = head_of(api, sid)
+        for n in range(WATCH_NEWER + 1):
+            api.update_memory(sid, mem["id"], content=f"n{n}")
+        body = watch(api, sid, now, 5).json()
+        assert body["head"] == head_of(api, sid) and "newer" not in body
 
 
 def issue_token(server: ServerProcess, *stores: str) -> str:

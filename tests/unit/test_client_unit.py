@@ -25,7 +25,14 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.paths import RemoteMemory, sha256_hex
-from memfs.store.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient, StoreInfo
+from memfs.store.client import (
+    FullMemory,
+    MemoryPrefix,
+    RetryPolicy,
+    StoreClient,
+    StoreInfo,
+    WatchAnswer,
+)
 from memfs.store.connection import ClientConfig, decode_work_secret, make_http_client
 from memfs.store.wire import MAX_ITEM_JSON
 
@@ -843,6 +850,30 @@ async def test_a_watch_answer_that_is_no_head_is_refused(body: bytes) -> None:
 
 async def test_the_watch_answers_its_head() -> None:
     client = client_for(Recorder(httpx.Response(200, json={"head": "memver_2"})))
-    assert await client.watch(STORE, after="memver_1", seconds=25) == "memver_2"
+    assert await client.watch(STORE, after="memver_1", seconds=25) == WatchAnswer("memver_2")
     client = client_for(Recorder(httpx.Response(200, json={"head": None})))
     assert await client.watch_head(STORE) is None
+
+
+@pytest.mark.parametrize(
+    ("newer", "used"),
+    [
+        ([{"id": "memver_3", "created_at": "t3"}, {"id": "memver_2", "created_at": "t2"}], True),
+        ([{"id": "memver_2", "created_at": "t2"}], False),  # its first is not the head
+        ([{"id": "memver_3"}], False),  # no time
+        ([{"id": 3, "created_at": "t3"}], False),
+        ("memver_3", False),
+        ([], False),
+    ],
+)
+async def test_the_watch_names_what_came_after_only_when_it_makes_sense(
+    newer: Any, used: bool
+) -> None:
+    """The versions after `after` let a mount see its own upload's echo whole
+    (docs/server.md); anything but a list of versions headed by the head is not used."""
+    body = {"head": "memver_3", "newer": newer}
+    client = client_for(Recorder(httpx.Response(200, json=body)))
+    answer = await client.watch(STORE, after="memver_1", seconds=25)
+    assert answer.head == "memver_3"
+    expected = (("memver_3", "t3"), ("memver_2", "t2")) if used else None
+    assert answer.newer == expected

@@ -20,7 +20,9 @@ from memfs.sync.listen import ACTIVE_WINDOW, FAST, Listener
 
 def listener(budget: int = 1200, interval: float = 15.0) -> Listener:
     no_client = cast(StoreClient, None)  # the pacing never calls the store
-    return Listener(no_client, "memstore_x", lambda _head: None, interval=interval, budget=budget)
+    return Listener(
+        no_client, "memstore_x", lambda _head, _moved: None, interval=interval, budget=budget
+    )
 
 
 async def gaps(one: Listener, seconds: float) -> list[float]:
@@ -85,7 +87,7 @@ def watching(answers: list[httpx.Response]) -> tuple[Listener, list[str]]:
     config = ClientConfig("http://store.test", ("x-api-key", "sk-test-0123456789"), "test")
     client = StoreClient(make_http_client(config, transport=httpx.MockTransport(answer)))
     woke: list[str] = []
-    one = Listener(client, "memstore_x", lambda _head: woke.append("pass"), interval=15.0)
+    one = Listener(client, "memstore_x", lambda _head, _moved: woke.append("pass"), interval=15.0)
     return one, woke
 
 

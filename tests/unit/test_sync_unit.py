@@ -34,7 +34,7 @@ from memfs.paths import MAX_CONTENT_BYTES
 from memfs.store.client import RetryPolicy
 from memfs.sync.engine import RefusedFile
 from memfs.sync.pusher import delete_cap
-from memfs.sync.schedule import MAX_DEFER, MIN_GAP, PassKind
+from memfs.sync.schedule import ECHO_DEFER, MAX_DEFER, MIN_GAP, PassKind
 from tests.support.apistore import OTHER_CLIENT
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
@@ -1607,3 +1607,49 @@ async def test_a_redacted_version_in_the_feed_is_passed_over_for_the_newest(h: H
     assert redacted["redacted_at"] is not None and redacted["path"] is None
     result = await h.sync_once()
     assert result.kind == "feed" and h.read("/a.md") == "A3"
+
+
+async def test_the_echo_of_an_own_upload_moves_the_cursor_without_a_feed_read(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    """Issue 36: a local change cost its upload, the watch's answer and a feed read
+    ECHO_DEFER later (3 requests; the target is 2). The watch now names the versions
+    after the head it waited on; when they are all this mount's own uploads the cursor
+    moves there with no read. Another writer's version among them still owes the feed."""
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        ids = await synced(h, {"/log.md": "start\n", "/other.md": "x\n"})
+        async with running(h):
+            await trio.sleep(5)  # the start's pass; the watch is open
+            assert h.sync.listener.mode == "watch"
+            reads = len(h.fake.ops("versions"))
+            for n in range(3):
+                node = h.write("/log.md", f"start\nline {n}\n", keep_open=True)
+                h.state.closed(node, writing=True)
+                await trio.sleep(2 + ECHO_DEFER)
+                assert h.fake.by_path()["/log.md"] == f"start\nline {n}\n"
+                assert h.sync._cursor is not None
+                assert h.sync._cursor.head == h.fake.db.head(h.fake.store_id)
+            assert len(h.fake.ops("versions")) == reads  # no feed read, no probe
+            assert len(h.fake.writes()) == 3
+            # Another writer's change arrives by the feed at once, as before.
+            h.fake.edit(ids["/other.md"], content="y\n")
+            await trio.sleep(2)
+            assert h.read("/other.md") == "y\n"
+            assert len(h.fake.ops("versions")) > reads  # (twice here: the mock clock
+            # puts the news at the very time its pass starts, which counts as during it)
+
+            # Ours and another's between two answers: the echo is not whole; the feed
+            # pass it owes brings the other's.
+            def race(op: str, mid: str | None, body: Any) -> None:
+                h.fake.before_write = None
+                h.fake.edit(ids["/other.md"], content="z\n")
+
+            h.fake.before_write = race
+            node = h.write("/log.md", "start\nlast\n", keep_open=True)
+            h.state.closed(node, writing=True)
+            await trio.sleep(2 + ECHO_DEFER)
+            assert h.read("/other.md") == "z\n"
+            assert h.fake.by_path()["/log.md"] == "start\nlast\n"
+    finally:
+        await h.aclose()
