@@ -54,7 +54,14 @@ def test_vim_saves_racing_an_api_writer_lose_nothing(
     tmp_path: Path, server: ServerProcess, api: Api
 ) -> None:
     """60 vim saves 50 ms apart while the API rewrites the first line every 150 ms:
-    every save is in the file when vim returns, and in the store at the end."""
+    every save vim made is in the file when vim returns, and in the store at the end.
+
+    vim refuses to write a file that changed since it read it (its mtime check, "The
+    file has been changed since reading it"), here when a pull lands the API's change
+    between vim's read and its write. In -es mode it asks on stdin; with no answer it
+    quits with exit 0 and nothing written, on any filesystem (a local disk too), which
+    is what a save "lost with exit 0" was. Answered "n", the buffer stays modified and
+    the script exits 3: a refusal vim reports, the other writer's change kept."""
     assert shutil.which("vim"), "vim is one of scripts/install's packages"
     sid = str(api.create_store("vim-race")["id"])
     mid = api.create_memory(sid, "/notes.md", "api start\nbody\n")["id"]
@@ -63,15 +70,19 @@ def test_vim_saves_racing_an_api_writer_lose_nothing(
     stop = threading.Event()
     writer = threading.Thread(target=_api_writer, args=(api, sid, mid, stop, 0.15))
     writer.start()
-    lost_at_once = []
+    saved, refused, lost_at_once = [], [], []
     try:
         for i in range(60):
             done = subprocess.run(
-                ["vim", "-u", "NONE", "-N", "-es", "-c", f"$put ='saved {i}'", "-c", "wq", str(f)],
-                capture_output=True,
-                timeout=30,
-            )
-            assert done.returncode == 0, done.stderr
+                ["vim", "-u", "NONE", "-N", "-es", "-c", f"$put ='saved {i}'", "-c", "w",
+                 "-c", "if &modified | cquit 3 | endif", "-c", "q", str(f)],
+                input=b"n\n", capture_output=True, timeout=30,
+            )  # fmt: skip
+            assert done.returncode in (0, 3), done.stderr
+            if done.returncode == 3:
+                refused.append(i)
+                continue
+            saved.append(i)
             if f"saved {i}\n" not in f.read_text():
                 lost_at_once.append(i)
             time.sleep(0.05)
@@ -81,8 +92,9 @@ def test_vim_saves_racing_an_api_writer_lose_nothing(
     mount.sync()
     final = api.get_memory(sid, mid)["content"]
     assert lost_at_once == []
-    missing = [i for i in range(60) if f"saved {i}\n" not in final]
+    missing = [i for i in saved if f"saved {i}\n" not in final]
     assert missing == [], final
+    assert len(refused) <= 15, refused  # vim's own refusals stay the exception
 
 
 def _eventually(check: Callable[[], bool], what: str, within: float = 20.0) -> float:
