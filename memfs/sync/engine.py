@@ -500,7 +500,8 @@ class StoreSync:
     async def start(self, *, offline: bool = False) -> None:
         """Load the journal and merge the store's listing: the mount can go live after.
 
-        Content is not awaited here; it streams in behind the mount (`run`). `offline`
+        Content is not awaited here; it streams in behind the mount (`run`), but for
+        a memory changed both here and there, which is merged in this pass. `offline`
         (the store is unreachable, the journal warm): the journal alone is the tree
         until a pass reaches the store.
         """
@@ -861,8 +862,11 @@ class StoreSync:
         plan = self.planner.plan(
             remote, final=final, interval=self.interval, asked=asked, files=files
         )
-        if not initial:
-            await self.fetcher.fetch([p.remote for p in plan.pulls])
+        # At start, content streams in behind the mount, except for a pull onto a file
+        # changed here too: it merges with the local change now (landing.merge needs
+        # both sides), or the store won and the lines a kill -9 left unpushed went to a
+        # conflict copy.
+        await self.fetcher.fetch([p.remote for p in plan.pulls if not initial or p.conflict])
         # Removals first: a remotely deleted file may be in the way of a pulled one.
         self.lander.apply_removals(plan)
         # A pull whose content did not arrive: the same changes are read again next time.

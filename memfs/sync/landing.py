@@ -151,7 +151,10 @@ class Lander:
         todo: list[tuple[RemoteMemory, Node | None]] = []
         deferred = False
         for pull in plan.pulls:
-            if require_content and not self.state.objects.has(pull.remote.content_sha256):
+            # A pull onto a local change waits for its content even at start: without
+            # it the merge cannot be made and the store would win.
+            needed = require_content or pull.conflict
+            if needed and not self.state.objects.has(pull.remote.content_sha256):
                 deferred = True  # fetch failed; the next pass tries again
                 continue
             if pull.node is None:

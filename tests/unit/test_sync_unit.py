@@ -1079,6 +1079,39 @@ async def test_restart_with_remote_change_store_wins(h: Harness) -> None:
     assert node.conflict is not None and read_copy(node.conflict) == "local"
 
 
+async def test_restart_with_appends_on_both_sides_merges_them(h: Harness) -> None:
+    """Lines appended before a kill -9, unpushed, while another writer appended too: the
+    start's pass merges them (the store's side fetched for it, not left to stream in
+    behind the mount); before, the store won and the lines went to a conflict copy."""
+    ids = await synced(h, {"/log.md": "top\n"})
+    h.write("/log.md", "top\nmine\n")
+    h.restart()
+    h.fake.edit(ids["/log.md"], content="top\ntheirs\n")
+    await h.start()
+    assert h.fake.by_path() == {"/log.md": "top\ntheirs\nmine\n"}
+    assert h.read("/log.md") == "top\ntheirs\nmine\n"
+    node = h.node("/log.md")
+    assert node.conflict is None and node.state_name() == "clean"
+
+
+async def test_a_start_whose_merge_fetch_failed_keeps_the_local_side_for_the_next_pass(
+    h: Harness,
+) -> None:
+    """The store's side of such a merge did not arrive at start: the file keeps its
+    local change (no copy, nothing pushed) and the next pass merges."""
+    ids = await synced(h, {"/log.md": "top\n"})
+    h.write("/log.md", "top\nmine\n")
+    h.restart()
+    h.fake.edit(ids["/log.md"], content="top\ntheirs\n")
+    h.fake.fail("retrieve", 503, times=1)
+    await h.start()
+    assert h.read("/log.md") == "top\nmine\n" and h.node("/log.md").conflict is None
+    assert h.fake.by_path() == {"/log.md": "top\ntheirs\n"}
+    await h.sync_once()
+    assert h.fake.by_path() == {"/log.md": "top\ntheirs\nmine\n"}
+    assert h.read("/log.md") == "top\ntheirs\nmine\n" and h.node("/log.md").conflict is None
+
+
 # --------------------------------------------------------------------------- idle cost
 
 
