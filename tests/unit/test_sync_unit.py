@@ -10,9 +10,12 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import sqlite3
 import time
 import types
 from collections.abc import AsyncIterator
+from contextlib import closing
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -1513,6 +1516,100 @@ async def test_the_feed_follows_a_delete_and_a_create_at_one_path(h: Harness) ->
     result = await h.sync_once()
     assert result.kind == "feed" and h.read("/a.md") == "second life"
     assert h.node("/a.md").memory_id == h.fake.id_of("/a.md") != ids["/a.md"]
+
+
+def _restamp(h: Harness, at: str, version_id: str | None = None, *, seq: int | None = None) -> None:
+    """Give a version (None: every version) the time, and with `seq` the place among the
+    versions of that time, that a late transaction of another server instance would have
+    left it with. The server stamps `created_at` as fixed-width UTC text
+    (`%Y-%m-%dT%H:%M:%S.%fZ`) and lists versions newest first by created_at, then seq."""
+    where, args = ("WHERE id = ?", (version_id,)) if version_id is not None else ("", ())
+    with closing(sqlite3.connect(h.tmp_path / "server" / "store.sqlite")) as db, db:
+        db.execute(f"UPDATE versions SET created_at = ? {where}", (at, *args))
+        if seq is not None:
+            db.execute(f"UPDATE versions SET seq = ? {where}", (seq, *args))
+
+
+def _seconds_before(at: str, seconds: float) -> str:
+    parsed = memfs.sync.feed.parse_time(at)
+    assert parsed is not None
+    return (parsed - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _head(h: Harness) -> str:
+    head = h.fake.db.head(h.fake.store_id)
+    assert head is not None
+    return head
+
+
+async def _fed(h: Harness, ids: dict[str, str], path: str, content: str) -> memfs.sync.feed.Cursor:
+    """Another writer's change, brought by a feed pass: the cursor is at its version."""
+    h.fake.edit(ids[path], content=content)
+    assert (await h.sync_once()).kind == "feed" and h.read(path) == content
+    cursor = h.sync._cursor
+    assert cursor is not None and cursor.head == _head(h)
+    return cursor
+
+
+async def test_the_feed_reads_a_version_stamped_with_the_cursors_own_time(h: Harness) -> None:
+    """Issue 36, the feed: another writer's version carries exactly the time of the
+    version the cursor holds. The head moved, so the probe reads the feed, which reads
+    from before the cursor's time (`feed.OVERLAP`, `created_at[gte]`): it lands."""
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B"})
+    cursor = await _fed(h, ids, "/a.md", "A2")
+    h.fake.edit(ids["/b.md"], content="B2")
+    same_time = _head(h)
+    _restamp(h, cursor.at, same_time)
+    result = await h.sync.run_pass(kind="probe")
+    assert result.kind == "feed" and result.pulled == 1
+    assert h.local_files() == {"/a.md": "A2", "/b.md": "B2"}
+    assert h.sync._cursor == memfs.sync.feed.Cursor(cursor.at, same_time)
+
+
+async def test_of_two_versions_with_one_time_the_feed_reads_the_one_it_had_not(
+    h: Harness,
+) -> None:
+    """Two versions share one time; the mount read the one that sorts first (the cursor
+    holds it) before the other, committed late, was there. The next feed pass (the head
+    moved again since) reads that time again and lands the other; the cursor goes on to
+    the newest version."""
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B", "/c.md": "C"})
+    cursor = await _fed(h, ids, "/a.md", "A2")
+    h.fake.edit(ids["/b.md"], content="B2")
+    _restamp(h, cursor.at, _head(h), seq=-1)  # after the cursor's version of that time
+    assert _head(h) == cursor.head
+    h.fake.edit(ids["/c.md"], content="C2")
+    newest = _head(h)
+    result = await h.sync.run_pass(kind="probe")
+    assert result.kind == "feed" and result.pulled == 2
+    assert h.local_files() == {"/a.md": "A2", "/b.md": "B2", "/c.md": "C2"}
+    assert h.sync._cursor is not None and h.sync._cursor.head == newest
+    assert h.sync._cursor.at > cursor.at
+
+
+async def test_the_feed_lands_a_version_committed_after_a_later_one_was_read(
+    h: Harness,
+) -> None:
+    """A late commit: the mount read version Vb (the cursor: Vb, time T); then versions
+    of other memories become visible that were stamped about 1 s before T (another
+    server instance's transactions, committed after Vb's). The head did not move (a
+    probe sees nothing); the next feed pass reads from `feed.OVERLAP` before T and lands
+    them, and the cursor stays at Vb, the newest version it read."""
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B"})
+    assert h.sync._cursor is not None
+    # Created a while ago: a later version of a memory has a later time (one clock).
+    _restamp(h, _seconds_before(h.sync._cursor.at, 60))
+    cursor = await _fed(h, ids, "/a.md", "A2")
+    h.fake.edit(ids["/b.md"], content="B2")
+    _restamp(h, _seconds_before(cursor.at, 1.0), _head(h))
+    h.fake.add("/c.md", "C")
+    _restamp(h, _seconds_before(cursor.at, 0.9), _head(h))
+    assert _head(h) == cursor.head
+    result = await h.sync_once()
+    assert result.kind == "feed" and result.pulled == 2
+    assert h.local_files() == {"/a.md": "A2", "/b.md": "B2", "/c.md": "C"}
+    assert h.sync._cursor == cursor
+    assert (await h.sync_once()).pulled == 0
 
 
 async def test_a_cursor_older_than_the_store_keeps_versions_lists_the_store(h: Harness) -> None:
