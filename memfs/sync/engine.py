@@ -634,7 +634,7 @@ class StoreSync:
             self._started_seq += 1
             seq = self._started_seq
             started = time.time()
-            t0 = time.monotonic()
+            t0, cpu0 = time.monotonic(), time.process_time()
             self.scheduler.started(trio.current_time(), kind)
             result = PassResult(started, 0.0, "ok", kind=kind)
             try:
@@ -656,6 +656,7 @@ class StoreSync:
             finally:
                 self.progress.end()
             result.duration_s = time.monotonic() - t0
+            result.cpu_s = time.process_time() - cpu0
             now = trio.current_time()
             self.scheduler.done(
                 now, result.kind, ok=result.outcome == "ok", left_over=self._left_over
@@ -675,11 +676,13 @@ class StoreSync:
             done, self._completed = self._completed, trio.Event()
             done.set()
             log.debug(
-                "sync pass done memory_store_id=%s kind=%s outcome=%s ms=%d pulled=%d pushed=%d",
+                "sync pass done memory_store_id=%s kind=%s outcome=%s ms=%d cpu_ms=%.1f "
+                "pulled=%d pushed=%d",
                 self.store_id,
                 result.kind,
                 result.outcome,
                 int(result.duration_s * 1000),
+                result.cpu_s * 1000,
                 result.pulled,
                 result.pushed,
             )

@@ -63,6 +63,7 @@ class PassResult:
     # Uploads refused because another memory holds the path (or overlaps it): the feed
     # settles them in the next pass; `memfs sync` is exit 1 while any is left.
     unsettled: list[str] = field(default_factory=list)
+    cpu_s: float = 0.0  # the daemon's CPU time (every thread) while the pass ran
 
     def then(self, later: PassResult) -> PassResult:
         """This pass and the `later` one that settled what it left, as one result."""
@@ -77,6 +78,7 @@ class PassResult:
             listed=self.listed or later.listed,
             conflict_copies=self.conflict_copies + later.conflict_copies,
             versions={**self.versions, **later.versions},
+            cpu_s=self.cpu_s + later.cpu_s,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +86,7 @@ class PassResult:
         return {
             "at": rfc3339(self.started_at),
             "duration_s": round(self.duration_s, 3),
+            "cpu_ms": round(self.cpu_s * 1000, 1),
             "outcome": self.outcome,
             "error": self.error,
             "pulled": self.pulled,
