@@ -75,6 +75,7 @@ class Node:
         "sent_sha",
         "sha",
         "store",
+        "truncated_ns",
         "version",
     )
 
@@ -108,6 +109,9 @@ class Node:
         # The last close of a writer while dirty (monotonic): closed since `dirty_since`,
         # the file was written and closed, then opened again (an appender's stream).
         self.closed_at: float | None = None
+        # The last truncate (time.time_ns()): with a writer open, a rewrite may be half
+        # done (vim's O_TRUNC, then write), which a pull must not merge (`Lander.busy`).
+        self.truncated_ns = 0
         self.memory_id: str | None = None
         self.base_sha: str | None = None
         self.base_path: str | None = None

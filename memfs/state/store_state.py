@@ -374,6 +374,7 @@ class StoreState(SyncRecords):
         limit = self.size_limit(node)
         if size > limit:
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
+        node.truncated_ns = time.time_ns()
         if self._log_change(node, size, None):
             return
         data = (

@@ -22,7 +22,7 @@ from memfs.state.node import Kind, Node
 from memfs.state.store_state import StoreState
 from memfs.sync.merge import merge_text
 from memfs.sync.notify import Notifier
-from memfs.sync.plan import ConflictCopy, PassResult, Plan, Pull
+from memfs.sync.plan import WRITE_QUIET_NS, ConflictCopy, PassResult, Plan, Pull
 
 log = logging.getLogger("memfs.sync")
 
@@ -95,10 +95,30 @@ class Lander:
         )
         return True
 
-    def land_retrieved(self, memory: RemoteMemory, result: PassResult, *, merge: bool) -> bool:
+    @staticmethod
+    def busy(node: Node) -> bool:
+        """A writer has the file open, truncated it in the last `WRITE_QUIET_NS` and its
+        change is not pushed: a rewrite may be half done (vim's O_TRUNC, then write), so
+        a pull onto it waits (merged at the pass after its close, or once quiet) rather
+        than merge with, or lose to the store over, a half-written file. An appender
+        never truncates: it is never busy."""
+        return (
+            node.linked
+            and node.open_writers > 0
+            and node.dirty
+            and time.time_ns() - node.truncated_ns < WRITE_QUIET_NS
+        )
+
+    def land_retrieved(
+        self, memory: RemoteMemory, result: PassResult, *, merge: bool
+    ) -> bool | None:
         """Land one memory retrieved after a lost race (its content is already local);
-        True when it merged (`merge`) with the local change, which is then pushed again."""
+        True when it merged (`merge`) with the local change, which is then pushed again;
+        None when its file is being written (`busy`): nothing landed, the next pass
+        merges."""
         node = self.state.by_memory.get(memory.id)
+        if node is not None and self.busy(node):
+            return None
         inodes: list[int] = []
         entries: list[tuple[int, str]] = []
         if merge and node is not None and self._moved_here_only(node, memory):
@@ -159,6 +179,9 @@ class Lander:
                 continue
             if pull.node is None:
                 todo.append((pull.remote, None))
+                continue
+            if self.busy(pull.node):
+                deferred = True  # being written: landed (merged) after its close
                 continue
             landing = self._settle_local(pull, pull.node, result, inodes, entries)
             if landing is not None:

@@ -252,9 +252,12 @@ class Pusher:
             )
             self.trail.outcome(self.store_id, "deleted", tomb.base_path, memory_id=memory_id)
 
-    async def _pull_one(self, memory_id: str, result: PassResult, *, merge: bool = False) -> bool:
+    async def _pull_one(
+        self, memory_id: str, result: PassResult, *, merge: bool = False
+    ) -> bool | None:
         """Bring one memory's current remote state in now (after a lost race); True when
-        it merged (`merge`) with the local change, which is then to be pushed again."""
+        it merged (`merge`) with the local change, which is then to be pushed again;
+        None when its file is being written (`Lander.busy`): the next pass merges."""
         try:
             full = await self.client.retrieve_memory(self.store_id, memory_id)
         except NotFound:
@@ -264,10 +267,12 @@ class Pusher:
 
     async def _lost_race(
         self, memory_id: str, path: str, result: PassResult, *, merge: bool
-    ) -> bool:
-        """An update refused on its precondition: True when it merged with the winner."""
-        if await self._pull_one(memory_id, result, merge=merge):
-            return True
+    ) -> bool | None:
+        """An update refused on its precondition: True when it merged with the winner;
+        None when the file is being written meanwhile (the next pass merges)."""
+        landed = await self._pull_one(memory_id, result, merge=merge)
+        if landed is None or landed:
+            return landed
         log.warning(
             "memory changed both locally and remotely; the upload was "
             "refused and the local edit loses memory_store_id=%s path=%s",
@@ -322,11 +327,15 @@ class Pusher:
                 )
             except PreconditionFailed:
                 # Another session pushed first: merge with its version, or lose to it.
-                merged = await self._lost_race(
+                outcome = await self._lost_race(
                     memory_id, path, result, merge=merges < MERGE_RETRIES
                 )
-                if not merged:
+                if outcome is None:  # being written: its close brings a pass that merges
+                    self.state.record_sent(node, None, None)
                     return
+                if not outcome:
+                    return
+                merged = True
             except NotFound:
                 log.info(
                     "memory deleted remotely but edited locally; re-creating it from "

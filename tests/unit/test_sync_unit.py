@@ -1783,3 +1783,49 @@ async def test_the_echo_of_an_own_upload_moves_the_cursor_without_a_feed_read(
             assert h.fake.by_path()["/log.md"] == "start\nlast\n"
     finally:
         await h.aclose()
+
+
+async def test_a_pull_waits_while_its_file_is_being_rewritten(h: Harness) -> None:
+    """Issue 36, race 1: vim rewrites a file in place (O_TRUNC, then write). A pull that
+    came between the two merged the half-written (empty) file with the store's version:
+    a conflict, the store won, and the save went to a copy or was written over. Now a
+    pull onto a file truncated by a writer still open waits; after the close it merges."""
+    ids = await synced(h, {"/n.md": "one\ntwo\n"})
+    node = h.node("/n.md")
+    h.state.opened(node, writing=True)
+    h.state.truncate(node, 0)  # vim's O_TRUNC; its write has not come yet
+    h.fake.edit(ids["/n.md"], content="ONE\ntwo\n")
+    result = await h.sync_once()
+    assert result.conflicts == 0 and h.read("/n.md") == ""
+    h.state.write(node, 0, b"one\ntwo\nthree\n")
+    h.state.closed(node, writing=True)
+    for _ in range(3):
+        await h.sync_once()
+    assert h.fake.by_path()["/n.md"] == "ONE\ntwo\nthree\n"
+    assert h.read("/n.md") == "ONE\ntwo\nthree\n"
+    assert h.sync.conflict_copies == []
+
+
+async def test_a_lost_race_waits_while_its_file_is_being_rewritten(h: Harness) -> None:
+    """The same during an upload: the store answers 409 (another writer came first)
+    while vim has truncated the file again. The retrieved winner is not merged with the
+    half-written file (before: store wins, "the local edit loses"); the pass after the
+    close merges."""
+    ids = await synced(h, {"/n.md": "one\ntwo\n"})
+    node = h.write("/n.md", "one\ntwo\nsaved 0\n")
+
+    def race(op: str, mid: str | None, body: Any) -> None:
+        h.fake.before_write = None
+        h.fake.edit(ids["/n.md"], content="ONE\ntwo\n")
+        h.state.opened(node, writing=True)
+        h.state.truncate(node, 0)
+
+    h.fake.before_write = race
+    result = await h.sync_once()
+    assert result.conflicts == 0 and h.sync.conflict_copies == []
+    h.state.write(node, 0, b"one\ntwo\nsaved 0\nsaved 1\n")
+    h.state.closed(node, writing=True)
+    for _ in range(3):
+        await h.sync_once()
+    assert h.fake.by_path()["/n.md"] == "ONE\ntwo\nsaved 0\nsaved 1\n"
+    assert h.read("/n.md") == "ONE\ntwo\nsaved 0\nsaved 1\n"
