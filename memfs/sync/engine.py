@@ -42,7 +42,14 @@ from memfs.state.node import Kind, Node
 from memfs.state.store_state import ChangeKind, StoreState
 from memfs.store.client import StoreClient
 from memfs.store.wire import MemoryVersion
-from memfs.sync.feed import Cursor, Feed, read_feed, remote_view
+from memfs.sync.feed import (
+    Cursor,
+    Feed,
+    echoed_cursor,
+    listed_cursor,
+    read_feed,
+    remote_view,
+)
 from memfs.sync.fetcher import ContentFetcher
 from memfs.sync.landing import Lander
 from memfs.sync.listen import Listener, Mode, Moved
@@ -295,7 +302,9 @@ class StoreSync:
     def _echo_only(self, moved: Moved | None) -> bool:
         """The watch moved from the cursor's head through versions that are all this
         mount's own uploads: the feed has nothing to bring, so the cursor goes to the new
-        head without reading it. Not while a pass runs (its feed read sets the cursor)."""
+        head without reading it, those versions among the ones it has seen (`Cursor.seen`:
+        the next read passes over them). Not while a pass runs (its feed read sets the
+        cursor)."""
         cursor = self._cursor
         if moved is None or moved.newer is None or cursor is None or not self._feed_supported:
             return False
@@ -303,8 +312,7 @@ class StoreSync:
             return False
         if not self.listener.all_own(v for v, _ in moved.newer):
             return False
-        head, at = moved.newer[0]
-        self._advance(Cursor(at, head))
+        self._advance(echoed_cursor(cursor, moved.newer))
         return True
 
     async def sync_now(self, *, full: bool = False) -> PassResult:
@@ -832,7 +840,7 @@ class StoreSync:
             result, remote, self._scope(None, whole=True), initial=initial, final=final, asked=asked
         )
         if self._feed_supported and known:
-            self._advance(Cursor(head.created_at, head.id) if head is not None else Cursor())
+            self._advance(listed_cursor(head, feed, remote.values()))
 
     def _count_missed(
         self, expected: dict[str, RemoteMemory], listed: dict[str, RemoteMemory]

@@ -10,17 +10,24 @@ versions from the cursor on (`read_feed`), lays what they say over the local bas
 from that as from a full listing, at the cost of one page instead of the whole store.
 
 Versions are re-read from `OVERLAP` seconds before the cursor: a version committed
-late (another server instance's transaction, an equal timestamp) still shows up.
-Applying a version twice changes nothing, so the overlap costs no more than its bytes.
+late (another server instance's transaction, an equal timestamp) still shows up. The
+cursor also keeps the ids of the versions inside that window this mount has already
+applied (`Cursor.seen`, at most `MAX_SEEN`, the newest): re-read, they are not news, so
+they are neither applied again nor counted against `MAX_VERSIONS`, and a store taking
+more than `MAX_VERSIONS` versions per `OVERLAP` does not turn every pass into a listing.
+A memory whose newest version read is one of them is as this mount has it: an older
+version of it further down the list is not its state either.
 What the feed cannot answer is left to a full listing (`Feed.complete` False): more
-than `MAX_VERSIONS` versions since the cursor, a cursor older than the store keeps
-versions (`RETENTION`), a version whose path is redacted. The listing is also run on
-`RECONCILE_EVERY` and at every start: what it finds that the feed missed is counted.
+than `MAX_VERSIONS` new versions since the cursor (or more than `MAX_READ` read in
+all), a cursor older than the store keeps versions (`RETENTION`), a version whose path
+is redacted. The listing is also run on `RECONCILE_EVERY` and at every start: what it
+finds that the feed missed is counted.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -29,8 +36,13 @@ from memfs.store.client import StoreClient
 from memfs.store.wire import FullMemory, MemoryVersion
 
 OVERLAP = 2.0  # seconds of versions re-read before the cursor
-# More versions than this since the cursor: a full listing is cheaper and sure.
+# More new versions than this since the cursor: a full listing is cheaper and sure.
 MAX_VERSIONS = 200
+# Ids of applied versions the cursor keeps (the newest of those within OVERLAP of it):
+# ~7 KB of journal. More versions in the window than this: the rest count as new again.
+MAX_SEEN = MAX_VERSIONS
+# Versions read in all (applied ones too) past which the feed gives up for a listing.
+MAX_READ = MAX_VERSIONS + MAX_SEEN
 # The store keeps versions 30 days (spec §5.4); a cursor older than this is not trusted.
 RETENTION = timedelta(days=29)
 RECONCILE_EVERY = 3600.0  # seconds between two full listings of a mount left running
@@ -39,17 +51,22 @@ FEED_PAGE = 20  # versions a page with their contents (view=full caps pages at 2
 
 @dataclass(frozen=True)
 class Cursor:
-    """The newest version this mount has applied: its time and id ("" before any)."""
+    """The newest version this mount has applied: its time and id ("" before any); and
+    `seen`, the ids of the versions within `OVERLAP` of that time it has applied too
+    (newest first, at most `MAX_SEEN`): the feed re-reads them and passes over them."""
 
     at: str = ""
     head: str = ""
+    seen: tuple[str, ...] = ()
 
     def dumps(self) -> str:
-        return json.dumps({"at": self.at, "head": self.head})
+        return json.dumps({"at": self.at, "head": self.head, "seen": list(self.seen)})
 
     @classmethod
     def loads(cls, text: str | None) -> Cursor | None:
-        """The cursor the journal kept; None if there is none or it is unreadable."""
+        """The cursor the journal kept; None if there is none or it is unreadable. One
+        kept without `seen` (memfs before it) or with an unreadable one has none: the
+        feed then counts and applies the whole window again, as it did."""
         if not text:
             return None
         try:
@@ -59,7 +76,10 @@ class Cursor:
             return None
         if not isinstance(at, str) or not isinstance(head, str):
             return None
-        return cls(at, head)
+        seen = raw.get("seen")
+        if not isinstance(seen, list) or not all(isinstance(s, str) for s in seen):
+            seen = []
+        return cls(at, head, tuple(seen[:MAX_SEEN]))
 
 
 @dataclass
@@ -70,7 +90,11 @@ class Feed:
     newest: dict[str, MemoryVersion] = field(default_factory=dict)
     contents: list[FullMemory] = field(default_factory=list)  # what the pages carried
     cursor: Cursor = field(default_factory=Cursor)  # where the cursor goes once applied
+    # Every version read, newest first, as (id, created_at): the ids a full listing run
+    # after this read can keep as seen (`listed_cursor`).
+    read: list[tuple[str, str]] = field(default_factory=list)
     versions: int = 0  # versions read
+    news: int = 0  # versions read that were new (not applied already): what MAX_VERSIONS caps
     pages: int = 0
     complete: bool = True
     why: str = ""  # why not complete
@@ -100,20 +124,35 @@ def since(cursor: Cursor, now: datetime) -> tuple[str | None, str]:
 async def read_feed(
     client: StoreClient, store_id: str, cursor: Cursor, *, now: datetime | None = None
 ) -> Feed:
-    """The versions since `cursor` (less `OVERLAP`), newest first, with their contents."""
+    """The versions since `cursor` (less `OVERLAP`), newest first, with their contents;
+    those the cursor has seen applied are passed over."""
     feed = Feed(cursor=cursor)
     gte, why = since(cursor, now or datetime.now(UTC))
     if why:
         feed.complete, feed.why = False, why
         return feed
+    seen = set(cursor.seen)
+    settled: set[str] = set()  # memories whose newest version read is one seen: no news
     async for v in client.iter_versions(
         store_id, page_size=FEED_PAGE, created_at_gte=gte, view="full"
     ):
         if feed.versions == 0:
             feed.cursor = Cursor(v.created_at, v.id)
         feed.versions += 1
-        if feed.versions > MAX_VERSIONS:
-            feed.complete, feed.why = False, f"more than {MAX_VERSIONS} versions since the cursor"
+        feed.read.append((v.id, v.created_at))
+        if feed.versions > MAX_READ:
+            feed.complete, feed.why = False, f"more than {MAX_READ} versions in the window"
+            return feed
+        if v.id in seen:
+            if v.memory_id not in feed.newest:
+                settled.add(v.memory_id)  # applied already: the memory is as this mount has it
+            continue
+        if v.memory_id in settled:
+            continue  # older than the version of it this mount applied: not news
+        feed.news += 1
+        if feed.news > MAX_VERSIONS:
+            feed.complete = False
+            feed.why = f"more than {MAX_VERSIONS} new versions since the cursor"
             return feed
         if v.memory_id in feed.newest:
             continue  # an older version of a memory already seen: not its state now
@@ -125,8 +164,66 @@ async def read_feed(
             return feed
         if v.content is not None:
             feed.contents.append(FullMemory(as_memory(v), v.content))
+    if feed.read:
+        head, at = feed.read[0]
+        feed.cursor = Cursor(at, head, seen_within(feed.read, at))
     feed.pages = max(1, -(-feed.versions // FEED_PAGE))
     return feed
+
+
+def seen_within(versions: Iterable[tuple[str, str]], at: str) -> tuple[str, ...]:
+    """The ids of `versions` ((id, created_at), newest first) stamped at most `OVERLAP`
+    before `at`: the ones a feed read from a cursor at `at` reads again. The first
+    `MAX_SEEN`; one whose time is unreadable is kept (an id too many costs nothing)."""
+    start = parse_time(at)
+    if start is None:
+        return ()
+    start -= timedelta(seconds=OVERLAP)
+    ids: dict[str, None] = {}
+    for version_id, created_at in versions:
+        t = parse_time(created_at)
+        if t is not None and t < start:
+            continue
+        ids.setdefault(version_id)
+        if len(ids) >= MAX_SEEN:
+            break
+    return tuple(ids)
+
+
+def echoed_cursor(cursor: Cursor, newer: tuple[tuple[str, str], ...]) -> Cursor:
+    """The cursor moved with no read through `newer` ((id, created_at), newest first),
+    the versions after its head, every one this mount's own upload: applied, all of
+    them, as is every version the cursor had seen. Those seen may have left the new
+    window: harmless (an id nothing re-reads); the next read keeps only the window's."""
+    head, at = newer[0]
+    seen = dict.fromkeys((*seen_within(newer, at), *cursor.seen))
+    return Cursor(at, head, tuple(seen)[:MAX_SEEN])
+
+
+def listed_cursor(
+    head: MemoryVersion | None, feed: Feed | None, listed: Iterable[RemoteMemory] = ()
+) -> Cursor:
+    """The cursor after a full listing run once the store's newest version was `head`.
+    The listing shows every version committed before it: `head`, each version a feed
+    read before it (`feed.read`), and the version each memory listed (`listed`) is at
+    are applied; those within the window are seen."""
+    if head is None:
+        return Cursor()
+    start = parse_time(head.created_at)
+    recent: list[tuple[datetime, str, str]] = []
+    if start is not None:
+        start -= timedelta(seconds=OVERLAP)
+        for m in listed:
+            t = parse_time(m.updated_at) if m.memory_version_id else None
+            if t is not None and t >= start:
+                recent.append((t, m.memory_version_id, m.updated_at))
+        recent.sort(reverse=True)  # newest first, as the feed reads them
+    read = [
+        (head.id, head.created_at),
+        *(feed.read if feed is not None else ()),
+        *((version_id, at) for _, version_id, at in recent),
+    ]
+    return Cursor(head.created_at, head.id, seen_within(read, head.created_at))
 
 
 def as_memory(v: MemoryVersion) -> RemoteMemory:

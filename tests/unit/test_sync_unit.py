@@ -8,6 +8,7 @@ trio's autojump clock, with the tree's and the engine's monotonic clock tied to 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
 import sqlite3
@@ -15,7 +16,7 @@ import time
 import types
 from collections.abc import AsyncIterator
 from contextlib import closing
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -1563,7 +1564,9 @@ async def test_the_feed_reads_a_version_stamped_with_the_cursors_own_time(h: Har
     result = await h.sync.run_pass(kind="probe")
     assert result.kind == "feed" and result.pulled == 1
     assert h.local_files() == {"/a.md": "A2", "/b.md": "B2"}
-    assert h.sync._cursor == memfs.sync.feed.Cursor(cursor.at, same_time)
+    assert h.sync._cursor is not None
+    assert (h.sync._cursor.at, h.sync._cursor.head) == (cursor.at, same_time)
+    assert {same_time, cursor.head} <= set(h.sync._cursor.seen)
 
 
 async def test_of_two_versions_with_one_time_the_feed_reads_the_one_it_had_not(
@@ -1594,22 +1597,164 @@ async def test_the_feed_lands_a_version_committed_after_a_later_one_was_read(
     of other memories become visible that were stamped about 1 s before T (another
     server instance's transactions, committed after Vb's). The head did not move (a
     probe sees nothing); the next feed pass reads from `feed.OVERLAP` before T and lands
-    them, and the cursor stays at Vb, the newest version it read."""
+    them, and the cursor stays at Vb, the newest version it read. The versions it had
+    seen applied (`Cursor.seen`) do not hide them: they are not among them; once applied
+    they are, and the next read passes over them."""
     ids = await synced(h, {"/a.md": "A", "/b.md": "B"})
     assert h.sync._cursor is not None
     # Created a while ago: a later version of a memory has a later time (one clock).
     _restamp(h, _seconds_before(h.sync._cursor.at, 60))
     cursor = await _fed(h, ids, "/a.md", "A2")
     h.fake.edit(ids["/b.md"], content="B2")
-    _restamp(h, _seconds_before(cursor.at, 1.0), _head(h))
+    late_b = _head(h)
+    _restamp(h, _seconds_before(cursor.at, 1.0), late_b)
     h.fake.add("/c.md", "C")
-    _restamp(h, _seconds_before(cursor.at, 0.9), _head(h))
+    late_c = _head(h)
+    _restamp(h, _seconds_before(cursor.at, 0.9), late_c)
     assert _head(h) == cursor.head
     result = await h.sync_once()
     assert result.kind == "feed" and result.pulled == 2
     assert h.local_files() == {"/a.md": "A2", "/b.md": "B2", "/c.md": "C"}
-    assert h.sync._cursor == cursor
+    assert h.sync._cursor is not None
+    assert (h.sync._cursor.at, h.sync._cursor.head) == (cursor.at, cursor.head)
+    assert set(h.sync._cursor.seen) == {cursor.head, late_b, late_c}
     assert (await h.sync_once()).pulled == 0
+
+
+def _restamp_since(h: Harness, since: str, at: str) -> None:
+    """Every version stamped after `since` (the ones just made) now carries `at`."""
+    with closing(sqlite3.connect(h.tmp_path / "server" / "store.sqlite")) as db, db:
+        db.execute("UPDATE versions SET created_at = ? WHERE created_at > ?", (at, since))
+
+
+def _stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def test_a_burst_past_max_versions_in_the_overlap_does_not_keep_the_passes_listing(
+    h: Harness,
+) -> None:
+    """300 versions within a second: the pass that meets them lists the store (more than
+    `feed.MAX_VERSIONS` new ones). The next change's feed pass reads them all again (they
+    are inside `feed.OVERLAP`) but the cursor has seen them applied (`Cursor.seen`): they
+    no longer count against MAX_VERSIONS, and that pass is a `feed` pass (it listed too)."""
+    ids = await synced(h, {"/a.md": "A"})
+    h.fake.add_many((f"/burst/m{i:03d}.md", f"{i}\n") for i in range(300))
+    result = await h.sync_once()
+    assert result.kind == "full" and result.pulled == 300
+    h.fake.edit(ids["/a.md"], content="A2")
+    h.fake.requests.clear()
+    result = await h.sync_once()
+    assert result.kind == "feed" and result.pulled == 1 and h.read("/a.md") == "A2"
+    assert {s.op for s in h.fake.requests} == {"versions"}
+    h.fake.edit(ids["/a.md"], content="A3")
+    result = await h.sync_once()
+    assert result.kind == "feed" and result.pulled == 1 and h.read("/a.md") == "A3"
+
+
+async def test_a_store_taking_more_than_max_versions_per_overlap_is_followed_by_the_feed(
+    h: Harness,
+) -> None:
+    """Another writer changes 120 memories every 1.1 s (~110 versions a second): each
+    feed pass reads the last two rounds again (240 versions inside `feed.OVERLAP`) with
+    the new one. Counted, they made every pass list the whole store; the 200 the cursor
+    keeps as seen are not counted now (the other 40 are, as new), so every pass is a
+    `feed` pass and pulls the round. Versions are stamped on a made-up clock: round k at
+    t0 + 1.1 k s."""
+    n = 120
+    t0 = datetime.now(UTC) - timedelta(seconds=100)
+    fresh = _stamp(t0 + timedelta(seconds=50))  # every version made since is after this
+    h.fake.add_many((f"/m{i:03d}.md", "0\n") for i in range(n))
+    _restamp_since(h, fresh, _stamp(t0))
+    await h.start()
+    await h.sync.fetcher.fetch_all_missing()
+    mids = [h.fake.id_of(f"/m{i:03d}.md") for i in range(n)]
+    for k in range(1, 6):
+        for mid in mids:
+            h.fake.edit(mid, content=f"{k}\n")
+        _restamp_since(h, fresh, _stamp(t0 + timedelta(seconds=1.1 * k)))
+        h.fake.requests.clear()
+        result = await h.sync_once()
+        assert (result.kind, result.pulled) == ("feed", n), k
+        assert {s.op for s in h.fake.requests} == {"versions"}
+        assert h.read("/m007.md") == f"{k}\n"
+        assert h.sync._cursor is not None
+        assert len(h.sync._cursor.seen) == memfs.sync.feed.MAX_SEEN
+
+
+async def test_the_overlap_read_again_brings_nothing_to_apply(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The feed re-reads `feed.OVERLAP` before the cursor; the versions there it has seen
+    applied (`Cursor.seen`) are passed over: not in `Feed.newest` (nothing to plan), no
+    content carried, not counted (`Feed.news`). A pass that finds nothing new brings
+    nothing to the fetcher."""
+    ids = await synced(h, {"/a.md": "A", "/b.md": "B", "/c.md": "C"})
+    start = h.sync._cursor
+    # the start's listing: the three creates, inside the overlap, are seen
+    assert start is not None and len(start.seen) == 3
+    read = memfs.sync.feed.read_feed
+    h.fake.edit(ids["/a.md"], content="A2")
+    h.fake.remove(ids["/b.md"])
+    first = await read(h.client, h.fake.store_id, start)
+    assert first.complete and (first.versions, first.news) == (5, 2)
+    assert set(first.newest) == {ids["/a.md"], ids["/b.md"]}
+    assert [(f.memory.path, f.content) for f in first.contents] == [("/a.md", "A2")]
+    assert len(first.cursor.seen) == 5
+    again = await read(h.client, h.fake.store_id, first.cursor)
+    assert again.complete and (again.versions, again.news) == (5, 0)
+    assert again.newest == {} and again.contents == [] and again.cursor == first.cursor
+    h.fake.edit(ids["/c.md"], content="C2")
+    third = await read(h.client, h.fake.store_id, again.cursor)
+    assert (third.versions, third.news) == (6, 1) and set(third.newest) == {ids["/c.md"]}
+
+    # The engine: a feed pass after the one that applied them fetches and plans nothing.
+    await h.sync_once()
+    assert h.local_files() == {"/a.md": "A2", "/c.md": "C2"}
+    stored: list[str] = []
+    monkeypatch.setattr(h.sync.fetcher, "store", lambda full: stored.append(full.memory.id))
+    h.fake.requests.clear()
+    result = await h.sync.run_pass(kind="feed")
+    assert (result.kind, result.pulled, result.pushed) == ("feed", 0, 0)
+    assert [s.op for s in h.fake.requests] == ["versions"] and stored == []
+
+
+async def test_an_unseen_older_version_is_not_the_state_of_a_memory_whose_newest_is_seen(
+    h: Harness,
+) -> None:
+    """Newest first, the feed takes the first version of a memory it reads as the
+    memory's state. When that version is one the cursor has seen applied, the memory is
+    as this mount has it, and an older version of it further down the list (one the
+    cursor does not name: it kept only the newest `MAX_SEEN`, or it was committed late)
+    is not its state either: landing it would put back old content."""
+    ids = await synced(h, {"/a.md": "A1", "/b.md": "B1"})
+    cursor = await _fed(h, ids, "/a.md", "A2")
+    # A cursor that kept only the newest version of its window: A2 (A1 is before it).
+    h.sync._cursor = memfs.sync.feed.Cursor(cursor.at, cursor.head, (cursor.head,))
+    h.fake.edit(ids["/b.md"], content="B2")
+    result = await h.sync_once()
+    assert result.kind == "feed" and result.pulled == 1
+    assert h.local_files() == {"/a.md": "A2", "/b.md": "B2"}
+    assert h.fake.by_path() == {"/a.md": "A2", "/b.md": "B2"}
+
+
+def test_a_cursor_kept_before_it_had_seen_ids_still_loads() -> None:
+    """The journal's cursor (meta `feed_cursor`) as memfs kept it before `Cursor.seen`:
+    it loads, with nothing seen (the feed counts and applies the whole window again, as
+    it did). `seen` round-trips, an unreadable one is dropped, a long one is cut."""
+    cursor = memfs.sync.feed.Cursor
+    at = "2026-01-02T03:04:05.678901Z"
+    old = json.dumps({"at": at, "head": "memver_a"})
+    assert cursor.loads(old) == cursor(at, "memver_a", ())
+    kept = cursor(at, "memver_b", ("memver_b", "memver_a"))
+    assert cursor.loads(kept.dumps()) == kept
+    assert cursor.loads(cursor(at, "memver_a").dumps()) == cursor(at, "memver_a")
+    for garbage in ([1, 2], "memver_a", None, {"x": 1}):
+        assert cursor.loads(json.dumps({"at": at, "head": "h", "seen": garbage})) == cursor(at, "h")
+    many = json.dumps({"at": at, "head": "h", "seen": [f"memver_{i}" for i in range(999)]})
+    loaded = cursor.loads(many)
+    assert loaded is not None and len(loaded.seen) == memfs.sync.feed.MAX_SEEN
+    assert cursor.loads('{"at": 1, "head": "h"}') is None and cursor.loads("{}") is None
 
 
 async def test_a_cursor_older_than_the_store_keeps_versions_lists_the_store(h: Harness) -> None:
@@ -1753,13 +1898,17 @@ async def test_the_echo_of_an_own_upload_moves_the_cursor_without_a_feed_read(
             await trio.sleep(5)  # the start's pass; the watch is open
             assert h.sync.listener.mode == "watch"
             reads = len(h.fake.ops("versions"))
+            own: list[str | None] = []
             for n in range(3):
                 node = h.write("/log.md", f"start\nline {n}\n", keep_open=True)
                 h.state.closed(node, writing=True)
                 await trio.sleep(2 + ECHO_DEFER)
                 assert h.fake.by_path()["/log.md"] == f"start\nline {n}\n"
                 assert h.sync._cursor is not None
-                assert h.sync._cursor.head == h.fake.db.head(h.fake.store_id)
+                own.append(h.fake.db.head(h.fake.store_id))
+                assert h.sync._cursor.head == own[-1]
+                # our versions are applied: the next feed read passes over them
+                assert set(own) <= set(h.sync._cursor.seen)
             assert len(h.fake.ops("versions")) == reads  # no feed read, no probe
             assert len(h.fake.writes()) == 3
             # Another writer's change arrives by the feed at once, as before.
