@@ -46,7 +46,8 @@ def start_server(db: Path, logfile: Path, *extra_args: str) -> ServerProcess:
 
 
 class MemfsMount(MountProcess):
-    """`memfs mount STORE MNT` in the foreground, with the harness's interval and timeouts."""
+    """`memfs mount STORE MNT` in the foreground, with the harness's interval and timeouts
+    (at `info` log level unless told: debug logging costs throughput)."""
 
     poll_interval = 0.002  # readiness is timed: look for the ready line often
 
@@ -61,6 +62,7 @@ class MemfsMount(MountProcess):
         interval: float = 15.0,
         flush_timeout: float = 120.0,
         extra: tuple[str, ...] = (),
+        log_level: str = "info",
     ) -> None:
         args = [
             "mount",
@@ -74,7 +76,7 @@ class MemfsMount(MountProcess):
             str(flush_timeout),
             *extra,
         ]
-        super().__init__(args, mnt, url=url, log_path=logfile, log_level="info")
+        super().__init__(args, mnt, url=url, log_path=logfile, log_level=log_level)
         self._real = os.path.realpath(mnt)  # now: later it would stat the mount
 
     def start(self, timeout: float = 180) -> MemfsMount:
