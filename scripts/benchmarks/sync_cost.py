@@ -15,6 +15,7 @@ counting proxy of its own (`proxy.CountingProxy`). Measured at each size:
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ TITLE = "Sync cost by store size"
 SIZES = (100, 1_000, 10_000)
 QUICK_SIZES = (100, 1_000)
 APPEND_EVERY = 2.0
+ONE_WRITES = 5  # single writes measured at each size: requests at most, CPU the median
 REF_INTERVAL = 15.0  # the SDK's DEFAULT_MEMORY_SYNC_INTERVAL
 
 
@@ -81,23 +83,36 @@ def _size(d: Path, n: int, minute: float) -> dict[str, Any]:
             f.write("warm-up\n")
         _wait(lambda: _has(fb, "warm-up"), "b sees the warm-up line", 60)
         time.sleep(ECHO_DEFER + OVERLAP + 1.5)  # whatever that owed has run
-        # One local write: the writer's and the reader's cost.
-        marks = [p.mark() for p in proxies]
-        cpu = _cpu_ms(mounts)
-        with open(fa, "a") as f:
-            f.write("one line\n")
-        seen = _wait(lambda: _has(fb, "one line"), "b sees the line", 30)
-        time.sleep(ECHO_DEFER + 1.5)  # a feed pass the writer might owe
-        spent_cpu = [c1 - c0 for c0, c1 in zip(cpu, _cpu_ms(mounts), strict=True)]
-        passes = [m.status()["last_pass"] for m in mounts]  # A's push, B's feed pass
+        # One local write, ONE_WRITES times: the writer's and the reader's cost.
+        trials = []
+        for k in range(ONE_WRITES):
+            marks = [p.mark() for p in proxies]
+            cpu = _cpu_ms(mounts)
+            with open(fa, "a") as f:
+                f.write(f"one line {k}\n")
+            seen = _wait(lambda k=k: _has(fb, f"one line {k}\n"), "b sees the line", 30)
+            time.sleep(ECHO_DEFER + 1.5)  # a feed pass the writer might owe
+            spent_cpu = [c1 - c0 for c0, c1 in zip(cpu, _cpu_ms(mounts), strict=True)]
+            passes = [m.status()["last_pass"] for m in mounts]  # A's push, B's feed pass
+            trials.append(
+                {
+                    "writer_pass": {k: passes[0][k] for k in ("kind", "cpu_ms", "duration_s")},
+                    "reader_pass": {k: passes[1][k] for k in ("kind", "cpu_ms", "duration_s")},
+                    "seen_s": seen,
+                    "writer": proxies[0].since(marks[0]),
+                    "reader": proxies[1].since(marks[1]),
+                    "writer_cpu_ms": spent_cpu[0],
+                    "reader_cpu_ms": spent_cpu[1],
+                }
+            )
         one = {
-            "writer_pass": {k: passes[0][k] for k in ("kind", "cpu_ms", "duration_s")},
-            "reader_pass": {k: passes[1][k] for k in ("kind", "cpu_ms", "duration_s")},
-            "seen_s": seen,
-            "writer": proxies[0].since(marks[0]),
-            "reader": proxies[1].since(marks[1]),
-            "writer_cpu_ms": spent_cpu[0],
-            "reader_cpu_ms": spent_cpu[1],
+            "trials": trials,
+            # Requests: the most any trial took (a count, not a typical value).
+            "writer_requests": max(t["writer"]["requests"] for t in trials),
+            "reader_requests": max(t["reader"]["requests"] for t in trials),
+            "writer_pass_cpu_ms": statistics.median(t["writer_pass"]["cpu_ms"] for t in trials),
+            "reader_pass_cpu_ms": statistics.median(t["reader_pass"]["cpu_ms"] for t in trials),
+            "seen_s": statistics.median(t["seen_s"] for t in trials),
         }
         # The two-mount minute.
         marks = [p.mark() for p in proxies]
@@ -168,9 +183,10 @@ def run(quick: bool) -> Section:
         )
     lines = [
         f"Two default mounts of one store (push soon, the watch), each behind a counting "
-        f"proxy. *One local write*: mount A appends a line; requests until B has it (and a "
-        f"feed pass A might owe ran), and the daemon CPU of A's push pass and of B's feed "
-        f"pass (`last_pass.cpu_ms`). *CPU ms/change*: each daemon's whole CPU (user + "
+        f"proxy. *One local write* ({ONE_WRITES} times): mount A appends a line; requests "
+        f"until B has it (and a feed pass A might owe ran), the most any of them took; "
+        f"the daemon CPU of A's push pass and of B's feed pass (`last_pass.cpu_ms`), the "
+        f"median. *CPU ms/change*: each daemon's whole CPU (user + "
         f"system, FUSE requests of the appends included) over the minute, per append. "
         f"*Minute*: A appends a line every "
         f"{APPEND_EVERY:g} s for {minute:g} s; requests per minute at each proxy, and how "
@@ -186,8 +202,8 @@ def run(quick: bool) -> Section:
     for n, r in results.items():
         one = r["one"]
         lines.append(
-            f"| {n:,} | {one['writer']['requests']} | {one['writer_pass']['cpu_ms']:.1f} "
-            f"| {one['reader']['requests']} | {one['reader_pass']['cpu_ms']:.1f} "
+            f"| {n:,} | {one['writer_requests']} | {one['writer_pass_cpu_ms']:.1f} "
+            f"| {one['reader_requests']} | {one['reader_pass_cpu_ms']:.1f} "
             f"| {one['seen_s']:.2f} "
             f"| {r['writer_per_min']:.0f} | {r['reader_per_min']:.0f} "
             f"| {r['writer_cpu_ms_per_change']:.1f} | {r['reader_cpu_ms_per_change']:.1f} "
@@ -195,9 +211,7 @@ def run(quick: bool) -> Section:
             f"| {r['ref_per_pass']} | {r['ref_per_min']:.0f} |"
         )
     biggest = results[max(results)]
-    flat = [
-        r["one"]["writer"]["requests"] + r["one"]["reader"]["requests"] for r in results.values()
-    ]
+    flat = [r["one"]["writer_requests"] + r["one"]["reader_requests"] for r in results.values()]
     targets = [
         target(
             "requests per change flat in the store's size",
@@ -208,23 +222,23 @@ def run(quick: bool) -> Section:
             "requests per local change <= 2 (the writer's), per remote change <= 2 (the "
             "reader's), at every size",
             " / ".join(
-                f"{r['one']['writer']['requests']}+{r['one']['reader']['requests']}"
+                f"{r['one']['writer_requests']}+{r['one']['reader_requests']}"
                 for r in results.values()
             ),
             all(
-                r["one"]["writer"]["requests"] <= 2 and r["one"]["reader"]["requests"] <= 2
+                r["one"]["writer_requests"] <= 2 and r["one"]["reader_requests"] <= 2
                 for r in results.values()
             ),
         ),
         target(
-            "a pass costs <= 10 ms of daemon CPU at every size (the writer's push pass / "
-            "the reader's feed pass, `last_pass.cpu_ms`)",
+            "a pass costs <= 10 ms of daemon CPU at every size (the writer's push pass + "
+            f"the reader's feed pass, `last_pass.cpu_ms`, median of {ONE_WRITES})",
             " / ".join(
-                f"{r['one']['writer_pass']['cpu_ms']:.1f}+{r['one']['reader_pass']['cpu_ms']:.1f}"
+                f"{r['one']['writer_pass_cpu_ms']:.1f}+{r['one']['reader_pass_cpu_ms']:.1f}"
                 for r in results.values()
             ),
             all(
-                max(r["one"]["writer_pass"]["cpu_ms"], r["one"]["reader_pass"]["cpu_ms"]) <= 10
+                max(r["one"]["writer_pass_cpu_ms"], r["one"]["reader_pass_cpu_ms"]) <= 10
                 for r in results.values()
             ),
         ),
