@@ -47,6 +47,26 @@ def _api_writer(api: Api, sid: str, mid: str, stop: threading.Event, every: floa
     return n
 
 
+def _api_edit(api: Api, sid: str, mid: str, edit: Callable[[str], str]) -> None:
+    """One edit through the API as a careful client makes it: on the content it read
+    (a precondition), read again when another writer came first. Without one, a
+    mount's push landing between the read and the write is overwritten: a loss the
+    test would blame on memfs (a clean-clone run lost 5 lines so)."""
+    for _ in range(50):
+        current = api.get_memory(sid, mid)["content"]
+        try:
+            api.update_memory(
+                sid,
+                mid,
+                content=edit(current),
+                precondition={"type": "content_sha256", "content_sha256": _sha(current)},
+            )
+            return
+        except Exception:
+            time.sleep(0.05)  # a mount pushed first: read again
+    raise AssertionError("the API edit never won its precondition")
+
+
 def _sha(text: str) -> str:
     import hashlib
 
@@ -263,8 +283,7 @@ def test_four_appending_mounts_and_one_api_write_lose_no_line_to_a_copy(
     for w in writers:
         w.start()
     time.sleep(4)
-    current = api.get_memory(sid, mid)["content"]
-    api.update_memory(sid, mid, content=current.replace("top\n", "top (edited by the API)\n"))
+    _api_edit(api, sid, mid, lambda text: text.replace("top\n", "top (edited by the API)\n"))
     time.sleep(4)
     stop.set()
     for w in writers:
