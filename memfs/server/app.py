@@ -468,7 +468,10 @@ class Handlers:
             newer = await self._read(self.db.newer, store_id, after, WATCH_NEWER)
             if newer:
                 answer["head"] = newer[0][0]
-                answer["newer"] = [{"id": i, "created_at": at} for i, at in newer]
+                answer["newer"] = [
+                    {"id": i, "created_at": at, "memory_id": mid, "operation": op}
+                    for i, at, mid, op in newer
+                ]
         return _ok(answer)
 
     async def _wait(

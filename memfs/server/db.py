@@ -171,10 +171,13 @@ class Storage:
             ).fetchone()
         return None if row is None else str(row[0])
 
-    def newer(self, store_id: str, after: str, limit: int) -> list[tuple[str, str]] | None:
+    def newer(
+        self, store_id: str, after: str, limit: int
+    ) -> list[tuple[str, str, str, str]] | None:
         """The versions after `after` in the store's order, newest first, as (id,
-        created_at): what a watch's answer names (docs/server.md, "The watch"). None if
-        `after` is not a version of this store or more than `limit` came after it."""
+        created_at, memory_id, operation): what a watch's answer names (docs/server.md,
+        "The watch"). None if `after` is not a version of this store or more than
+        `limit` came after it."""
         with self._read() as conn:
             key = conn.execute(
                 "SELECT created_at, seq FROM versions WHERE store_id = ? AND id = ?",
@@ -183,13 +186,13 @@ class Storage:
             if key is None:
                 return None
             rows = conn.execute(
-                "SELECT id, created_at FROM versions WHERE store_id = ? "
+                "SELECT id, created_at, memory_id, operation FROM versions WHERE store_id = ? "
                 "AND (created_at, seq) > (?, ?) ORDER BY created_at DESC, seq DESC LIMIT ?",
                 (store_id, key[0], key[1], limit + 1),
             ).fetchall()
         if len(rows) > limit:
             return None
-        return [(str(r[0]), str(r[1])) for r in rows]
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def _stamp(self, conn: Conn, store_id: str) -> str:
         """The next version time of a (locked) store: now, or just after its last one.

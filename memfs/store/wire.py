@@ -123,6 +123,9 @@ class WatchAnswer:
 
     head: str | None
     newer: tuple[tuple[str, str], ...] | None = None
+    # Of `newer`, the deletes: (version id, memory id). A delete's answer names no
+    # version, so a mount knows its own deletes' echoes by the memory.
+    deletes: tuple[tuple[str, str], ...] = ()
 
 
 # --------------------------------------------------------------------------- parsing
@@ -277,7 +280,14 @@ def _parse_head(data: Any) -> WatchAnswer:
             newer = tuple((str(i), str(at)) for i, at in items)
         if newer is not None and newer[0][0] != head:
             newer = None
-    return WatchAnswer(head, newer)
+    if newer is None or not isinstance(raw, list):
+        return WatchAnswer(head)
+    deletes = tuple(
+        (str(v["id"]), str(v["memory_id"]))
+        for v in raw
+        if v.get("operation") == "deleted" and isinstance(v.get("memory_id"), str)
+    )
+    return WatchAnswer(head, newer, deletes)
 
 
 def _page(data: Any) -> tuple[list[Any], str | None]:

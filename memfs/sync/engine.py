@@ -222,6 +222,7 @@ class StoreSync:
             use_watch=watch,
         )
         self.pusher.written = self.listener.wrote
+        self.pusher.deleted = self.listener.deleted
         self.last_pass: PassResult | None = None
         self.next_pass_at: float | None = None
         self.offline = False  # the last pass could not reach the store (or none yet)
@@ -287,7 +288,7 @@ class StoreSync:
         once), or the echo of this mount's own upload. An echo the watch shows whole
         moves the cursor at no cost (`_echo_only`); any other owes a feed pass later
         (`schedule.ECHO_DEFER`: another writer's version may hide behind ours)."""
-        own = head is not None and self.listener.is_own(head)
+        own = head is not None and self.listener.is_own(head, moved)
         if own and self._echo_only(moved):
             return
         self.scheduler.heard(trio.current_time(), own=own)
@@ -310,7 +311,7 @@ class StoreSync:
             return False
         if moved.after != cursor.head or self._pass_lock.locked() or self._left_over_pulls:
             return False
-        if not self.listener.all_own(v for v, _ in moved.newer):
+        if not self.listener.all_own(moved):
             return False
         self._advance(echoed_cursor(cursor, moved.newer))
         return True

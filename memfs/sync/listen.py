@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,6 +56,11 @@ class Moved:
 
     after: str | None
     newer: tuple[tuple[str, str], ...] | None
+    deletes: tuple[tuple[str, str], ...] = ()  # of `newer`: (version id, memory id)
+
+    def own_delete(self, version_id: str, deleted: Callable[[str], bool]) -> bool:
+        """`version_id` is a delete of a memory `deleted` says this mount deleted."""
+        return any(v == version_id and deleted(m) for v, m in self.deletes)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,9 @@ class Listener:
         # Versions this mount's own uploads made (`wrote`), newest last, bounded: the
         # watch answering with one of them is the echo of our own push.
         self._own: LRUCache[str, None] = LRUCache(maxsize=OWN_VERSIONS)
+        # Memories this mount's own deletes removed (`deleted`): a delete's answer names
+        # no version, so its echo is known by the memory the watch names.
+        self._own_deletes: LRUCache[str, None] = LRUCache(maxsize=OWN_VERSIONS)
         self._echoes = 0
 
     def statistics(self) -> ListenStatistics:
@@ -127,17 +135,29 @@ class Listener:
         """An upload of this mount made `version_id` (`Pusher._pushed`)."""
         self._own[version_id] = None
 
-    def is_own(self, version_id: str) -> bool:
-        """`version_id` is a version this mount's own upload made: the watch answering
-        with it is the echo of our own push."""
-        if version_id not in self._own:
+    def deleted(self, memory_id: str) -> None:
+        """A delete of this mount removed `memory_id` (`Pusher._push_delete`)."""
+        self._own_deletes[memory_id] = None
+
+    def _deleted_here(self, memory_id: str) -> bool:
+        return memory_id in self._own_deletes
+
+    def is_own(self, version_id: str, moved: Moved | None = None) -> bool:
+        """`version_id` is a version this mount's own upload or delete made (a delete
+        known by the memory `moved` names): the watch answering with it is the echo of
+        our own push."""
+        if version_id not in self._own and (
+            moved is None or not moved.own_delete(version_id, self._deleted_here)
+        ):
             return False
         self._echoes += 1
         return True
 
-    def all_own(self, version_ids: Iterable[str]) -> bool:
-        """Every one of `version_ids` is a version this mount's own upload made."""
-        return all(v in self._own for v in version_ids)
+    def all_own(self, moved: Moved) -> bool:
+        """Every version `moved` names is one this mount's own upload or delete made."""
+        return moved.newer is not None and all(
+            v in self._own or moved.own_delete(v, self._deleted_here) for v, _ in moved.newer
+        )
 
     def heard(self, head: str | None) -> None:
         """A pass reached the store and read its newest version id ("" if unknown)."""
@@ -241,7 +261,7 @@ class Listener:
                 # read the feed. Both tell an echo from news.
                 with trio.move_on_after(UPLOAD_WAIT):
                     await self._uploads_done()
-                self._wake_pass(answer.head, Moved(head, answer.newer))
+                self._wake_pass(answer.head, Moved(head, answer.newer, answer.deletes))
                 head = answer.head
 
     def _wake_pass(self, head: str | None, moved: Moved | None = None) -> None:

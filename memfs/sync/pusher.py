@@ -83,6 +83,7 @@ class Pusher:
         self.deletes_held = 0  # > 0: flushes in progress that send no deletes
         # Told of every version an accepted upload made (the listener knows its echo).
         self.written: Callable[[str], None] = lambda _version_id: None
+        self.deleted: Callable[[str], None] = lambda _memory_id: None  # a delete it sent
         self._log_only_said: set[str] = set()
         self._renames_to_retry: list[Node] = []  # stepped aside this pass (_step_aside)
         self._held = Repeated(  # once per file until it is pushed (`_pushed`)
@@ -242,6 +243,7 @@ class Pusher:
                 cause = (tomb.base_path, type(e), e.status)
                 self._delete_failed.warning(cause, self.store_id, tomb.base_path, e)
                 return
+        self.deleted(memory_id)
         if self.state.tombstones.get(memory_id) is tomb:
             self.state.drop_tombstone(tomb)
             result.deleted += 1

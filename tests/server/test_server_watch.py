@@ -160,7 +160,9 @@ def test_an_answer_names_the_versions_after_the_head_it_waited_on(
         ).json()["data"]
         body = watch(api, sid, old, 5).json()
         assert body["head"] == listed[0]["id"]
-        assert body["newer"] == [{"id": v["id"], "created_at": v["created_at"]} for v in listed]
+        assert body["newer"] == [
+            {k: v[k] for k in ("id", "created_at", "memory_id", "operation")} for v in listed
+        ]
         assert "newer" not in watch(api, sid, "memver_unknown", 0).json()
         assert "newer" not in watch(api, sid, None, 0).json()
         now = head_of(api, sid)

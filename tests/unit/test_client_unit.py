@@ -877,3 +877,17 @@ async def test_the_watch_names_what_came_after_only_when_it_makes_sense(
     assert answer.head == "memver_3"
     expected = (("memver_3", "t3"), ("memver_2", "t2")) if used else None
     assert answer.newer == expected
+
+
+async def test_the_watch_names_its_deletes_by_memory() -> None:
+    """A delete's own answer names no version: the watch's deletes, by memory, let a
+    mount know the echo of its own delete."""
+    newer = [
+        {"id": "memver_3", "created_at": "t3", "memory_id": "mem_a", "operation": "deleted"},
+        {"id": "memver_2", "created_at": "t2", "memory_id": "mem_b", "operation": "modified"},
+        {"id": "memver_1", "created_at": "t1", "memory_id": 5, "operation": "deleted"},
+    ]
+    body = {"head": "memver_3", "newer": newer}
+    client = client_for(Recorder(httpx.Response(200, json=body)))
+    answer = await client.watch(STORE, after="memver_0", seconds=25)
+    assert answer.deletes == (("memver_3", "mem_a"),)

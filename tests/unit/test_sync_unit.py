@@ -1978,3 +1978,32 @@ async def test_a_lost_race_waits_while_its_file_is_being_rewritten(h: Harness) -
         await h.sync_once()
     assert h.fake.by_path()["/n.md"] == "ONE\ntwo\nsaved 0\nsaved 1\n"
     assert h.read("/n.md") == "ONE\ntwo\nsaved 0\nsaved 1\n"
+
+
+async def test_the_echo_of_an_own_delete_moves_the_cursor_without_a_feed_read(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, trio_clock_time: None
+) -> None:
+    """A delete's answer names no version, so its echo looked like another writer's
+    change: every local delete cost a feed read 1 s later (3 requests, and a pass that
+    took the next slot of push soon). The watch names each version's memory and
+    operation; a delete of a memory this mount deleted is its own echo."""
+    h = Harness(tmp_path, interval=15.0)
+    try:
+        await synced(h, {"/a.md": "a\n", "/b.md": "b\n", "/c.md": "c\n"})
+        async with running(h):
+            await trio.sleep(5)
+            assert h.sync.listener.mode == "watch"
+            reads = len(h.fake.ops("versions"))
+            h.unlink("/a.md")
+            await trio.sleep(2 + ECHO_DEFER)
+            assert "/a.md" not in h.fake.by_path()
+            node = h.write("/b.md", "b2\n", keep_open=True)
+            h.state.closed(node, writing=True)
+            h.unlink("/c.md")  # an update and a delete in one push: both echoes ours
+            await trio.sleep(2 + ECHO_DEFER)
+            assert h.fake.by_path() == {"/b.md": "b2\n"}
+            assert len(h.fake.ops("versions")) == reads
+            assert h.sync._cursor is not None
+            assert h.sync._cursor.head == h.fake.db.head(h.fake.store_id)
+    finally:
+        await h.aclose()
