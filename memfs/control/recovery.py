@@ -269,6 +269,13 @@ def _option_flags(args: Any) -> list[str]:
         cmd.append("--no-watch")
     if getattr(args, "log_file", None):
         cmd += ["--log-file", os.path.abspath(args.log_file)]
-    if getattr(args, "log_format", "text") != "text":
-        cmd += ["--log-format", args.log_format]
+    for name, default in (
+        ("log_format", "text"),
+        ("log_level", "info"),
+        ("cache_max_size", None),
+        ("metrics_addr", None),
+    ):
+        value = getattr(args, name, default)
+        if value != default:
+            cmd += ["--" + name.replace("_", "-"), str(value)]
     return cmd
