@@ -146,17 +146,18 @@ class Listener:
         """`version_id` is a version this mount's own upload or delete made (a delete
         known by the memory `moved` names): the watch answering with it is the echo of
         our own push."""
-        if version_id not in self._own and (
-            moved is None or not moved.own_delete(version_id, self._deleted_here)
-        ):
+        if not self._made_here(version_id, moved):
             return False
         self._echoes += 1
         return True
 
     def all_own(self, moved: Moved) -> bool:
         """Every version `moved` names is one this mount's own upload or delete made."""
-        return moved.newer is not None and all(
-            v in self._own or moved.own_delete(v, self._deleted_here) for v, _ in moved.newer
+        return moved.newer is not None and all(self._made_here(v, moved) for v, _ in moved.newer)
+
+    def _made_here(self, version_id: str, moved: Moved | None) -> bool:
+        return version_id in self._own or (
+            moved is not None and moved.own_delete(version_id, self._deleted_here)
         )
 
     def heard(self, head: str | None) -> None:

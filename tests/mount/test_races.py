@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,6 +66,13 @@ def _api_edit(api: Api, sid: str, mid: str, edit: Callable[[str], str]) -> None:
         except Exception:
             time.sleep(0.05)  # a mount pushed first: read again
     raise AssertionError("the API edit never won its precondition")
+
+
+def _versions_since(api: Api, sid: str, t0: float) -> list[dict[str, Any]]:
+    """The store's versions made since `t0` (time.time()), of the newest 100."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0))
+    page = api.request("GET", f"/v1/memory_stores/{sid}/memory_versions", params={"limit": 100})
+    return [v for v in page.json()["data"] if v["created_at"] >= since]
 
 
 def _sha(text: str) -> str:
@@ -295,13 +303,7 @@ def test_four_appending_mounts_and_one_api_write_lose_no_line_to_a_copy(
     lost = [line for line in acked if line not in final]
     assert lost == [], f"{len(lost)} of {len(acked)} lines not in the store"
     assert "top (edited by the API)\n" in final
-    versions = [
-        v
-        for v in api.request(
-            "GET", f"/v1/memory_stores/{sid}/memory_versions", params={"limit": 100}
-        ).json()["data"]
-        if v["created_at"] >= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0))
-    ]
+    versions = _versions_since(api, sid, t0)
     # Four writers pushing at most once a second each, plus the API's write.
     assert len(versions) <= 4 * (time.time() - t0 + 2) + 1
 
@@ -411,13 +413,7 @@ def test_four_appending_mounts_and_one_killed_and_recovered_lose_no_line_to_a_co
         in_copies = [line for line in lost if line in copied]
         assert in_copies == [], f"{len(in_copies)} of {len(acked)} lines only in a copy"
         assert lost == [], f"{len(lost)} of {len(acked)} lines not in the store"
-        versions = [
-            v
-            for v in api.request(
-                "GET", f"/v1/memory_stores/{sid}/memory_versions", params={"limit": 100}
-            ).json()["data"]
-            if v["created_at"] >= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0))
-        ]
+        versions = _versions_since(api, sid, t0)
         # Four writers pushing at most once a second each, plus the recovery's push of
         # what the journal held.
         assert len(versions) <= 4 * (time.time() - t0 + 2) + 1
