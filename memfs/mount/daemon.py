@@ -51,6 +51,7 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.mount import answers, overmount
+from memfs.mount.closewatch import CloseWatch
 from memfs.mount.display import Display
 from memfs.mount.fs import MemFs
 from memfs.mount.notifier import KernelNotifier
@@ -455,6 +456,11 @@ class Daemon:
                         await trio.sleep_forever()
 
             nursery.start_soon(run_syncs)
+            # Appends memfs moved to its own end: the kernel drops what it guessed.
+            ops.stale_inode = lambda ino: nursery.start_soon(self.notifier.invalidate_inodes, [ino])
+            if ops.write_flags:  # zero-message opens asked on a writable mount
+                ops.close_watch = CloseWatch(mountpoint, ops.writer_closed)
+                ops.tree.closes_seen = await nursery.start(ops.close_watch.run)
             await nursery.start(control.serve)
             await nursery.start(self._watch_signals, signals)
             if ready is not None:

@@ -29,6 +29,7 @@ from memfs import metrics
 from memfs.audit import Trail, command_name
 from memfs.errors import FsError
 from memfs.logs import Repeated
+from memfs.mount.closewatch import CloseWatch, CloseWatchStatistics
 from memfs.paths import (
     MAX_CONTENT_BYTES,
     MAX_MEMORIES_PER_STORE,
@@ -205,6 +206,19 @@ class MemFs(pyfuse3.Operations):
         self.zero_message_writes = zero_message_writes
         self.pass_inode_without_fh = (read_only_vfs or zero_message_writes) and ZERO_MESSAGE_OPENS
         self.write_context = self.pass_inode_without_fh  # `write` names its writer
+        # ... and gets the WRITE's file flags: O_APPEND without an OPEN (the patched
+        # pyfuse3 hands over libfuse's fi->flags, which the kernel fills at each WRITE).
+        self.write_flags = self.pass_inode_without_fh and not read_only_vfs
+        # The kernel keeps a file's pages when a GETATTR shows a new mtime (patched
+        # pyfuse3 clears FUSE_CAP_AUTO_INVAL_DATA): memfs invalidates every change the
+        # kernel did not make itself (a pull, a merge, an append it moved), so `cat`,
+        # `echo >>`, `cat` reads the file once.
+        self.auto_inval_data = False
+        # Set by the daemon: drop the kernel's pages and attributes of an inode, after
+        # the answer (an O_APPEND write memfs moved to its own end of the file).
+        self.stale_inode: Callable[[int], None] = lambda ino: None
+        # Set by the daemon when it watches writers' closes (memfs/mount/closewatch.py).
+        self.close_watch: CloseWatch | None = None
         # Zero-message writes: the last writer the trail named per inode, and when it
         # last wrote (one "write" line per burst of one process, as per open before).
         # Bounded: an inode dropped from it only costs one more "write" line.
@@ -629,10 +643,15 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def write(
-        self, fh: int, off: int, buf: bytes, ctx: pyfuse3.RequestContext | None = None
+        self,
+        fh: int,
+        off: int,
+        buf: bytes,
+        ctx: pyfuse3.RequestContext | None = None,
+        flags: int | None = None,
     ) -> int:
         if self.files_by_inode:
-            return await self._write_by_inode(self.tree.get(fh), off, buf, ctx)
+            return await self._write_by_inode(self.tree.get(fh), off, buf, ctx, flags)
         handle = self._file(fh)
         node = handle.node
         if not handle.writable:
@@ -646,14 +665,28 @@ class MemFs(pyfuse3.Operations):
         return written
 
     async def _write_by_inode(
-        self, node: Node, off: int, buf: bytes, ctx: pyfuse3.RequestContext | None
+        self,
+        node: Node,
+        off: int,
+        buf: bytes,
+        ctx: pyfuse3.RequestContext | None,
+        flags: int | None,
     ) -> int:
-        """A write with no open behind it: what `open` refused is refused here, O_APPEND
-        came with the kernel's size as `off`, and the trail names the WRITE's sender."""
+        """A write with no open behind it: what `open` refused is refused here, an
+        O_APPEND write (its flags say so) lands at memfs's end of the file, and the
+        trail names the WRITE's sender."""
         if node.kind is Kind.MARKER:
             self._mutable(node)  # EROFS first, as `open` answered
             raise FsError(errno.EPERM, "the marker file is read-only")
+        moved = False
+        if flags is not None and flags & os.O_APPEND:
+            # The kernel wrote at its size, which a pull since its last GETATTR left
+            # stale: the append goes to the end memfs has, and the kernel forgets the
+            # pages and size it guessed.
+            moved, off = off != node.size, node.size
         store, written = await self._store_write(node, off, buf)
+        if moved:
+            self.stale_inode(node.ino)
         if ctx is not None:
             now = time.monotonic()
             last = self._writers.get(node.ino)
@@ -668,6 +701,15 @@ class MemFs(pyfuse3.Operations):
                 )
             self._writers[node.ino] = (ctx.pid, now)
         return written
+
+    def writer_closed(self, ino: int) -> None:
+        """A writer closed the file (the close watch, on a mount with zero-message
+        opens: what RELEASE told): its change settles now, and the next write is a new
+        open's, which the trail names again."""
+        self._writers.pop(ino, None)
+        node = self.tree.nodes.get(ino)
+        if node is not None and node.store is not None and node.kind is Kind.FILE:
+            node.store.writer_closed(node)
 
     async def _store_write(self, node: Node, off: int, buf: bytes) -> tuple[StoreState, int]:
         store = self._mutable(node)
@@ -820,6 +862,7 @@ class MemFs(pyfuse3.Operations):
             ),
             negative_entries=self.tree.negatives.statistics(),
             xattrs=self.xattrs,
+            close_watch=None if self.close_watch is None else self.close_watch.statistics(),
         )
 
     def stores(self) -> list[StoreState]:
@@ -909,6 +952,7 @@ class FuseStatistics:
     pyfuse3: Pyfuse3Statistics
     negative_entries: NegativeStatistics
     xattrs: bool  # False with --no-xattrs: every xattr request answers ENOSYS
+    close_watch: CloseWatchStatistics | None  # zero-message opens on a writable mount
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

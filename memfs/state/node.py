@@ -51,6 +51,7 @@ class Node:
         "base_sha",
         "children",
         "closed_at",
+        "closed_ns",
         "conflict",
         "ctime_ns",
         "data",
@@ -109,6 +110,10 @@ class Node:
         # The last close of a writer while dirty (monotonic): closed since `dirty_since`,
         # the file was written and closed, then opened again (an appender's stream).
         self.closed_at: float | None = None
+        # The last close of a writer (time.time_ns()), on a mount that sees closes but
+        # counts no opens (zero-message opens with a close watch): a write after it is
+        # a write of a new open, and a truncate after it a rewrite still under way.
+        self.closed_ns = 0
         # The last truncate (time.time_ns()): with a writer open, a rewrite may be half
         # done (vim's O_TRUNC, then write), which a pull must not merge (`Lander.busy`).
         self.truncated_ns = 0

@@ -35,6 +35,7 @@ from memfs.state.cache import CacheDir, EntryFields, EntryRow
 from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, check_depth
 from memfs.state.records import SyncRecords
 from memfs.state.tree import Tree
+from memfs.state.utf8 import REFUSED_NOT_UTF8, breaks_utf8
 
 # What a local change was, for when it is pushed (memfs/sync/schedule.py): a write, a
 # new file (its writer's close follows), a writer's close, or a change of the tree.
@@ -333,6 +334,10 @@ class StoreState(SyncRecords):
         if end > limit:
             self.refuse_write(node, f"a write past {limit} bytes was refused (File too large)")
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
+        if not self.is_local_only(node) and breaks_utf8(self.load_for_write(node), offset, buf):
+            # Refused as it is written (docs/reliability.md §3): nothing of it lands.
+            self.refuse_write(node, REFUSED_NOT_UTF8)
+            raise FsError(errno.EILSEQ, "content is not valid UTF-8")
         try:
             if not self._log_change(node, offset, buf):
                 data = bytearray(self.load_for_write(node))
@@ -684,6 +689,14 @@ class StoreState(SyncRecords):
             and node.sha is not None
         ):
             node.data = None  # clean content lives in the object store, not in RAM
+
+    def writer_closed(self, node: Node) -> None:
+        """A writer's close seen by the close watch (no open is counted): a dirty
+        file's change has settled, as at the last writer's RELEASE."""
+        node.closed_ns = time.time_ns()
+        if node.dirty:
+            node.closed_at = time.monotonic()
+            self.on_change(node, "close")
 
     # -- validation of what a handler flushes ---------------------------------------
     def check_utf8(self, node: Node) -> None:

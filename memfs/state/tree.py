@@ -123,6 +123,10 @@ class Tree:
         # sends no OPEN or RELEASE, so `open_writers` stays 0 and a push cannot wait
         # for a writer's close; it waits for a quiet spell instead (Plan.ready_to_push).
         self.writers_tracked = True
+        # True when, without tracked writers, a close watch still reports each writer's
+        # close (memfs/mount/closewatch.py): a push waits for the close after the last
+        # write, as with RELEASE; the quiet spell stays the bound when none comes.
+        self.closes_seen = False
         now = time.time_ns()
         self.root = self.new_node(Kind.DIR, "", None, None, DIR_MODE, now)
         self.root.lookups = 1  # the kernel never forgets the root

@@ -95,16 +95,21 @@ class Lander:
         )
         return True
 
-    @staticmethod
-    def busy(node: Node) -> bool:
+    def busy(self, node: Node) -> bool:
         """A writer has the file open, truncated it in the last `WRITE_QUIET_NS` and its
         change is not pushed: a rewrite may be half done (vim's O_TRUNC, then write), so
         a pull onto it waits (merged at the pass after its close, or once quiet) rather
         than merge with, or lose to the store over, a half-written file. An appender
-        never truncates: it is never busy."""
+        never truncates: it is never busy. Without counted opens (zero-message opens)
+        "open" is "not closed since the truncate" (the close watch), or, with no close
+        seen at all, the quiet spell alone."""
+        if self.state.tree.writers_tracked:
+            open_ = node.open_writers > 0
+        else:
+            open_ = node.closed_ns < node.truncated_ns
         return (
             node.linked
-            and node.open_writers > 0
+            and open_
             and node.dirty
             and time.time_ns() - node.truncated_ns < WRITE_QUIET_NS
         )

@@ -424,6 +424,8 @@ class Planner:
                 return True
         elif asked or time.time_ns() - node.mtime_ns >= WRITE_QUIET_NS:
             return True  # no close to wait for: no write for a while stands in for it
+        elif self.state.tree.closes_seen and node.closed_ns >= node.mtime_ns:
+            return True  # closed since its last write (the close watch)
         # Open for write: wait for the close, but never longer than one more interval;
         # and not past MAX_DEFER for a file closed since it changed and opened again (a
         # stream of appends is open at some pass now and then: it must not miss it).

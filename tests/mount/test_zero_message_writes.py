@@ -2,8 +2,8 @@
 (OPEN and FLUSH answer ENOSYS once), so a warm `cat` or `grep -r` costs no request, and
 every write still lands, is pushed, and is named in the audit trail. What moves or is
 given up (docs/reliability.md, "Zero-message opens") is asserted here too: O_TRUNC
-arrives as SETATTR, O_APPEND takes the kernel's size, and a non-UTF-8 file is refused
-at fsync and at the push instead of at close. On a stock pyfuse3 the flag changes
+arrives as SETATTR, and bytes that only turn out invalid later (written out of order)
+are refused at fsync and at the push, not at close. On a stock pyfuse3 the flag changes
 nothing (one OPEN per open, EILSEQ at close), and these tests check that instead."""
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memfs.state.utf8 import REFUSED_NOT_UTF8
 from tests.support.api import Api
 from tests.support.files import store_contents
 from tests.support.mount import MountProcess, mount_store
@@ -144,31 +146,96 @@ def test_an_append_after_a_pulled_change_lands_after_it(
     assert store_contents(shared_api, str(store["id"]))["/a.md"] == expected
 
 
-def test_non_utf8_is_kept_and_refused_at_fsync_and_at_the_push(
+def test_an_append_on_a_descriptor_opened_before_a_pull_lands_at_the_end(
     zw: MountProcess, shared_api: Api, store: dict[str, Any]
 ) -> None:
+    sid = str(store["id"])
+    root = zw.mountpoint
+    fd = os.open(root / "a.md", os.O_WRONLY | os.O_APPEND)
+    try:
+        a = next(m for m in shared_api.list_memories(sid) if m["path"] == "/a.md")
+        shared_api.update_memory(sid, a["id"], content="alpha, much longer after a remote edit\n")
+        zw.sync()
+        os.write(fd, b"local\n")  # the kernel's size is the old one: memfs moves it
+        expected = "alpha, much longer after a remote edit\nlocal\n"
+        assert os.fstat(fd).st_size == len(expected)  # and the kernel's size follows
+    finally:
+        os.close(fd)
+    assert (root / "a.md").read_text() == expected
+    zw.sync()
+    assert store_contents(shared_api, sid)["/a.md"] == expected
+
+
+def test_a_shell_write_is_pushed_soon_after_its_close(
+    zw: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
+    if not used(zw):
+        pytest.skip("a stock pyfuse3: RELEASE says when a writer closed, as always")
+    sid = str(store["id"])
+    took = []
+    for i in range(3):
+        sh(f"echo closed {i} > soon{i}.md", zw.mountpoint)
+        start = time.monotonic()
+        while store_contents(shared_api, sid).get(f"/soon{i}.md") != f"closed {i}\n":
+            assert time.monotonic() - start < 10, "never pushed"
+            time.sleep(0.02)
+        took.append(time.monotonic() - start)
+    # 0.2 s after the close (push soon), not after the 2 s quiet spell
+    assert sorted(took)[1] < 1.5, took
+    watch = zw.mount_status()["close_watch"]
+    assert watch["active"] and watch["closes"] >= 3 and watch["overflows"] == 0, watch
+
+
+def test_non_utf8_is_refused_at_the_write_and_later_bytes_at_fsync_and_the_push(
+    zw: MountProcess, shared_api: Api, store: dict[str, Any]
+) -> None:
+    sid = str(store["id"])
     f = zw.mountpoint / "bin.md"
     fd = os.open(f, os.O_WRONLY | os.O_CREAT, 0o644)
-    os.write(fd, b"ok\n\xff\xfe\n")
+    os.write(fd, "ok é".encode()[:-1])  # a sequence cut at the end of a write: not yet
+    os.write(fd, "é".encode()[1:] + b"\n")  # ... and finished by the next
+    with pytest.raises(OSError) as info:
+        os.write(fd, b"\xff\xfe\n")  # invalid as written: refused at once
+    assert info.value.errno == errno.EILSEQ
+    os.fsync(fd)  # what landed is valid
+    os.close(fd)
+    assert f.read_bytes() == "ok é\n".encode()  # the refused write changed nothing
+    # ... but what came before it is held back, as after EFBIG: a refused write says
+    # the file is not what its writer meant, until a write or truncate succeeds.
+    zw.memfs("sync", str(zw.mountpoint), check=False)  # exit 1: a file was refused
+    status = zw.mount_status()["stores"][0]
+    assert status["refused_files"] == [{"path": "/bin.md", "why": REFUSED_NOT_UTF8, **PERMANENT}], (
+        status
+    )
+    assert "/bin.md" not in store_contents(shared_api, sid)
+    with f.open("a") as again:
+        again.write("fine\n")
+    zw.sync()
+    assert store_contents(shared_api, sid)["/bin.md"] == "ok é\nfine\n"
+    # Bytes written out of order (a continuation after a hole) are only invalid once
+    # the rest never comes: refused at fsync and at the push, and kept.
+    g = zw.mountpoint / "holes.md"
+    fd = os.open(g, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.pwrite(fd, "é".encode()[1:] + b"\n", 4)
     with pytest.raises(OSError) as info:
         os.fsync(fd)
     assert info.value.errno == errno.EILSEQ
     if used(zw):
-        os.close(fd)  # the trade: no FLUSH, so close cannot refuse
+        os.close(fd)  # no FLUSH: close cannot refuse
     else:
         with pytest.raises(OSError) as info:
             os.close(fd)
         assert info.value.errno == errno.EILSEQ
-    assert f.read_bytes() == b"ok\n\xff\xfe\n"  # nothing lost
+    assert g.read_bytes() == b"\0\0\0\0\xa9\n"  # nothing lost
     zw.memfs("sync", str(zw.mountpoint), check=False)  # exit 1: a file was refused
     status = zw.mount_status()["stores"][0]
     assert status["refused_files"] == [
-        {"path": "/bin.md", "why": "content is not valid UTF-8", **PERMANENT}
+        {"path": "/holes.md", "why": "content is not valid UTF-8", **PERMANENT}
     ], status
-    assert "/bin.md" not in store_contents(shared_api, str(store["id"]))
-    f.write_text("ok now\n")
+    assert "/holes.md" not in store_contents(shared_api, sid)
+    g.write_text("ok now\n")
     zw.sync()
-    assert store_contents(shared_api, str(store["id"]))["/bin.md"] == "ok now\n"
+    assert store_contents(shared_api, sid)["/holes.md"] == "ok now\n"
 
 
 def test_the_trail_names_each_writer(zw: MountProcess) -> None:

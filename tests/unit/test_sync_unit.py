@@ -909,6 +909,35 @@ async def test_without_tracked_writers_a_push_waits_for_a_quiet_spell(tmp_path: 
         await h.aclose()
 
 
+async def test_without_tracked_writers_a_seen_close_settles_a_write(tmp_path: Path) -> None:
+    """Zero-message opens with the close watch: a file closed since its last write is
+    pushed at the next pass, as after a RELEASE; one written again after its close, or
+    never closed, waits for the quiet spell; a pull onto a file truncated and not yet
+    closed waits (`Lander.busy`)."""
+    h = Harness(tmp_path, interval=15.0)
+    h.state.tree.writers_tracked = False
+    h.state.tree.closes_seen = True
+    try:
+        async with running(h):
+            h.write("/closed.md", "done")
+            h.write("/open.md", "still being written")
+            h.state.writer_closed(h.node("/closed.md"))
+            await h.sync_once()
+            assert h.fake.by_path() == {"/closed.md": "done"}
+            h.state.writer_closed(h.node("/open.md"))
+            h.write("/open.md", "written again after the close")
+            await h.sync_once()
+            assert "/open.md" not in h.fake.by_path()
+            node = h.node("/closed.md")
+            h.state.truncate(node, 0)  # vim's O_TRUNC, its write still to come
+            assert h.sync.lander.busy(node)
+            h.state.write(node, 0, b"rewritten")
+            h.state.writer_closed(node)
+            assert not h.sync.lander.busy(node)
+    finally:
+        await h.aclose()
+
+
 async def test_final_pass_does_not_wait_for_open_files(h: Harness) -> None:
     await h.start()
     h.write("/open.md", "at unmount", keep_open=True)

@@ -475,7 +475,7 @@ async def _busy_history(h: Harness) -> None:
     )
     await h.fs.setattr(await h.ino("/trunc.md"), attrs(st_size=3), fields(size=True), None, CTX)
     fi, _ = await h.fs.create(ROOT, b"bin.md", stat.S_IFREG | 0o644, O_WR, CTX)
-    await h.fs.write(fi.fh, 0, b"\xff\xfe binary")
+    await h.fs.write(fi.fh, 2, b"\xa9 binary")  # after a hole: invalid only at close
     await fails(errno.EILSEQ, h.fs.flush(fi.fh))
     await h.fs.release(fi.fh)
     # a sparse write
@@ -720,9 +720,25 @@ async def test_long_and_deep_paths(h: Harness) -> None:
 
 
 # -- EILSEQ -----------------------------------------------------------------------------
-async def test_eilseq_at_close_and_fsync_and_the_file_is_refused(h: Harness) -> None:
+async def test_eilseq_at_write_and_the_file_is_refused(h: Harness) -> None:
     fi, a = await h.fs.create(ROOT, b"bin.md", stat.S_IFREG | 0o644, O_WR, CTX)
-    await h.fs.write(fi.fh, 0, "héllo".encode("latin-1"))
+    await fails(errno.EILSEQ, h.fs.write(fi.fh, 0, "héllo".encode("latin-1")))
+    node = h.node("/bin.md")
+    assert node.size == 0 and node.state_name() == "refused"  # nothing of it landed
+    await h.fs.fsync(fi.fh, False)  # what is there is valid; the hold-back stays
+    await h.fs.flush(fi.fh)
+    await h.fs.release(fi.fh)
+    assert b"UTF-8" in await h.fs.getxattr(a.st_ino, b"user.memfs.refused", CTX)
+    h.reload()
+    assert h.node("/bin.md").state_name() == "refused"
+    await h.write_file("/bin.md", "héllo".encode())  # a write that succeeds lifts it
+    assert h.node("/bin.md").state_name() == "dirty"
+
+
+async def test_eilseq_at_close_and_fsync_for_bytes_written_out_of_order(h: Harness) -> None:
+    fi, a = await h.fs.create(ROOT, b"bin.md", stat.S_IFREG | 0o644, O_WR, CTX)
+    # A continuation byte after a hole: valid if its lead comes later, which it never does.
+    await h.fs.write(fi.fh, 2, "é".encode()[1:])
     await fails(errno.EILSEQ, h.fs.fsync(fi.fh, False))
     await fails(errno.EILSEQ, h.fs.flush(fi.fh))
     await h.fs.release(fi.fh)

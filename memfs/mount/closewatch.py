@@ -1,0 +1,188 @@
+"""A writer's close on a mount with zero-message opens, where no RELEASE comes.
+
+The kernel sends no OPEN, RELEASE or FLUSH once `open` answered ENOSYS, but it still
+reports each close of a file opened for writing to fanotify (`FAN_CLOSE_WRITE`, with
+the closing process), at no FUSE request: the event's descriptor is opened without an
+OPEN (the connection has none) and closed without a FLUSH (answered ENOSYS once). The
+daemon marks its own mount and hands each close to `MemFs.writer_closed`, which settles
+the change as a RELEASE did: push soon sends it 0.2 s later (docs/sync.md).
+
+fanotify with a mount mark needs CAP_SYS_ADMIN (a daemon running as root, as on the
+worker path). Without it the watch says so once and the mount keeps the quiet spell
+(`plan.WRITE_QUIET_NS`) as the only sign that a write is done (docs/reliability.md §3).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+log = logging.getLogger(__name__)
+
+FAN_CLOEXEC = 0x01
+FAN_NONBLOCK = 0x02
+FAN_CLASS_NOTIF = 0x00
+FAN_MARK_ADD = 0x01
+FAN_MARK_MOUNT = 0x10
+FAN_CLOSE_WRITE = 0x08
+FAN_Q_OVERFLOW = 0x4000
+AT_FDCWD = -100
+# struct fanotify_event_metadata: event_len, vers, reserved, metadata_len, mask, fd, pid
+_EVENT = struct.Struct("=IBBHQii")
+_READ_SIZE = 64 * 1024
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
+_libc.fanotify_init.restype = ctypes.c_int
+_libc.fanotify_mark.argtypes = [
+    ctypes.c_int,
+    ctypes.c_uint,
+    ctypes.c_uint64,
+    ctypes.c_int,
+    ctypes.c_char_p,
+]
+_libc.fanotify_mark.restype = ctypes.c_int
+
+
+@dataclass(frozen=True)
+class CloseWatchStatistics:
+    active: bool  # the mount is marked: each writer's close is seen
+    closes: int  # closes of a writer seen
+    overflows: int  # times the kernel's queue overflowed (closes lost; the quiet spell holds)
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def parse(buf: bytes) -> list[tuple[int, int, int]]:
+    """The events in one read: (mask, fd, pid) each; fd is -1 for an overflow."""
+    events = []
+    at = 0
+    while at + _EVENT.size <= len(buf):
+        length, _vers, _res, _meta_len, mask, fd, pid = _EVENT.unpack_from(buf, at)
+        if length < _EVENT.size:
+            break  # malformed: never from a kernel that speaks this version
+        events.append((mask, fd, pid))
+        at += length
+    return events
+
+
+def inode_of(fd: int) -> int | None:
+    """The inode of an event's descriptor, from procfs: no FUSE request (an fstat
+    would ask the daemon for the attributes the write made stale)."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"ino:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class CloseWatch:
+    """Reads `FAN_CLOSE_WRITE` for one mount and calls `on_close(inode)` on the loop."""
+
+    def __init__(self, mountpoint: str, on_close: Callable[[int], None]) -> None:
+        self.mountpoint = mountpoint
+        self.on_close = on_close
+        self._fd = -1
+        self._closes = 0
+        self._overflows = 0
+
+    def statistics(self) -> CloseWatchStatistics:
+        return CloseWatchStatistics(self._fd >= 0, self._closes, self._overflows)
+
+    def _open(self) -> int:
+        fd = _check(
+            _libc.fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK, os.O_RDONLY),
+            "fanotify_init",
+        )
+        try:
+            # In a thread (the caller's): the path walk may ask this daemon for the root.
+            _check(
+                _libc.fanotify_mark(
+                    fd,
+                    FAN_MARK_ADD | FAN_MARK_MOUNT,
+                    FAN_CLOSE_WRITE,
+                    AT_FDCWD,
+                    os.fsencode(self.mountpoint),
+                ),
+                "fanotify_mark",
+            )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    async def run(self, *, task_status: trio.TaskStatus[bool] = trio.TASK_STATUS_IGNORED) -> None:
+        """Started when the mount exists; `started(False)` when the kernel refuses."""
+        try:
+            self._fd = await trio.to_thread.run_sync(self._open)
+        except OSError as e:
+            log.warning(
+                "no close watch; a write is pushed after a quiet spell, not at its "
+                "close mountpoint=%s error=%s",
+                self.mountpoint,
+                e.strerror,
+            )
+            task_status.started(False)
+            return
+        task_status.started(True)
+        try:
+            await self._read_loop()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    async def _read_loop(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self._fd)
+            # Off the loop: the kernel opens each event's file inside read(2), which
+            # asks this daemon (an OPEN, until it has been answered ENOSYS once).
+            closes, overflows = await trio.to_thread.run_sync(_read_events, self._fd)
+            if overflows:
+                self._overflows += overflows
+                log.warning(
+                    "close watch queue overflowed; those writes are pushed after a "
+                    "quiet spell mountpoint=%s overflows=%d",
+                    self.mountpoint,
+                    self._overflows,
+                )
+            for ino in closes:
+                self._closes += 1
+                self.on_close(ino)
+
+
+def _read_events(fanotify_fd: int) -> tuple[list[int], int]:
+    """One read of the queue (in a worker thread): the inodes closed, and overflows.
+    Each event's descriptor is closed here too (a close may send FLUSH, until answered
+    ENOSYS once)."""
+    try:
+        buf = os.read(fanotify_fd, _READ_SIZE)
+    except BlockingIOError:
+        return [], 0
+    closes, overflows = [], 0
+    for mask, fd, _pid in parse(buf):
+        if mask & FAN_Q_OVERFLOW:
+            overflows += 1
+        if fd < 0:
+            continue
+        try:
+            ino = inode_of(fd)
+        finally:
+            os.close(fd)
+        if ino is not None and mask & FAN_CLOSE_WRITE:
+            closes.append(ino)
+    return closes, overflows
