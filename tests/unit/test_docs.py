@@ -435,7 +435,7 @@ def test_the_readmes_speed_figures_are_the_latest_bench_runs() -> None:
     stale = [f"README.md:{line}: {value}×" for value, line in quoted if value not in measured]
     assert not stale, (
         f"README.md quotes figures the latest bench run (docs/performance.md §2: "
-        f"{sorted(measured)}) did not measure:\n" + "\n".join(stale)
+        f"{sorted(measured)}) did not measure; quote the new run's:\n" + "\n".join(stale)
     )
 
 
