@@ -1,5 +1,5 @@
 """Data every layer shares: exit codes, deletion modes, excludes, interval rules, and
-the specs of a mount and its stores.
+the specs of a mount and its store.
 
 The exit codes are part of the command-line contract (docs/operations.md lists them):
 scripts and service managers branch on them, so a code never changes meaning.
@@ -88,7 +88,7 @@ class MountDir:
 @dataclass
 class MountConfig:
     mountpoint: str
-    stores: list[StoreSpec]
+    store: StoreSpec  # the one store a mount (a daemon) serves
     # The root of the `memfs session` this mount serves one store of (its mount point
     # is `<root>/<mount_path>`, made for it and removed after it); None: `memfs mount`.
     session_root: str | None = None

@@ -63,7 +63,7 @@ def _config(
         parse_addr(metrics_addr)
     return MountConfig(
         mountpoint=mountpoint,
-        stores=[store],
+        store=store,
         session_root=session_root,
         cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else None,
         interval=interval,
@@ -107,11 +107,11 @@ def _restart(args: Any, config: MountConfig) -> str:
     from memfs.control.recovery import restart_command
 
     root = config.cache_dir or default_cache_root()
+    s = config.store
     dirs = {
         s.store_id: os.path.abspath(
             root if (config.session_root is None and config.cache_dir) else root / s.store_id
         )
-        for s in config.stores
     }
     api_url = args.api_url or os.environ.get("ANTHROPIC_BASE_URL") or None
     where = config.session_root or config.mountpoint

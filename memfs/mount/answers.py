@@ -1,35 +1,34 @@
 """The daemon's answers to control requests: one op table (`table`), one handler per op.
 
 memfs/control/protocol.py defines each request; memfs/control/server.py parses and
-dispatches. The handlers read the daemon's stores (statistics, the kept conflict copies,
-which store a path names) and the store's versions, and start passes.
+dispatches. The handlers read the mount's one store (statistics, the kept conflict
+copies, the file a path names) and the store's versions, and start passes. The daemon
+(memfs/mount/daemon.py) hands them what they read, and how to stop it; answers know
+nothing else of it. The answers keep the wire's shape for several stores (a list, or a
+map by store id), which always names the one.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import trio
+from typing import Any
 
 from memfs.control import protocol
 from memfs.control.server import Handler
 from memfs.errors import StoreError
+from memfs.mount.fs import MemFs
 from memfs.paths import NAME_MAX, local_name, may_be_alias
 from memfs.state import conflicts
 from memfs.state.node import Kind, Node
 from memfs.state.store_state import StoreState
 from memfs.store import history
-from memfs.store.client import StoreClient
+from memfs.store.client import StoreClient, StoreInfo
 from memfs.sync.engine import StoreSync
-from memfs.sync.plan import PassResult, PathPush
-
-if TYPE_CHECKING:
-    from memfs.mount.daemon import Daemon
+from memfs.sync.plan import PathPush
 
 
 @dataclass
@@ -137,31 +136,25 @@ def _local_path(mountpoint: str, path: str) -> str:
     return os.path.join(mountpoint, *parts)
 
 
-def _listing(
-    syncs: list[StoreSync], mountpoint: str
-) -> list[tuple[StoreSync, conflicts.Kept, str]]:
-    out = []
-    for sync in syncs:
-        state = sync.state
-        for kept in conflicts.kept_copies(sync.store_id, state.cache.conflicts):
-            out.append((sync, kept, _local_path(mountpoint, kept.path)))
-    return out
+def _listing(sync: StoreSync, mountpoint: str) -> list[tuple[conflicts.Kept, str]]:
+    kept_copies = conflicts.kept_copies(sync.store_id, sync.state.cache.conflicts)
+    return [(kept, _local_path(mountpoint, kept.path)) for kept in kept_copies]
 
 
 def conflicts_answer(
-    request: protocol.Conflicts, syncs: list[StoreSync], mountpoint: str
+    request: protocol.Conflicts, sync: StoreSync, mountpoint: str
 ) -> dict[str, Any]:
     """The kept copies (`list`); one by id prefix (`get`), marked restored, or dropped."""
-    listing = _listing(syncs, mountpoint)
+    listing = _listing(sync, mountpoint)
     what = request.what
     if what == "list":
         return {
             "ok": True,
             "mountpoint": mountpoint,
-            "conflicts": [{**asdict(k), "local_path": lp} for _, k, lp in listing],
+            "conflicts": [{**asdict(k), "local_path": lp} for k, lp in listing],
         }
     wanted = request.id
-    matches = [item for item in listing if wanted and item[1].id.startswith(wanted)]
+    matches = [item for item in listing if wanted and item[0].id.startswith(wanted)]
     if not matches:
         return {"ok": False, "missing": True, "error": f"no conflict copy {wanted!r} here"}
     if len(matches) > 1:
@@ -169,7 +162,7 @@ def conflicts_answer(
             "ok": False,
             "error": f"{wanted!r} names {len(matches)} conflict copies; give more digits",
         }
-    sync, kept, local_path = matches[0]
+    kept, local_path = matches[0]
     state = sync.state
     if what == "get":
         try:
@@ -200,7 +193,7 @@ def conflicts_answer(
     conflicts._meta(Path(kept.copy)).unlink(missing_ok=True)
     node = state.node_at(kept.path)
     if node is not None and node.conflict == kept.copy:
-        state.clear_conflict(node)  # status and user.memfs.* stop naming it
+        sync.records.clear_conflict(node)  # status and user.memfs.* stop naming it
     sync.conflict_copies[:] = [c for c in sync.conflict_copies if c.copy != kept.copy]
     return {"ok": True, "dropped": asdict(kept)}
 
@@ -208,38 +201,32 @@ def conflicts_answer(
 # -- the op table -----------------------------------------------------------------------
 
 
-def status(daemon: Daemon) -> protocol.StatusAnswer:
-    """The mount and each store's statistics; `sync` answers with the same schema."""
-    stores = []
-    for sync in daemon.syncs:
-        info = daemon.infos.get(sync.store_id)
-        stores.append(
-            {
-                "memory_store_id": sync.store_id,
-                "name": info.name if info else "",
-                "mount_path": daemon.places()[sync.store_id],
-                "access": "read_only" if sync.state.read_only else "read_write",
-                "interval_s": sync.interval,
-                "deletions": sync.deletions,
-                **sync.statistics().as_json(),
-            }
-        )
-    answer: protocol.StatusAnswer = {
-        "ok": True,
-        "mountpoint": daemon.mountpoint,
-        "pid": os.getpid(),
-        "stores": stores,
-    }
-    if daemon.ops is not None:
-        answer.update(daemon.ops.statistics().as_json())  # type: ignore[typeddict-item]
-    return answer
-
-
 class Answers:
-    """One daemon's handlers, one per op; `table` is what its control server serves."""
+    """One daemon's handlers, one per op; `table` is what its control server serves.
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    What they read: the store's sync (and through it the state), what the store said
+    of itself at start (`info`, None when it started offline), the mount point, the
+    FUSE side's statistics, a client for the store's versions; `stopping` and
+    `unmount` are the daemon's teardown (memfs/mount/daemon.py)."""
+
+    def __init__(
+        self,
+        sync: StoreSync,
+        *,
+        info: StoreInfo | None,
+        mountpoint: str,
+        fs: MemFs,
+        client: Callable[[], StoreClient],
+        stopping: Callable[[], bool],
+        unmount: Callable[[], Awaitable[protocol.UnmountAnswer]],
+    ) -> None:
+        self._sync = sync
+        self._info = info
+        self._mountpoint = mountpoint
+        self._fs = fs
+        self._client = client
+        self._stopping = stopping
+        self._unmount = unmount
 
     def table(self) -> Mapping[str, Handler]:
         return {
@@ -254,26 +241,39 @@ class Answers:
             "unmount": self.unmount,
         }
 
+    def _status(self) -> protocol.StatusAnswer:
+        """The mount and its store's statistics; `sync` answers with the same schema."""
+        sync, info = self._sync, self._info
+        store = {
+            "memory_store_id": sync.store_id,
+            "name": info.name if info else "",
+            "mount_path": self._mountpoint,
+            "access": "read_only" if sync.state.read_only else "read_write",
+            "interval_s": sync.interval,
+            "deletions": sync.deletions,
+            **sync.statistics().as_json(),
+        }
+        answer: protocol.StatusAnswer = {
+            "ok": True,
+            "mountpoint": self._mountpoint,
+            "pid": os.getpid(),
+            "stores": [store],
+        }
+        answer.update(self._fs.statistics().as_json())  # type: ignore[typeddict-item]
+        return answer
+
     async def status(self, _: protocol.Status) -> protocol.StatusAnswer:
-        return status(self.daemon)
+        return self._status()
 
     async def sync(self, request: protocol.Sync) -> protocol.StatusAnswer:
-        results: dict[str, PassResult] = {}
-
-        async def one(sync: StoreSync) -> None:
-            results[sync.store_id] = await sync.sync_now(full=request.full)
-
-        async with trio.open_nursery() as nursery:
-            for sync in self.daemon.syncs:
-                nursery.start_soon(one, sync)
-        answer = status(self.daemon)
-        for store in answer["stores"]:
-            store["last_pass"] = results[store["memory_store_id"]].to_json()
-        answer["ok"] = all(r.outcome == "ok" for r in results.values())
+        result = await self._sync.sync_now(full=request.full)
+        answer = self._status()
+        answer["stores"][0]["last_pass"] = result.to_json()
+        answer["ok"] = result.outcome == "ok"
         return answer
 
     async def push(self, request: protocol.Push) -> protocol.PushAnswer:
-        sync = self.daemon.syncs[0]
+        sync = self._sync
         try:
             here = locate(sync.state, request.path)
         except history.HistoryError as e:
@@ -290,44 +290,32 @@ class Answers:
         }
 
     async def flush(self, _: protocol.Flush) -> protocol.FlushAnswer:
+        sync = self._sync
         flushed: dict[str, dict[str, Any]] = {}
-
-        async def one(sync: StoreSync) -> None:
+        if not sync.state.read_only:
             r = await sync.flush_writes()
             flushed[sync.store_id] = {"outcome": r.outcome, "error": r.error, "pushed": r.pushed}
-
-        async with trio.open_nursery() as nursery:
-            for sync in self.daemon.syncs:
-                if not sync.state.read_only:
-                    nursery.start_soon(one, sync)
         return {"ok": all(r["outcome"] == "ok" for r in flushed.values()), "stores": flushed}
 
     async def restore(self, request: protocol.Restore) -> protocol.RestoreAnswer:
+        sync = self._sync
         restored: dict[str, int] = {}
-        for sync in self.daemon.syncs:
-            if not sync.state.read_only:
-                restored[sync.store_id] = await sync.restore_missing()
-        if request.sync and any(restored.values()):
-            async with trio.open_nursery() as nursery:
-                for sync in self.daemon.syncs:
-                    if restored.get(sync.store_id):
-                        nursery.start_soon(sync.sync_now)
+        if not sync.state.read_only:
+            restored[sync.store_id] = await sync.restore_missing()
+        if request.sync and restored.get(sync.store_id):
+            await sync.sync_now()
         return {"ok": True, "restored": restored}
 
     async def history(self, request: protocol.History) -> dict[str, Any]:
-        d = self.daemon
-        return await history_answer(request, d.syncs[0].state, d.start_client())
+        return await history_answer(request, self._sync.state, self._client())
 
     async def conflicts(self, request: protocol.Conflicts) -> dict[str, Any]:
-        d = self.daemon
-        return conflicts_answer(request, d.syncs, d.mountpoint)
+        return conflicts_answer(request, self._sync, self._mountpoint)
 
     async def progress(self, _: protocol.Progress) -> protocol.ProgressAnswer:
-        d = self.daemon
-        stores = [
-            {"memory_store_id": s.store_id, "label": "", **s.progress.snapshot()} for s in d.syncs
-        ]
-        return {"ok": True, "closing": d.stopping, "stores": stores}
+        sync = self._sync
+        stores = [{"memory_store_id": sync.store_id, "label": "", **sync.progress.snapshot()}]
+        return {"ok": True, "closing": self._stopping(), "stores": stores}
 
     async def unmount(self, _: protocol.Unmount) -> protocol.UnmountAnswer:
-        return await self.daemon.stop_and_flush()
+        return await self._unmount()

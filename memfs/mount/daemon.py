@@ -1,12 +1,12 @@
 """The composition root: builds a mount, owns its one nursery, starts and stops it.
 
-Start-up: check the mount point and FUSE, reach each store, open its cache directory
+Start-up: check the mount point and FUSE, reach the store, open its cache directory
 (locked), load its journal and merge the store's listing (pushing what a previous run
 left, with preconditions), then mount: over the dead mount a killed daemon left, if any,
 which stays until then (`overmount.py`). Content streams in behind the live mount.
 
 Teardown (SIGINT, SIGTERM, SIGHUP, `memfs unmount`, or an external `fusermount3 -u`): writes
-start failing with EROFS, the sync loops stop, every store runs one final pass within
+start failing with EROFS, the sync loop stops, the store gets one final pass within
 one bound, then the mount goes away. A bug in any task ends the nursery; the mount is
 then left dead (ENOTCONN) rather than unmounted, so nothing can write into the bare
 directory underneath, and the journal keeps every dirty byte for the next start.
@@ -50,7 +50,8 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.mount import answers, overmount
+from memfs.mount import overmount
+from memfs.mount.answers import Answers
 from memfs.mount.closewatch import CloseWatch
 from memfs.mount.display import Display
 from memfs.mount.fs import MemFs
@@ -91,10 +92,12 @@ class Daemon:
             gid=os.getgid() if config.gid is None else config.gid,
             umask=config.umask,
         )
-        self.syncs: list[StoreSync] = []
-        self.infos: dict[str, StoreInfo] = {}
-        self.caches: list[CacheDir] = []
-        self.trail = Trail()  # the audit trail of each store (memfs/audit.py)
+        # The one store, once opened (`_open_store`): its sync (and through it its
+        # state), what it said of itself (None when it started offline), its cache.
+        self._sync: StoreSync | None = None
+        self.info: StoreInfo | None = None
+        self._cache: CacheDir | None = None
+        self.trail = Trail()  # the store's audit trail (memfs/audit.py)
         self.ops: MemFs | None = None
         self._stop = trio.Event()
         self._flushed = trio.Event()
@@ -114,12 +117,15 @@ class Daemon:
         self.mountpoint = config.mountpoint  # resolved before mounting; never stat'ed after
         self._metrics_url: str | None = None  # where --metrics-addr is served
 
+    @property
+    def sync(self) -> StoreSync:
+        """The store's sync; there is one once the start opened the store."""
+        assert self._sync is not None, "the store is not open yet"
+        return self._sync
+
     # -- waiting for content (the handlers' only await on remote work) ---------------
-    async def wait_for(self, store: StoreState, node: Node) -> str | None:
-        for sync in self.syncs:
-            if sync.state is store:
-                return await sync.wait_content(node)
-        return None
+    async def wait_for(self, node: Node) -> str | None:
+        return await self.sync.wait_content(node)
 
     # -- start ----------------------------------------------------------------------
     async def _lookup(self, store_id: str, cache_dir: Path) -> tuple[StoreInfo | None, str]:
@@ -163,96 +169,77 @@ class Daemon:
             )
         return not writable
 
-    async def _open_stores(self, client: StoreClient) -> None:
+    async def _open_store(self, client: StoreClient) -> None:
         cfg = self.config
+        spec = cfg.store
         cache_root = cfg.cache_dir or default_cache_root()
-        offline: set[str] = set()
-        for spec in cfg.stores:
-            cache_dir = (
-                cache_root
-                if (cfg.session_root is None and cfg.cache_dir)
-                else cache_root / spec.store_id
-            )
-            info, reason = await self._lookup(spec.store_id, cache_dir)
-            if info is not None:
-                self.infos[spec.store_id] = info
-                spec.read_only = await self._read_only(spec, info)
-            read_only = spec.read_only
-            try:
-                cache = CacheDir(cache_dir, spec.store_id)
-            except ConfigError as e:
-                raise StartError(str(e), 2) from None
-            self.caches.append(cache)
-            self.trail.open(spec.store_id, cache.root)
-            if info is None:
-                if cache.never_synced():
-                    raise StartError(
-                        f"{reason}; the local copy in {cache_dir} was never "
-                        "synced, so there is nothing to start offline from",
-                        ExitCode.UNREACHABLE,
-                    )
-                # A warm cache: serve the journal's tree now, push when the store answers.
-                log.warning(
-                    "memory store unreachable; starting offline from the local "
-                    "copy; changes are journaled and pushed once it answers "
-                    "memory_store_id=%s cache=%s error=%s",
-                    spec.store_id,
-                    cache_dir,
-                    reason,
-                )
-                offline.add(spec.store_id)
-            state = StoreState(
-                self.tree,
-                spec.store_id,
-                cache,
-                read_only=read_only,
-            )
-            sync = StoreSync(
-                state,
-                client,
-                self.notifier,
-                interval=cfg.interval,
-                deletions=cfg.deletions,
-                excludes=cfg.excludes,
-                flush_timeout=cfg.flush_timeout,
-                cache_max_bytes=cfg.cache_max_bytes,
-                trail=self.trail,
-                deletes_when_asked=cfg.deletes_when_asked,
-                push_soon=cfg.push_soon,
-                probe_budget=cfg.probe_budget,
-                watch=cfg.watch,
-            )
-            self.syncs.append(sync)
-            if self._display is not None:
-                self._display.watch("", sync.progress)
-
-        async def start_one(sync: StoreSync) -> None:
-            try:
-                await sync.start(offline=sync.store_id in offline)
-                if sync.store_id not in offline:
-                    sync.state.cache.mark_listed(_now_iso())
-            except MemfsError as e:
-                # Unreachable or failing (5xx after retries): 3; refused credentials: 2.
-                code = (
-                    ExitCode.UNREACHABLE
-                    if isinstance(e, StoreUnavailable)
-                    else ExitCode.USAGE
-                    if isinstance(e, StoreAuthError)
-                    else ExitCode.FAILED
-                )
-                raise StartError(
-                    f"failed to download memory store memory_store_id={sync.store_id}: {e}", code
-                ) from None
-
+        cache_dir = (
+            cache_root
+            if (cfg.session_root is None and cfg.cache_dir)
+            else cache_root / spec.store_id
+        )
+        info, reason = await self._lookup(spec.store_id, cache_dir)
+        if info is not None:
+            self.info = info
+            spec.read_only = await self._read_only(spec, info)
         try:
-            async with trio.open_nursery() as nursery:
-                for sync in self.syncs:
-                    nursery.start_soon(start_one, sync)
-        except BaseExceptionGroup as group:
-            first = _first(group, StartError)
-            if first is not None:
-                raise first from None
-            raise
+            cache = CacheDir(cache_dir, spec.store_id)
+        except ConfigError as e:
+            raise StartError(str(e), 2) from None
+        self._cache = cache
+        self.trail.open(spec.store_id, cache.root)
+        offline = info is None
+        if offline:
+            if cache.never_synced():
+                raise StartError(
+                    f"{reason}; the local copy in {cache_dir} was never "
+                    "synced, so there is nothing to start offline from",
+                    ExitCode.UNREACHABLE,
+                )
+            # A warm cache: serve the journal's tree now, push when the store answers.
+            log.warning(
+                "memory store unreachable; starting offline from the local "
+                "copy; changes are journaled and pushed once it answers "
+                "memory_store_id=%s cache=%s error=%s",
+                spec.store_id,
+                cache_dir,
+                reason,
+            )
+        state = StoreState(self.tree, spec.store_id, cache, read_only=spec.read_only)
+        sync = StoreSync(
+            state,
+            client,
+            self.notifier,
+            interval=cfg.interval,
+            deletions=cfg.deletions,
+            excludes=cfg.excludes,
+            flush_timeout=cfg.flush_timeout,
+            cache_max_bytes=cfg.cache_max_bytes,
+            trail=self.trail,
+            deletes_when_asked=cfg.deletes_when_asked,
+            push_soon=cfg.push_soon,
+            probe_budget=cfg.probe_budget,
+            watch=cfg.watch,
+        )
+        self._sync = sync
+        if self._display is not None:
+            self._display.watch("", sync.progress)
+        try:
+            await sync.start(offline=offline)
+            if not offline:
+                cache.mark_listed(_now_iso())
+        except MemfsError as e:
+            # Unreachable or failing (5xx after retries): 3; refused credentials: 2.
+            code = (
+                ExitCode.UNREACHABLE
+                if isinstance(e, StoreUnavailable)
+                else ExitCode.USAGE
+                if isinstance(e, StoreAuthError)
+                else ExitCode.FAILED
+            )
+            raise StartError(
+                f"failed to download memory store memory_store_id={sync.store_id}: {e}", code
+            ) from None
 
     def _serve_metrics(self, addr: str) -> None:
         try:
@@ -261,7 +248,9 @@ class Daemon:
             raise StartError(str(e), ExitCode.USAGE) from None
         metrics.start(sock)
         self._metrics_url = metrics.url_of(sock)
-        metrics.watch_stores(lambda: [(s.store_id, s.statistics()) for s in self.syncs])
+        metrics.watch_stores(
+            lambda: [] if self._sync is None else [(self._sync.store_id, self._sync.statistics())]
+        )
 
     def start_client(self) -> StoreClient:
         assert self.http is not None
@@ -271,8 +260,8 @@ class Daemon:
         options = set(pyfuse3.default_options)
         # The mount table's source is the store id, as in an fstab line, so `mount -a`
         # sees that line is mounted already.
-        options |= {f"fsname={self.config.stores[0].store_id}", "subtype=memfs"}
-        if all(s.state.read_only for s in self.syncs):
+        options |= {f"fsname={self.config.store.store_id}", "subtype=memfs"}
+        if self.sync.state.read_only:
             options.add("ro")  # read-only at the VFS layer, before we are even asked
         if self.config.allow_other:
             options.add("allow_other")
@@ -321,7 +310,7 @@ class Daemon:
                     self._display = None
             options = self._mount_options()
             self.ops = MemFs(
-                self.tree,
+                self.sync.state,
                 self,
                 content_timeout=cfg.content_timeout,
                 read_only_vfs="ro" in options,
@@ -333,9 +322,18 @@ class Daemon:
             # Made before the mount: a recovery takes the dead daemon's registry entry over
             # right before its mount stops looking dead (`claim`), so that a `memfs status`
             # elsewhere does not remove it, and the socket bound next, as stale.
-            control = ControlServer(mountpoint, self._describe(), answers.Answers(self).table())
+            handlers = Answers(
+                self.sync,
+                info=self.info,
+                mountpoint=mountpoint,
+                fs=self.ops,
+                client=self.start_client,
+                stopping=self._stop.is_set,
+                unmount=self.stop_and_flush,
+            )
+            control = ControlServer(mountpoint, self._describe(), handlers.table())
             if cfg.mount_dir is not None:  # checked again; for root, the held directory's fd
-                target = mount_target(cfg.mount_dir, mountpoint, cfg.stores[0].store_id)
+                target = mount_target(cfg.mount_dir, mountpoint, cfg.store.store_id)
             else:  # over a dead mount, or once it is cleared (overmount.py)
                 target, fuse_fd = overmount.target(
                     mountpoint, options, dead=dead, over=over_dead, claim=control.publish
@@ -347,12 +345,11 @@ class Daemon:
                 raise StartError(f"FUSE mount failed at {mountpoint}: {e}", 2) from None
             mounted = True
             self.trail.mount("mounted", self.places())
-            total = sum(s.state.statistics().memories for s in self.syncs)
             log.info(
                 "mounted memory stores=%s mountpoint=%s memories=%d",
-                ",".join(s.store_id for s in self.syncs),
+                self.sync.store_id,
                 mountpoint,
-                total,
+                self.sync.state.statistics().memories,
             )
             if not self.ops.noflush:
                 log.info(
@@ -377,8 +374,8 @@ class Daemon:
             if mounted:
                 self.trail.mount("crashed" if crashed else "unmounted", self.places())
             self.trail.close()
-            for cache in self.caches:
-                cache.close()
+            if self._cache is not None:
+                self._cache.close()
             if made_cache_root and not mounted:
                 with contextlib.suppress(OSError):  # a refused start leaves nothing behind
                     os.rmdir(cache_root)
@@ -396,7 +393,7 @@ class Daemon:
         return cfg.mountpoint, False
 
     async def _start_stores(self, client: StoreClient, signals: Any) -> None:
-        """`_open_stores`, abandoned cleanly if a stop signal arrives first."""
+        """`_open_store`, abandoned cleanly if a stop signal arrives first."""
         heard: list[str] = []
 
         async def watch(scope: trio.CancelScope) -> None:
@@ -408,7 +405,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch, nursery.cancel_scope)
-                await self._open_stores(client)
+                await self._open_store(client)
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             first = _first(group, StartError)
@@ -448,14 +445,13 @@ class Daemon:
             nursery.start_soon(fuse_main)
             sync_scope = trio.CancelScope()
 
-            async def run_syncs() -> None:
+            async def run_sync() -> None:
                 with sync_scope:
                     async with trio.open_nursery() as inner:
-                        for sync in self.syncs:
-                            await inner.start(sync.run)
+                        await inner.start(self.sync.run)
                         await trio.sleep_forever()
 
-            nursery.start_soon(run_syncs)
+            nursery.start_soon(run_sync)
             # Appends memfs moved to its own end: the kernel drops what it guessed.
             ops.stale_inode = lambda ino: nursery.start_soon(self.notifier.invalidate_inodes, [ino])
             if ops.write_flags:  # zero-message opens asked on a writable mount
@@ -466,7 +462,7 @@ class Daemon:
             if ready is not None:
                 ready(mountpoint)
             await self._stop.wait()
-            # Teardown: refuse writes, stop the loops, one last bounded pass each.
+            # Teardown: refuse writes, stop the loop, one last bounded pass.
             self.ops.closing = True
             sync_scope.cancel()
             with trio.CancelScope(shield=True):
@@ -525,40 +521,31 @@ class Daemon:
         return sum(len(paths) for paths in self._left_behind().values())
 
     def _left_behind(self) -> dict[str, list[str]]:
-        """Per writable store: the changed paths not in the store yet."""
-        left: dict[str, list[str]] = {}
-        for sync in self.syncs:
-            if sync.state.read_only:
-                continue
-            stats = sync.statistics()
-            paths = (
-                list(stats.dirty_files)
-                + [r.path for r in stats.refused_files if r.transient]  # the start retries
-                + [p for p in stats.pending_delete_paths if p and sync.deletions == "enabled"]
-            )
-            if paths:
-                left[sync.store_id] = paths
-        return left
+        """The changed paths not in the store yet, by store id (none when read-only)."""
+        sync = self.sync
+        if sync.state.read_only:
+            return {}
+        stats = sync.statistics()
+        paths = (
+            list(stats.dirty_files)
+            + [r.path for r in stats.refused_files if r.transient]  # the start retries
+            + [p for p in stats.pending_delete_paths if p and sync.deletions == "enabled"]
+        )
+        return {sync.store_id: paths} if paths else {}
 
     def _refused(self) -> dict[str, list[dict[str, str]]]:
-        """Per writable store: the files the store refused for good (until their content
-        changes), which it does not have."""
-        refused: dict[str, list[dict[str, str]]] = {}
-        for sync in self.syncs:
-            stats = None if sync.state.read_only else sync.statistics()
-            files = [r for r in stats.refused_files if not r.transient] if stats else []
-            if files:
-                refused[sync.store_id] = [{"path": r.path, "why": r.why} for r in files]
-        return refused
+        """The files the store refused for good (until their content changes), which it
+        does not have, by store id (none when read-only)."""
+        sync = self.sync
+        if sync.state.read_only:
+            return {}
+        files = [r for r in sync.statistics().refused_files if not r.transient]
+        return {sync.store_id: [{"path": r.path, "why": r.why} for r in files]} if files else {}
 
     async def _final_flush(self) -> int:
         t0 = time.monotonic()
+        sync = self.sync
         results: dict[str, PassResult] = {}
-
-        async def one(sync: StoreSync) -> None:
-            if sync.state.read_only:
-                return
-            results[sync.store_id] = await sync.final_sync()
 
         pending = self._unpushed_count()
         if pending:
@@ -568,11 +555,9 @@ class Daemon:
         try:
             with self._flush_scope:
                 if display is not None:
-                    for sync in self.syncs:
-                        display.watch("", sync.progress)
-                async with trio.open_nursery() as nursery:
-                    for sync in self.syncs:
-                        nursery.start_soon(one, sync)
+                    display.watch("", sync.progress)
+                if not sync.state.read_only:
+                    results[sync.store_id] = await sync.final_sync()
         finally:
             self._flushing = False
             if display is not None:
@@ -613,8 +598,8 @@ class Daemon:
         return 0 if self._flush_report["ok"] else 1
 
     def places(self) -> dict[str, str]:
-        """Where each store shows: at the mount point."""
-        return {s.store_id: self.mountpoint for s in self.syncs}
+        """Where the store shows: at the mount point (the audit trail's mount lines)."""
+        return {self.sync.store_id: self.mountpoint}
 
     def _terminal(self, names: dict[str, str]) -> Display | None:
         """Progress on a terminal; not from a session's store daemons, which share one."""
@@ -629,11 +614,8 @@ class Daemon:
             "session": self.config.session_root,
             "session_pid": os.getppid() if self.config.session_root is not None else None,
             "metrics": self._metrics_url,  # a session's endpoint merges its stores' (supervisor)
-            "stores": [s.store_id for s in self.syncs],
-            "caches": {
-                s.store_id: str(c.root.resolve())
-                for s, c in zip(self.syncs, self.caches, strict=True)
-            },
+            "stores": [self.sync.store_id],
+            "caches": {self.sync.store_id: str(self.sync.state.cache.root.resolve())},
             "excludes": list(self.config.excludes),
             "restart": self.config.restart,
         }
@@ -642,10 +624,6 @@ class Daemon:
     def flush_report(self) -> UnmountAnswer:
         """What the final sync pushed and left (`memfs unmount`'s answer)."""
         return self._flush_report
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     async def stop_and_flush(self) -> UnmountAnswer:
         """Start the teardown (as a signal does); the final sync's report once done."""

@@ -39,7 +39,7 @@ from memfs.paths import (
 )
 from memfs.state.node import Kind, Node, check_length, check_name, stat_mode
 from memfs.state.store_state import StoreState
-from memfs.state.tree import NegativeStatistics, Tree
+from memfs.state.tree import NegativeStatistics
 
 log = logging.getLogger("memfs.fs")
 
@@ -106,7 +106,7 @@ class ContentWaiter(Protocol):
     """How a handler waits (bounded by the caller) for content being brought in; the
     answer is why the content cannot come now (a failed download), or None."""
 
-    async def wait_for(self, store: StoreState, node: Node) -> str | None: ...
+    async def wait_for(self, node: Node) -> str | None: ...
 
 
 def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -171,7 +171,7 @@ class MemFs(pyfuse3.Operations):
 
     def __init__(
         self,
-        tree: Tree,
+        state: StoreState,
         waiter: ContentWaiter,
         *,
         content_timeout: float = 30.0,
@@ -182,7 +182,8 @@ class MemFs(pyfuse3.Operations):
         read_spin_us: int = 0,
     ) -> None:
         super().__init__()
-        self.tree = tree
+        self.state = state  # the mount's one store
+        self.tree = state.tree
         self.negative_timeout = negative_timeout
         self.noflush = NOFLUSH
         self.cache_readdir = CACHE_READDIR
@@ -264,7 +265,7 @@ class MemFs(pyfuse3.Operations):
             log.warning(
                 "--zero-message-opens is not available; opens cost requests as "
                 "without it memory_store_id=%s reason=%s",
-                ",".join(s.store_id for s in self.stores()),
+                self.state.store_id,
                 why,
             )
 
@@ -295,19 +296,13 @@ class MemFs(pyfuse3.Operations):
         if self.tree.umask is not None:  # --umask, as rclone's: 0666/0777 minus the mask
             shown = 0o777 if node.is_dir else 0o444 if node.kind is Kind.MARKER else 0o666
             mode = (mode & ~0o7777) | (shown & ~self.tree.umask)
-        if node.store is not None and node.store.read_only:
+        if self.state.read_only:
             mode &= ~0o222  # 0444/0555 whatever the journal remembers from a writable mount
         return mode
 
-    @staticmethod
-    def _store(node: Node) -> StoreState:
-        store = node.store
-        assert store is not None  # every node of a mount belongs to its one store
-        return store
-
-    def _mutable(self, node: Node) -> StoreState:
-        """The store a mutation under `node` goes to, or the errno that refuses it."""
-        store = self._store(node)
+    def _mutable(self) -> StoreState:
+        """The store a mutation goes to, or the errno that refuses it."""
+        store = self.state
         store.writable()
         if self.closing:
             raise FsError(errno.EROFS, "the mount is being unmounted")
@@ -359,12 +354,12 @@ class MemFs(pyfuse3.Operations):
         return handle
 
     async def _content(self, node: Node) -> bytes:
-        store = self._store(node)
+        store = self.state
         data = store.content(node)
         if data is None:
             why: str | None = None
             with trio.move_on_after(self.content_timeout):
-                why = await self.waiter.wait_for(store, node)
+                why = await self.waiter.wait_for(node)
             data = store.content(node)
             if data is None and why is not None:
                 path = node.store_path()
@@ -435,7 +430,7 @@ class MemFs(pyfuse3.Operations):
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
         node = self.tree.get(inode)
-        store = self._mutable(node)
+        store = self._mutable()
         if node.kind is Kind.MARKER:
             raise FsError(errno.EPERM, "the marker file is read-only")
         if fields.update_uid and attr.st_uid != self.tree.uid:
@@ -451,7 +446,7 @@ class MemFs(pyfuse3.Operations):
                 raise FsError(errno.EISDIR)
             if node.data is None and attr.st_size > 0:
                 await self._content(node)  # like a write: wait for content on its way
-                store = self._mutable(node)  # re-check after the await
+                store = self._mutable()  # re-check after the await
             store.truncate(node, attr.st_size)
             self.trail.change(
                 store.store_id, "truncate", node.store_path(), ctx.pid, ctx.uid, size=attr.st_size
@@ -476,7 +471,7 @@ class MemFs(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         self._name(name)  # ENAMETOOLONG first, as the kernel's own lookup would answer
-        store = self._mutable(parent)
+        store = self._mutable()
         if not stat.S_ISREG(mode):
             raise FsError(errno.EPERM, "only regular files can live in a memory store")
         node = self._new_file(store, parent, name, mode)
@@ -495,7 +490,7 @@ class MemFs(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
-        store = self._mutable(parent)
+        store = self._mutable()
         text = check_name(name)
         if self._find(parent, text) is not None:
             raise FsError(errno.EEXIST)
@@ -508,7 +503,7 @@ class MemFs(pyfuse3.Operations):
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent = self._dir(parent_inode)
         text = self._name(name)
-        store = self._mutable(parent)
+        store = self._mutable()
         node = self._child(parent, text)
         path = node.store_path()
         store.unlink(parent, node.name)
@@ -518,9 +513,9 @@ class MemFs(pyfuse3.Operations):
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent = self._dir(parent_inode)
         node = self._child(parent, self._name(name))
-        if node.store is not None and node is node.store.root:
+        if node is self.tree.root:
             raise FsError(errno.EROFS, "a store's directory cannot be removed")
-        store = self._mutable(parent)
+        store = self._mutable()
         path = node.store_path()
         store.rmdir(parent, node.name)
         self.trail.change(store.store_id, "rmdir", path, ctx.pid, ctx.uid)
@@ -540,9 +535,9 @@ class MemFs(pyfuse3.Operations):
     def _refuse_link(
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
-        parent = self._dir(parent_inode)
+        self._dir(parent_inode)  # ENOENT, ENOTDIR first
         self._name(name)  # ENAMETOOLONG, then EROFS, then EPERM: Linux's order
-        self._mutable(parent)
+        self._mutable()
         raise FsError(errno.EPERM, "links cannot live in a memory store")
 
     @_guard
@@ -559,7 +554,7 @@ class MemFs(pyfuse3.Operations):
         new_parent = self._dir(parent_inode_new)
         old_name = self._name(name_old)
         check_length(name_new)
-        store = self._mutable(old_parent)  # one store a mount: EXDEV is the kernel's
+        store = self._mutable()  # one store a mount: EXDEV is the kernel's
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise FsError(errno.EINVAL, "RENAME_EXCHANGE is not supported")
         node = self._child(old_parent, old_name)
@@ -592,7 +587,7 @@ class MemFs(pyfuse3.Operations):
             raise FsError(errno.EISDIR)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY or bool(flags & os.O_TRUNC)
         if writing:
-            store = self._mutable(node)
+            store = self._mutable()
         if writing:
             if node.kind is Kind.MARKER:
                 raise FsError(errno.EPERM, "the marker file is read-only")
@@ -610,8 +605,7 @@ class MemFs(pyfuse3.Operations):
                     handle.comm,
                     size=0,
                 )
-        assert node.store is not None
-        node.store.opened(node, writing=writing)
+        self.state.opened(node, writing=writing)
         if not writing and self.noflush:
             # flush() does nothing for a reader: nothing is given up by skipping it.
             info: pyfuse3.FileInfo = _FileInfo(fh=self._fh(handle), keep_cache=True, noflush=True)
@@ -623,7 +617,7 @@ class MemFs(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent = self._dir(parent_inode)
-        store = self._mutable(parent)
+        store = self._mutable()
         node = self._new_file(store, parent, name, mode)
         comm = command_name(ctx.pid)
         self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid, comm)
@@ -676,7 +670,7 @@ class MemFs(pyfuse3.Operations):
         O_APPEND write (its flags say so) lands at memfs's end of the file, and the
         trail names the WRITE's sender."""
         if node.kind is Kind.MARKER:
-            self._mutable(node)  # EROFS first, as `open` answered
+            self._mutable()  # EROFS first, as `open` answered
             raise FsError(errno.EPERM, "the marker file is read-only")
         moved = False
         if flags is not None and flags & os.O_APPEND:
@@ -708,14 +702,14 @@ class MemFs(pyfuse3.Operations):
         open's, which the trail names again."""
         self._writers.pop(ino, None)
         node = self.tree.nodes.get(ino)
-        if node is not None and node.store is not None and node.kind is Kind.FILE:
-            node.store.writer_closed(node)
+        if node is not None and node.kind is Kind.FILE:
+            self.state.writer_closed(node)
 
     async def _store_write(self, node: Node, off: int, buf: bytes) -> tuple[StoreState, int]:
-        store = self._mutable(node)
+        store = self._mutable()
         if node.data is None:
             await self._content(node)  # a write into content still downloading waits
-            store = self._mutable(node)  # re-check after the await
+            store = self._mutable()  # re-check after the await
         return store, store.write(node, off, buf)
 
     @_guard
@@ -725,8 +719,8 @@ class MemFs(pyfuse3.Operations):
             # EILSEQ moves from close to fsync and the push (docs/reliability.md).
             raise FsError(errno.ENOSYS, "zero-message opens: no flush")
         handle = self._file(fh)
-        if handle.writable and handle.node.store is not None:
-            handle.node.store.check_utf8(handle.node)
+        if handle.writable:
+            self.state.check_utf8(handle.node)
 
     @_guard
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -736,8 +730,8 @@ class MemFs(pyfuse3.Operations):
         else:
             handle = self._file(fh)
             node, ours = handle.node, handle.writable
-        store = node.store
-        if ours and store is not None:
+        store = self.state
+        if ours:
             store.check_utf8(node)
             store.checkpoint()
             self.trail.sync_to_disk(store.store_id)
@@ -748,8 +742,7 @@ class MemFs(pyfuse3.Operations):
         if not isinstance(handle, FileHandle):
             return
         node = handle.node
-        if node.store is not None:
-            node.store.closed(node, writing=handle.writable)
+        self.state.closed(node, writing=handle.writable)
         self.tree.maybe_drop(node)
 
     # -- directories ----------------------------------------------------------------
@@ -818,23 +811,22 @@ class MemFs(pyfuse3.Operations):
     @_guard
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
         if self.dirs_by_inode:
-            store = self.tree.get(fh).store
+            self.tree.get(fh)  # ENOENT for an inode unknown here
+            known = True
         else:
-            handle = self._handles.get(fh)
-            store = handle.node.store if isinstance(handle, DirHandle) else None
-        if store is not None and not self.read_only_vfs:
-            store.checkpoint()
+            known = isinstance(self._handles.get(fh), DirHandle)
+        if known and not self.read_only_vfs:
+            self.state.checkpoint()
 
     @_guard
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
-        """The stores' limits as the size, their memories as the use: running totals
-        (`StoreState.usage`), in 512-byte units so that small memories show (in 4 KiB
+        """The store's limits as the size, its memories as the use: running totals
+        (`Tree.usage`), in 512-byte units so that small memories show (in 4 KiB
         ones, `df` said 0 used for any store of small files)."""
         s = pyfuse3.StatvfsData()
-        stores = self.stores()
-        used_files = sum(store.usage.files for store in stores)
-        used_bytes = sum(store.usage.bytes for store in stores)
-        capacity = MAX_MEMORIES_PER_STORE * max(1, len(stores))
+        used_files = self.tree.usage.files
+        used_bytes = self.tree.usage.bytes
+        capacity = MAX_MEMORIES_PER_STORE
         s.f_bsize = 4096
         s.f_frsize = 512
         s.f_blocks = capacity * MAX_CONTENT_BYTES // 512
@@ -865,9 +857,6 @@ class MemFs(pyfuse3.Operations):
             close_watch=None if self.close_watch is None else self.close_watch.statistics(),
         )
 
-    def stores(self) -> list[StoreState]:
-        return [self._store(self.tree.root)]
-
     # -- xattrs ---------------------------------------------------------------------
     @_guard
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
@@ -893,9 +882,7 @@ class MemFs(pyfuse3.Operations):
         return self.tree.get(inode)
 
     def _xattrs(self, node: Node) -> dict[bytes, bytes]:
-        if node.store is None:
-            return {}
-        values = {b"user.memfs.store_id": node.store.store_id.encode()}
+        values = {b"user.memfs.store_id": self.state.store_id.encode()}
         path = node.store_path()
         if any(len(s.encode("utf-8", "surrogateescape")) > NAME_MAX for s in path.split("/")):
             values[b"user.memfs.path"] = path.encode("utf-8", "surrogateescape")
@@ -916,14 +903,14 @@ class MemFs(pyfuse3.Operations):
     async def setxattr(
         self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
     ) -> None:
-        node = self._xattr_node(inode)
-        self._mutable(node)
+        self._xattr_node(inode)  # ENOSYS with --no-xattrs, ENOENT
+        self._mutable()
         raise FsError(errno.ENOTSUP, "extended attributes are not stored")
 
     @_guard
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         node = self._xattr_node(inode)
-        self._mutable(node)
+        self._mutable()
         if name.startswith(XATTR_PREFIX) and name in self._xattrs(node):
             raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
         raise FsError(pyfuse3.ENOATTR)

@@ -51,7 +51,7 @@ class Member:
 
     @property
     def store_id(self) -> str:
-        return self.config.stores[0].store_id
+        return self.config.store.store_id
 
 
 def run_session(
@@ -72,7 +72,7 @@ def run_session(
     members: list[Member] = []
     try:
         for config in configs:
-            store = config.stores[0]
+            store = config.store
             if is_dead_mount(config.mountpoint):
                 made = None  # a killed session's: the store's daemon mounts over it
             else:
@@ -100,11 +100,11 @@ def run_session(
         for config in configs:
             if config.mount_dir is not None:
                 remove_store_dir(config.mount_dir)
-            elif config.stores[0].dir_name and not os.path.ismount(config.mountpoint):
+            elif config.store.dir_name and not os.path.ismount(config.mountpoint):
                 # A recovered store's, mounted over its dead mount (both gone now): the
                 # directory the killed session made. rmdir follows no link.
                 with contextlib.suppress(OSError):
-                    os.rmdir(str(config.stores[0].dir_name), dir_fd=held.fd)
+                    os.rmdir(str(config.store.dir_name), dir_fd=held.fd)
         held.close()
 
 

@@ -57,8 +57,6 @@ def _references(state: StoreState) -> tuple[set[str], set[str]]:
     pinned: set[str] = set()  # needed by an open, dirty, unsynced or unlinked node
     evictable: set[str] = set()
     for node in list(state.tree.nodes.values()) + list(state.tombstones.values()):
-        if node.store is not state:
-            continue
         for sha in (node.sha, node.base_sha, node.sent_sha):
             if sha:
                 referenced.add(sha)

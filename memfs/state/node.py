@@ -2,18 +2,19 @@
 
 Plain data: `Node` carries what the kernel, the journal and the sync engine know of
 one entry. Only `StoreState` (memfs/state/store_state.py) and its sync half
-(memfs/state/records.py) write its fields; a file's `size` and `linked` keep its store's
-`usage` totals as they change. The inode table (`Tree`, memfs/state/tree.py) counts its
-lookups. The checks here turn a name from the kernel into one the API accepts, or an
-errno.
+(`SyncRecords`, memfs/state/records.py) write its fields; a file's `size` and `linked`
+keep the `usage` totals of its tree (the mount's one store) as they change. The inode
+table (`Tree`, memfs/state/tree.py) counts its lookups. The checks here turn a name from
+the kernel into one the API accepts, or an errno.
 """
 
 from __future__ import annotations
 
 import errno
 import stat
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from memfs.errors import FsError
 from memfs.paths import (
@@ -25,9 +26,6 @@ from memfs.paths import (
     sha256_hex,
 )
 
-if TYPE_CHECKING:
-    from memfs.state.store_state import StoreState
-
 # A file's sync state, as xattrs (`user.memfs.state`), status and history show it.
 FileState = Literal["clean", "dirty", "refused", "conflict", "pending-delete"]
 FILE_MODE = 0o644
@@ -38,6 +36,14 @@ class Kind(Enum):
     DIR = "dir"
     FILE = "file"
     MARKER = "marker"
+
+
+@dataclass
+class Usage:
+    """Running totals of a store's linked files, kept by `Node` as they change."""
+
+    files: int = 0
+    bytes: int = 0
 
 
 class Node:
@@ -75,8 +81,8 @@ class Node:
         "sent_path",
         "sent_sha",
         "sha",
-        "store",
         "truncated_ns",
+        "usage",
         "version",
     )
 
@@ -86,7 +92,7 @@ class Node:
         kind: Kind,
         name: str,
         parent: Node | None,
-        store: StoreState | None,
+        usage: Usage,
         mode: int,
         mtime_ns: int,
     ) -> None:
@@ -94,7 +100,7 @@ class Node:
         self.kind = kind
         self.name = name
         self.parent = parent
-        self.store = store
+        self.usage = usage  # the totals of the tree this node is in
         self.children: dict[str, Node] | None = {} if kind is Kind.DIR else None
         self.mode = mode
         self.mtime_ns = self.ctime_ns = self.atime_ns = mtime_ns
@@ -103,8 +109,8 @@ class Node:
         self.sha: str | None = None  # content sha when `data` is None
         self._size = 0
         self._linked = True
-        if kind is Kind.FILE and store is not None:
-            store.usage.files += 1
+        if kind is Kind.FILE:
+            usage.files += 1
         self.dirty = False
         self.dirty_since: float | None = None
         # The last close of a writer while dirty (monotonic): closed since `dirty_since`,
@@ -135,7 +141,7 @@ class Node:
         self.open_handles = 0
         self.open_writers = 0
 
-    # A linked file's size and linkage are counted in its store's `usage` as they
+    # A linked file's size and linkage are counted in its tree's `usage` as they
     # change, so `statfs` (df) reads running totals instead of walking every file.
     @property
     def size(self) -> int:
@@ -143,8 +149,8 @@ class Node:
 
     @size.setter
     def size(self, value: int) -> None:
-        if self._linked and self.kind is Kind.FILE and self.store is not None:
-            self.store.usage.bytes += value - self._size
+        if self._linked and self.kind is Kind.FILE:
+            self.usage.bytes += value - self._size
         self._size = value
 
     @property
@@ -154,10 +160,10 @@ class Node:
 
     @linked.setter
     def linked(self, value: bool) -> None:
-        if value != self._linked and self.kind is Kind.FILE and self.store is not None:
+        if value != self._linked and self.kind is Kind.FILE:
             sign = 1 if value else -1
-            self.store.usage.files += sign
-            self.store.usage.bytes += sign * self._size
+            self.usage.files += sign
+            self.usage.bytes += sign * self._size
         self._linked = value
 
     @property
@@ -186,10 +192,11 @@ class Node:
         return self.sha
 
     def store_path(self) -> str:
-        """Path inside the node's store, as the API names it ('/a/b.md')."""
+        """Path inside the mount's store, as the API names it ('/a/b.md'): the names up
+        to the root (a mount serves one store, rooted at the mount root)."""
         parts: list[str] = []
-        node: Node | None = self
-        while node is not None and node.store is not None and node is not node.store.root:
+        node = self
+        while node.parent is not None:
             parts.append(node.name)
             node = node.parent
         return "/" + "/".join(reversed(parts))

@@ -1,8 +1,9 @@
 """The sync half of `StoreState`: every change a pass makes to nodes and the journal.
 
-`StoreState` (memfs/state/store_state.py) inherits these methods, so it stays the only writer of a
-store's nodes and of its journal: the FUSE side changes files through state.py's
-methods, the sync engine records what the store said through these. Each method changes
+`SyncRecords` works on one `StoreState` (memfs/state/store_state.py), whose tables and
+journal it writes: the two stay the only writers of a store's nodes and of its journal.
+The FUSE side changes files through `StoreState`'s methods, the sync engine (which holds
+a `SyncRecords` beside its state) records what the store said through these. Each method changes
 the node and its journal row together and never awaits (invariant 1 of
 docs/concurrency.md): between two of them the tree and the journal agree.
 
@@ -15,49 +16,25 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, cast
 
 from memfs.paths import RemoteMemory
-from memfs.state.node import FILE_MODE, Kind
-
-if TYPE_CHECKING:
-    from memfs.state.cache import CacheDir, EntryFields, Journal, ObjectStore
-    from memfs.state.node import Node
-    from memfs.state.store_state import StoreState
-    from memfs.state.tree import Tree
+from memfs.state.cache import EntryFields
+from memfs.state.node import FILE_MODE, Kind, Node
+from memfs.state.store_state import StoreState
 
 # (parent inode, name) pairs whose kernel dentries a batch must invalidate.
 Entries = list[tuple[int, str]]
 
 
 class SyncRecords:
-    """Bookkeeping of sync results; mixed into `StoreState`, which owns the fields."""
+    """Bookkeeping of sync results on one store's state, which owns the fields."""
 
-    tree: Tree
-    cache: CacheDir
-    journal: Journal
-    objects: ObjectStore
-    by_memory: dict[str, Node]
-    tombstones: dict[str, Node]
-    lost_creates: dict[str, Node]
-
-    if TYPE_CHECKING:
-
-        def adopt_identity(
-            self,
-            node: Node,
-            memory_id: str,
-            base_sha: str | None,
-            base_path: str | None,
-            sent_sha: str | None = None,
-            sent_path: str | None = None,
-        ) -> None: ...
-
-        def bury(self, node: Node) -> None: ...
-
-        def new_file(self, parent: Node, name: str) -> Node: ...
-
-        def _changed(self, node: Node, data: bytearray) -> None: ...
+    def __init__(self, state: StoreState) -> None:
+        self.state = state
+        self.tree = state.tree
+        self.cache = state.cache
+        self.journal = state.journal
+        self.objects = state.objects
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -94,13 +71,13 @@ class SyncRecords:
     def mark_synced(self, node: Node, r: RemoteMemory) -> None:
         """The file equals memory `r`: it takes `r`'s identity and is clean."""
         if node.memory_id != r.id:
-            self.adopt_identity(node, r.id, r.content_sha256, r.path)
+            self.state.adopt_identity(node, r.id, r.content_sha256, r.path)
         node.base_sha, node.base_path = r.content_sha256, r.path
         self.make_clean(node, r.content_sha256)
 
     def adopt_own_create(self, node: Node, r: RemoteMemory) -> None:
         """Our own create whose answer was lost, edited since: the memory is ours."""
-        self.adopt_identity(node, r.id, r.content_sha256, r.path)
+        self.state.adopt_identity(node, r.id, r.content_sha256, r.path)
         node.sent_sha = node.sent_path = None
         if node.entry_id is not None:
             self.journal.update(node.entry_id, sent_sha=None, sent_path=None)
@@ -135,8 +112,8 @@ class SyncRecords:
 
     def forget_identity(self, node: Node) -> None:
         """The file is no memory any more: the next pass creates it anew."""
-        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
-            del self.by_memory[node.memory_id]
+        if node.memory_id is not None and self.state.by_memory.get(node.memory_id) is node:
+            del self.state.by_memory[node.memory_id]
         node.memory_id = node.base_sha = node.base_path = None
         node.sent_sha = node.sent_path = None
         node.dirty = True
@@ -159,8 +136,8 @@ class SyncRecords:
 
     # -- tombstones -----------------------------------------------------------------
     def drop_tombstone(self, tomb: Node) -> None:
-        if tomb.memory_id is not None and self.tombstones.get(tomb.memory_id) is tomb:
-            del self.tombstones[tomb.memory_id]
+        if tomb.memory_id is not None and self.state.tombstones.get(tomb.memory_id) is tomb:
+            del self.state.tombstones[tomb.memory_id]
         if tomb.entry_id is not None:
             self.journal.delete(tomb.entry_id)
             tomb.entry_id = None
@@ -169,36 +146,13 @@ class SyncRecords:
         """A new file where a deleted memory was (vim's save) continues that memory."""
         assert tomb.memory_id is not None
         self.drop_tombstone(tomb)
-        self.adopt_identity(
+        self.state.adopt_identity(
             node, tomb.memory_id, tomb.base_sha, tomb.base_path, tomb.sent_sha, tomb.sent_path
         )
 
-    def keep_lost_create(self, node: Node) -> None:
-        """A file unlinked while its create is unanswered (in flight, or its answer
-        lost): remember what it sent, so the memory it may have made is recognised as
-        ours at the next listing (`Planner.settle_lost_creates`)."""
-        path = node.sent_path
-        assert path is not None and node.sent_sha is not None
-        old = self.lost_creates.get(path)
-        if old is not None and old is not node and old.entry_id is not None:
-            self.journal.delete(old.entry_id)
-            old.entry_id = None
-        self.lost_creates[path] = node
-        if node.entry_id is not None:
-            self.journal.update(node.entry_id, path=None, data=None, dirty=0, sent_path=path)
-        else:
-            node.entry_id = self.journal.insert(
-                path=None,
-                kind="file",
-                mode=node.mode,
-                mtime_ns=node.mtime_ns,
-                sent_sha=node.sent_sha,
-                sent_path=path,
-            )
-
     def drop_lost_create(self, path: str) -> None:
         """The listing settled a lost create (it never landed, or is someone's now)."""
-        node = self.lost_creates.pop(path, None)
+        node = self.state.lost_creates.pop(path, None)
         if node is not None and node.entry_id is not None:
             self.journal.delete(node.entry_id)
             node.entry_id = None
@@ -206,29 +160,28 @@ class SyncRecords:
     def bury_lost_create(self, path: str, r: RemoteMemory) -> None:
         """The memory a lost create made, its file long unlinked: delete it like any
         file deleted locally (the tombstone goes through the deletion mode)."""
-        node = self.lost_creates.pop(path)
+        node = self.state.lost_creates.pop(path)
         if node.entry_id is not None:  # bury writes the tombstone's row anew
             self.journal.delete(node.entry_id)
             node.entry_id = None
         node.memory_id = r.id
         node.base_sha, node.base_path = r.content_sha256, r.path
         node.sent_sha = node.sent_path = None
-        self.bury(node)
+        self.state.bury(node)
 
     def bury_orphan(self, r: RemoteMemory) -> None:
         """A memory our own create made for a file that took another memory's identity
         meanwhile (a rename over it): nothing local stands for it, so it is deleted."""
-        state = cast("StoreState", self)
-        tomb = self.tree.new_node(Kind.FILE, "", None, state, FILE_MODE, time.time_ns())
+        tomb = self.tree.new_node(Kind.FILE, "", None, FILE_MODE, time.time_ns())
         tomb.linked = False
         tomb.memory_id = r.id
         tomb.base_sha, tomb.base_path = r.content_sha256, r.path
-        self.bury(tomb)
+        self.state.bury(tomb)
 
     def bury_unlinked_create(self, node: Node, memory_id: str) -> None:
         """A file unlinked during its own upload: the memory exists now, delete it later."""
-        self.by_memory.pop(memory_id, None)
-        self.bury(node)
+        self.state.by_memory.pop(memory_id, None)
+        self.state.bury(node)
 
     # -- conflicts ------------------------------------------------------------------
     def keep_conflict(self, node: Node, path: str, local: bytes) -> str:
@@ -268,8 +221,8 @@ class SyncRecords:
         # Its old name was taken meanwhile: the store has it elsewhere; the next pass
         # brings it back as a new arrival. A dirty file's bytes were kept as a conflict.
         node.linked = False
-        if node.memory_id is not None and self.by_memory.get(node.memory_id) is node:
-            del self.by_memory[node.memory_id]
+        if node.memory_id is not None and self.state.by_memory.get(node.memory_id) is node:
+            del self.state.by_memory[node.memory_id]
         if node.entry_id is not None:
             self.journal.delete(node.entry_id)
             node.entry_id = None
@@ -337,7 +290,7 @@ class SyncRecords:
         if merged == self.objects.get(r.content_sha256):
             self.take_content(node, r, inodes)  # nothing of ours is missing from `r`
             return
-        self._changed(node, bytearray(merged))
+        self.state.set_content(node, bytearray(merged))
         inodes.append(node.ino)
 
     def land(
@@ -347,11 +300,11 @@ class SyncRecords:
         given, is already placed there. Returns the file."""
         fresh = node is None
         if node is None:
-            node = self.new_file(parent, name)
+            node = self.state.new_file(parent, name)
         if node.memory_id is not None and node.memory_id != r.id:
-            self.by_memory.pop(node.memory_id, None)
+            self.state.by_memory.pop(node.memory_id, None)
         node.memory_id = r.id
-        self.by_memory[r.id] = node
+        self.state.by_memory[r.id] = node
         node.base_sha, node.base_path = r.content_sha256, r.path
         if node.sha != r.content_sha256 or node.data is not None:
             node.data = None
@@ -446,7 +399,7 @@ class SyncRecords:
         file, which took the identity, or buried): the memory's holder now has the
         baseline the store accepted, or its next upload fails its precondition on our
         own write and its bytes end in a conflict copy."""
-        for holder in (self.by_memory.get(memory_id), self.tombstones.get(memory_id)):
+        for holder in (self.state.by_memory.get(memory_id), self.state.tombstones.get(memory_id)):
             if holder is None or holder is node or holder.base_sha != node.base_sha:
                 continue
             holder.base_sha = base_sha

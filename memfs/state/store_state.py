@@ -1,7 +1,7 @@
 """Each store's local state behind the mount, kept in step with its journal.
 
 `StoreState` owns one store's subtree and keeps its journal in step with it: every
-mutation here writes the journal before returning, so the caller (a FUSE handler) can
+local change here writes the journal before returning, so the caller (a FUSE handler) can
 acknowledge the system call knowing a `kill -9` loses nothing.
 
 Synchronous and free of network I/O: FUSE handlers call in, the sync task calls in,
@@ -32,8 +32,7 @@ from memfs.paths import (
 )
 from memfs.state import extents
 from memfs.state.cache import CacheDir, EntryFields, EntryRow
-from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, check_depth
-from memfs.state.records import SyncRecords
+from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, Usage, check_depth
 from memfs.state.tree import Tree
 from memfs.state.utf8 import REFUSED_NOT_UTF8, breaks_utf8
 
@@ -58,19 +57,12 @@ class StateStatistics:
     pending_deletes: int  # tombstones
 
 
-@dataclass
-class Usage:
-    """Running totals of a store's linked files, kept by `Node` as they change."""
-
-    files: int = 0
-    bytes: int = 0
-
-
-class StoreState(SyncRecords):
+class StoreState:
     """One store's subtree, its journal and its content, kept in step.
 
-    The only writer of the store's nodes and journal: local changes through the methods
-    here, sync results through those of `SyncRecords` (memfs/state/records.py).
+    The only writer of the store's nodes and journal, with its sync half: local changes
+    through the methods here, sync results through those of `SyncRecords`
+    (memfs/state/records.py), which the sync engine holds beside it.
     """
 
     def __init__(
@@ -84,7 +76,7 @@ class StoreState(SyncRecords):
         self.tree = tree
         self.store_id = store_id
         self.read_only = read_only
-        self.usage = Usage()  # before any node: each file counts itself in
+        self.usage: Usage = tree.usage  # the tree serves this one store
         self.cache = cache
         self.journal = cache.journal
         self.objects = cache.objects
@@ -100,8 +92,7 @@ class StoreState(SyncRecords):
         self.touched: set[Node] = set()
         now = time.time_ns()
         self.root = tree.root  # a mount serves one store: its root is the store's
-        tree.root.store = self
-        self.marker = tree.new_node(Kind.MARKER, MARKER_NAME, self.root, self, 0o444, now)
+        self.marker = tree.new_node(Kind.MARKER, MARKER_NAME, self.root, 0o444, now)
         marker = marker_content(store_id)
         self.marker.data = bytearray(marker)
         self.marker.size = len(marker)
@@ -141,7 +132,7 @@ class StoreState(SyncRecords):
     def _node_from_row(self, row: EntryRow, parent: Node | None) -> Node:
         kind = Kind.DIR if row.kind == "dir" else Kind.FILE
         name = row.path.rsplit("/", 1)[1] if row.path else ""
-        node = self.tree.new_node(kind, name, parent, self, row.mode, row.mtime_ns)
+        node = self.tree.new_node(kind, name, parent, row.mode, row.mtime_ns)
         node.entry_id = row.entry_id
         if kind is Kind.FILE:
             node.memory_id = row.memory_id
@@ -184,7 +175,7 @@ class StoreState(SyncRecords):
             child = node.children.get(name)
             if child is None:
                 now = time.time_ns()
-                child = self.tree.new_node(Kind.DIR, name, node, self, self.dir_mode(), now)
+                child = self.tree.new_node(Kind.DIR, name, node, self.dir_mode(), now)
                 if journal:
                     child.entry_id = self.journal.insert(
                         path=child.store_path(), kind="dir", mode=child.mode, mtime_ns=now
@@ -239,7 +230,7 @@ class StoreState(SyncRecords):
 
     def new_file(self, parent: Node, name: str) -> Node:
         """A file node arriving from the store (its journal row is the caller's)."""
-        return self.tree.new_node(Kind.FILE, name, parent, self, self.file_mode(), time.time_ns())
+        return self.tree.new_node(Kind.FILE, name, parent, self.file_mode(), time.time_ns())
 
     def file_mode(self) -> int:
         return 0o444 if self.read_only else FILE_MODE
@@ -292,7 +283,7 @@ class StoreState(SyncRecords):
         entry_id = self.journal.insert(
             path=path, kind="file", mode=mode, mtime_ns=now, data=b"", dirty=1
         )
-        node = self.tree.new_node(Kind.FILE, name, parent, self, mode, now)
+        node = self.tree.new_node(Kind.FILE, name, parent, mode, now)
         node.entry_id = entry_id
         node.data = bytearray()
         node.dirty = True
@@ -309,7 +300,7 @@ class StoreState(SyncRecords):
         now = time.time_ns()
         mode = (mode & 0o777) | 0o700
         entry_id = self.journal.insert(path=path, kind="dir", mode=mode, mtime_ns=now)
-        node = self.tree.new_node(Kind.DIR, name, parent, self, mode, now)
+        node = self.tree.new_node(Kind.DIR, name, parent, mode, now)
         node.entry_id = entry_id
         self._touch_dir(parent, now)
         return node
@@ -342,7 +333,7 @@ class StoreState(SyncRecords):
             if not self._log_change(node, offset, buf):
                 data = bytearray(self.load_for_write(node))
                 extents.apply(data, offset, buf)
-                self._changed(node, data)
+                self.set_content(node, data)
         except OSError as e:  # the cache disk (ENOSPC): the write did not happen
             self.refuse_write(node, f"a write was refused ({os.strerror(e.errno or 0)})")
             raise
@@ -386,7 +377,7 @@ class StoreState(SyncRecords):
             bytearray() if node.data is None and size == 0 else bytearray(self.load_for_write(node))
         )
         extents.apply(data, size, None)
-        self._changed(node, data)
+        self.set_content(node, data)
 
     def _log_change(self, node: Node, offset: int, payload: bytes | None) -> bool:
         """Apply a change to a dirty file in place, logged as one record in the extent
@@ -408,7 +399,7 @@ class StoreState(SyncRecords):
         self._touched(node, now)
         return True
 
-    def _changed(self, node: Node, data: bytearray) -> None:
+    def set_content(self, node: Node, data: bytearray) -> None:
         """Install `data` as the node's content, journal first: a change the journal
         cannot hold (a full cache disk) changes nothing. A successful change ends a
         refusal (`refuse_write`, the store's 400/413); non-UTF-8 is checked again at
@@ -508,6 +499,29 @@ class StoreState(SyncRecords):
                 memory_id=node.memory_id,
                 base_sha=node.base_sha,
                 base_path=node.base_path,
+            )
+
+    def keep_lost_create(self, node: Node) -> None:
+        """A file unlinked while its create is unanswered (in flight, or its answer
+        lost): remember what it sent, so the memory it may have made is recognised as
+        ours at the next listing (`Planner.settle_lost_creates`)."""
+        path = node.sent_path
+        assert path is not None and node.sent_sha is not None
+        old = self.lost_creates.get(path)
+        if old is not None and old is not node and old.entry_id is not None:
+            self.journal.delete(old.entry_id)
+            old.entry_id = None
+        self.lost_creates[path] = node
+        if node.entry_id is not None:
+            self.journal.update(node.entry_id, path=None, data=None, dirty=0, sent_path=path)
+        else:
+            node.entry_id = self.journal.insert(
+                path=None,
+                kind="file",
+                mode=node.mode,
+                mtime_ns=node.mtime_ns,
+                sent_sha=node.sent_sha,
+                sent_path=path,
             )
 
     def rmdir(self, parent: Node, name: str) -> Node:

@@ -12,14 +12,10 @@ from __future__ import annotations
 import errno
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from memfs.errors import FsError
 from memfs.paths import local_name
-from memfs.state.node import DIR_MODE, Kind, Node
-
-if TYPE_CHECKING:
-    from memfs.state.store_state import StoreState
+from memfs.state.node import DIR_MODE, Kind, Node, Usage
 
 ROOT_INODE = 1
 
@@ -105,7 +101,8 @@ class NegativeStatistics:
 
 
 class Tree:
-    """Inode table of one mount (one or several stores)."""
+    """Inode table of one mount, which serves one store: its root is the store's, and
+    `usage` the running totals of the store's linked files (`statfs`)."""
 
     def __init__(self, *, uid: int, gid: int, umask: int | None = None) -> None:
         # Who every entry appears to belong to, and (--umask) the permission bits shown
@@ -114,6 +111,7 @@ class Tree:
         self.gid = gid
         self.umask = umask
         self.nodes: dict[int, Node] = {}
+        self.usage = Usage()  # before any node: each file counts itself in
         self.negatives = NegativeEntries()
         # Directories whose names changed and that the kernel may have a cached listing
         # of (FOPEN_CACHE_DIR): the sync task invalidates them (`take_changed_listings`).
@@ -128,7 +126,7 @@ class Tree:
         # write, as with RELEASE; the quiet spell stays the bound when none comes.
         self.closes_seen = False
         now = time.time_ns()
-        self.root = self.new_node(Kind.DIR, "", None, None, DIR_MODE, now)
+        self.root = self.new_node(Kind.DIR, "", None, DIR_MODE, now)
         self.root.lookups = 1  # the kernel never forgets the root
 
     def new_node(
@@ -136,11 +134,10 @@ class Tree:
         kind: Kind,
         name: str,
         parent: Node | None,
-        store: StoreState | None,
         mode: int,
         mtime_ns: int,
     ) -> Node:
-        node = Node(self._next_ino, kind, name, parent, store, mode, mtime_ns)
+        node = Node(self._next_ino, kind, name, parent, self.usage, mode, mtime_ns)
         self._next_ino += 1
         self.nodes[node.ino] = node
         if parent is not None:

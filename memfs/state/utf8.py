@@ -52,9 +52,26 @@ def breaks_utf8(data: bytes | bytearray | None, offset: int, buf: bytes) -> bool
     return _invalid(window)
 
 
+# Continuations that can finish any started sequence: the first one after E0, ED, F0
+# and F4 is limited (A0-BF, 80-9F, 90-BF, 80-8F), the rest are 80-BF.
+_MENDS = tuple(bytes([first]) + b"\x80" * more for first in (0x80, 0x90, 0xA0) for more in range(3))
+
+
 def _invalid(window: bytes) -> bool:
+    decoder = codecs.getincrementaldecoder("utf-8")()
     try:
-        codecs.getincrementaldecoder("utf-8")().decode(window, final=False)
+        decoder.decode(window, final=False)
     except UnicodeDecodeError:
         return True
-    return False
+    pending = decoder.getstate()[0]
+    # The decoder holds a cut tail without judging it (ED A0 waits like E2 82): the
+    # tail is fine only if some continuation can still finish it.
+    return bool(pending) and not any(_valid(pending + mend) for mend in _MENDS)
+
+
+def _valid(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -39,6 +39,7 @@ from memfs.logs import Repeated, rfc3339
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.state import cachegc
 from memfs.state.node import Kind, Node
+from memfs.state.records import SyncRecords
 from memfs.state.store_state import ChangeKind, StoreState
 from memfs.store.client import StoreClient
 from memfs.store.wire import MemoryVersion
@@ -195,11 +196,13 @@ class StoreSync:
         )
         state.set_local_only(self._excluded_name)
         self.fetcher = ContentFetcher(state, client, concurrency=fetch_concurrency)
-        self.planner = Planner(state, self.trail, excluded=self._excluded)
-        self.lander = Lander(state, notifier, self.trail)
+        # The sync half of the state: every change a pass makes to nodes and the journal.
+        self.records = SyncRecords(state)
+        self.planner = Planner(self.records, self.trail, excluded=self._excluded)
+        self.lander = Lander(self.records, notifier, self.trail)
         self.progress = Tracker()  # what the running pass is doing (memfs/sync/progress.py)
         self.pusher = Pusher(
-            state,
+            self.records,
             client,
             self.lander,
             self.fetcher,
@@ -426,7 +429,7 @@ class StoreSync:
             for tomb in list(state.tombstones.values()):
                 if tomb.base_path is not None and self.state.node_at(tomb.base_path) is not None:
                     continue
-                self.state.drop_tombstone(tomb)
+                self.records.drop_tombstone(tomb)
                 restored += 1
             for node in list(state.walk_files()):
                 if (
@@ -436,7 +439,7 @@ class StoreSync:
                     or self.state.node_at(node.base_path) is not None
                 ):
                     continue
-                self.state.forget_identity(node)
+                self.records.forget_identity(node)
                 restored += 1
             if restored:
                 # The local state forgot memories the store has: only a listing finds them.

@@ -3,7 +3,7 @@
 Synchronous between the pass's awaits: the kernel never sees a half-applied pass. What
 changed is queued for invalidation (`notify`) and sent, off the event loop, by
 `flush_invalidations` (invariant 4 of docs/concurrency.md). The bookkeeping itself is
-`StoreState`'s (memfs/state/records.py); this module decides where things go and what a
+`SyncRecords`' (memfs/state/records.py); this module decides where things go and what a
 conflict keeps.
 """
 
@@ -19,7 +19,7 @@ from memfs.logs import Repeated, rfc3339
 from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, sha256_hex
 from memfs.state import conflicts
 from memfs.state.node import Kind, Node
-from memfs.state.store_state import StoreState
+from memfs.state.records import SyncRecords
 from memfs.sync.merge import merge_text
 from memfs.sync.notify import Notifier
 from memfs.sync.plan import WRITE_QUIET_NS, ConflictCopy, PassResult, Plan, Pull
@@ -30,10 +30,11 @@ log = logging.getLogger("memfs.sync")
 class Lander:
     """Applies one store's pulls and removals; keeps the conflict copies it made."""
 
-    def __init__(self, state: StoreState, notifier: Notifier, trail: Trail) -> None:
-        self.state = state
+    def __init__(self, records: SyncRecords, notifier: Notifier, trail: Trail) -> None:
+        self.records = records  # how what lands reaches the nodes and journal
+        self.state = records.state
         self.notifier = notifier
-        self.store_id = state.store_id
+        self.store_id = records.state.store_id
         self.conflict_copies: list[ConflictCopy] = []
         self._pending_inodes: list[int] = []
         self.trail = trail  # the audit trail: conflicts lost
@@ -83,7 +84,7 @@ class Lander:
                 f"of {MAX_CONTENT_BYTES}"
             )
             return False
-        state.take_merge(node, r, merged, inodes)
+        self.records.take_merge(node, r, merged, inodes)
         if node.dirty:
             self.merged.append(node)
         log.info(
@@ -129,7 +130,7 @@ class Lander:
         if merge and node is not None and self._moved_here_only(node, memory):
             # Renamed here, its content changed there: take the content, keep the rename
             # (it goes up again on the new precondition), never move the file back.
-            self.state.take_content(node, memory, inodes)
+            self.records.take_content(node, memory, inodes)
             result.pulled += 1
             self.notify(inodes, entries)
             return True
@@ -165,7 +166,7 @@ class Lander:
         # One journal transaction for the batch: a cold start of 10,000 memories is
         # one commit, not 10,000 (measured: 2.8 s -> 0.23 s at 5,000).
         self.merged = []
-        with self.state.batch():
+        with self.records.batch():
             deferred = self._land_pulls(plan, result, require_content=require_content)
         plan.updates.extend(n for n in self.merged if n not in plan.updates)
         return deferred
@@ -197,7 +198,7 @@ class Lander:
         detached: set[int] = set()
         for r, node in todo:
             if node is not None and node.store_path() != r.path and node.store_path() in targets:
-                self.state.detach(node, entries)
+                self.records.detach(node, entries)
                 detached.add(node.ino)
         for r, node in todo:
             target = self.land(r, node, inodes, entries)
@@ -207,7 +208,7 @@ class Lander:
                 # Blocked: the feed moves on, so the cursor must not (it is read again).
                 deferred = True
                 if node is not None and node.ino in detached:
-                    self.state.reattach(node)
+                    self.records.reattach(node)
         displaced, self.displaced = self.displaced, []
         result.conflicts += len(displaced)
         result.conflict_copies.extend(displaced)
@@ -229,11 +230,11 @@ class Lander:
             return None  # changed locally meanwhile: decide again next pass
         if pull.merge == "move":
             if self._move(node, r.path, entries):
-                self.state.set_base_path(node, r.path)
+                self.records.set_base_path(node, r.path)
                 result.pulled += 1
             return None
         if pull.merge == "content":
-            self.state.take_content(node, r, inodes)
+            self.records.take_content(node, r, inodes)
             result.pulled += 1
             return None
         if pull.conflict and node.dirty and self.merge(node, r, inodes):
@@ -274,7 +275,7 @@ class Lander:
                 remote_path,
             )
             return False
-        copy = state.keep_conflict(node, path, local)
+        copy = self.records.keep_conflict(node, path, local)
         conflicts.record(
             self.store_id,
             Path(copy),
@@ -317,7 +318,7 @@ class Lander:
             self._unlink_local(occupant, entries)
             return True
         if occupant.kind is Kind.DIR and not occupant.children:
-            self.state.remove_empty_dir(occupant, entries)
+            self.records.remove_empty_dir(occupant, entries)
             return True
         if occupant.kind is Kind.DIR and node is None and self._displace(occupant, entries):
             return True
@@ -414,7 +415,7 @@ class Lander:
         for child in list(d.children.values()):
             if child.is_dir:
                 self._remove_dirs(child, entries)
-        self.state.remove_empty_dir(d, entries)
+        self.records.remove_empty_dir(d, entries)
 
     def _move(self, node: Node, path: str, entries: list[tuple[int, str]]) -> bool:
         """Move a linked (or detached) file to `path`, journal included."""
@@ -422,7 +423,7 @@ class Lander:
         if placed is None:
             return False
         parent, name = placed
-        self.state.place(node, parent, name, entries)
+        self.records.place(node, parent, name, entries)
         return True
 
     def land(
@@ -435,7 +436,7 @@ class Lander:
         parent, name = placed
         if node is not None and not self._move(node, r.path, entries):
             return None
-        return self.state.land(r, node, parent, name, inodes)
+        return self.records.land(r, node, parent, name, inodes)
 
     def _unlink_local(self, node: Node, entries: list[tuple[int, str]]) -> None:
         assert node.parent is not None

@@ -17,7 +17,7 @@ from memfs.audit import Trail
 from memfs.logs import rfc3339
 from memfs.paths import RemoteMemory
 from memfs.state.node import Kind, Node
-from memfs.state.store_state import StoreState
+from memfs.state.records import SyncRecords
 from memfs.sync.schedule import MAX_DEFER, PassKind
 
 # Zero-message opens (no close to wait for): a file written within this long is left
@@ -155,10 +155,11 @@ class Planner:
     """Decides one store's passes; the state records what the listing proves."""
 
     def __init__(
-        self, state: StoreState, trail: Trail, *, excluded: Callable[[Node], bool]
+        self, records: SyncRecords, trail: Trail, *, excluded: Callable[[Node], bool]
     ) -> None:
-        self.state = state
-        self.store_id = state.store_id
+        self.records = records  # how a plan's settlements reach the nodes and journal
+        self.state = records.state
+        self.store_id = records.state.store_id
         self.excluded = excluded
         self.trail = trail  # the audit trail: what became of each local change
 
@@ -230,10 +231,10 @@ class Planner:
         ready: Callable[[Node], bool],
     ) -> None:
         """A file with a memory: pull, push, remove, merge or call it a conflict."""
-        self.state.settle_sent(node, remote.get(node.memory_id or ""))
+        self.records.settle_sent(node, remote.get(node.memory_id or ""))
         r = remote.get(node.memory_id or "")
         if r is not None:
-            self.state.note_listed_size(node, r)
+            self.records.note_listed_size(node, r)
         renamed = node.store_path() != node.base_path
         if self.excluded(node):
             return
@@ -257,7 +258,7 @@ class Planner:
             plan.removals.append((node, node.version))
             return
         path = node.store_path()
-        state.forget_identity(node)
+        self.records.forget_identity(node)
         if state.read_only:
             log.warning(
                 "memory deleted remotely but edited locally; keeping "
@@ -285,7 +286,7 @@ class Planner:
         """Changed on both sides: the same change, a merge, or a conflict."""
         local_sha = node.current_sha()
         if local_sha == r.content_sha256 and node.store_path() == r.path:
-            self.state.mark_synced(node, r)  # the same change on both sides
+            self.records.mark_synced(node, r)  # the same change on both sides
             return
         local_content = node.dirty and local_sha != node.base_sha
         remote_content = r.content_sha256 != node.base_sha
@@ -303,10 +304,10 @@ class Planner:
     def _plan_tombstones(self, plan: Plan, remote: dict[str, RemoteMemory]) -> None:
         """Deleted locally: delete remotely, unless the remote changed (then restore)."""
         for memory_id, tomb in list(self.state.tombstones.items()):
-            self.state.settle_sent(tomb, remote.get(memory_id))
+            self.records.settle_sent(tomb, remote.get(memory_id))
             r = remote.get(memory_id)
             if r is None:
-                self.state.drop_tombstone(tomb)
+                self.records.drop_tombstone(tomb)
             elif r.content_sha256 == tomb.base_sha and r.path == tomb.base_path:
                 plan.deletes.append(tomb)
             else:
@@ -322,7 +323,7 @@ class Planner:
                     tomb.base_path,
                     why="changed remotely; the remote version is back",
                 )
-                self.state.drop_tombstone(tomb)
+                self.records.drop_tombstone(tomb)
                 plan.pulls.append(Pull(r, None, 0))
 
     def _plan_new_files(
@@ -346,7 +347,7 @@ class Planner:
             r = by_path.get(sent)
             if r is not None and r.id not in known and r.content_sha256 == node.sent_sha:
                 known.add(r.id)
-                state.adopt_own_create(node, r)
+                self.records.adopt_own_create(node, r)
                 if ready(node) and not state.read_only:
                     plan.updates.append(node)
         for node in new:
@@ -376,12 +377,12 @@ class Planner:
                 or r.id in state.by_memory
                 or r.id in state.tombstones
             ):
-                state.drop_lost_create(path)  # it never landed, or is another's now
+                self.records.drop_lost_create(path)  # it never landed, or is another's now
                 continue
             occupant = state.node_at(path)
             if occupant is not None and occupant.kind is Kind.FILE and occupant.memory_id is None:
-                state.drop_lost_create(path)
-                state.adopt_own_create(occupant, r)
+                self.records.drop_lost_create(path)
+                self.records.adopt_own_create(occupant, r)
                 continue
             log.info(
                 "a create whose answer was lost made this memory after its file was "
@@ -389,7 +390,7 @@ class Planner:
                 self.store_id,
                 path,
             )
-            state.bury_lost_create(path, r)
+            self.records.bury_lost_create(path, r)
 
     def _plan_lost_create(
         self, plan: Plan, node: Node, r: RemoteMemory, ready: Callable[[Node], bool]
@@ -397,11 +398,11 @@ class Planner:
         """A new file where an unknown memory is listed at the same path."""
         state = self.state
         if node.current_sha() == r.content_sha256:
-            state.mark_synced(node, r)  # a create whose answer was lost
+            self.records.mark_synced(node, r)  # a create whose answer was lost
         elif node.sent_sha == r.content_sha256 and node.sent_path == r.path:
             # Our own create whose answer was lost, edited since: it is ours,
             # and the newer bytes are pushed as an update, not lost to a copy.
-            state.adopt_own_create(node, r)
+            self.records.adopt_own_create(node, r)
             if ready(node) and not state.read_only:
                 plan.updates.append(node)
         else:
@@ -444,4 +445,4 @@ class Planner:
             node = self.state.node_at(tomb.base_path)
             if node is None or node.kind is not Kind.FILE or node.memory_id is not None:
                 continue
-            state.continue_memory(tomb, node)
+            self.records.continue_memory(tomb, node)

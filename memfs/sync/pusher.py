@@ -1,7 +1,7 @@
 """Pushing a pass's local changes to the store, with preconditions.
 
 Every upload snapshots `(bytes, sha, version)` synchronously, and after the answer the
-file is marked clean only if it did not change meanwhile (`StoreState.record_pushed`).
+file is marked clean only if it did not change meanwhile (`SyncRecords.record_pushed`).
 A lost race is settled by retrieving the memory and landing it (the store wins).
 """
 
@@ -29,7 +29,7 @@ from memfs.errors import (
 from memfs.logs import Repeated
 from memfs.paths import RemoteMemory, sha256_hex
 from memfs.state.node import Node
-from memfs.state.store_state import StoreState
+from memfs.state.records import SyncRecords
 from memfs.store.client import StoreClient
 from memfs.sync.fetcher import ContentFetcher
 from memfs.sync.landing import Lander
@@ -58,7 +58,7 @@ class Pusher:
 
     def __init__(
         self,
-        state: StoreState,
+        records: SyncRecords,
         client: StoreClient,
         lander: Lander,
         fetcher: ContentFetcher,
@@ -68,12 +68,13 @@ class Pusher:
         concurrency: int,
         deletions: DeletionMode,
     ) -> None:
-        self.state = state
+        self.records = records  # how what the store answered reaches the nodes and journal
+        self.state = records.state
         self.client = client
         self.lander = lander
         self.fetcher = fetcher
         self.progress = progress  # "pushing N of M" (memfs/sync/progress.py)
-        self.store_id = state.store_id
+        self.store_id = records.state.store_id
         self.deletions: DeletionMode = deletions
         # 8 uploads in flight: the store serialises writes anyway, and more concurrent
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
@@ -159,18 +160,18 @@ class Pusher:
         parked = f"/.memfs-moving-{node.memory_id}"
         # Recorded first: a daemon killed before the answer lands finds the parked path
         # settled as its own move at the next start, not pulled as a remote rename.
-        self.state.record_sent(node, None, parked)
+        self.records.record_sent(node, None, parked)
         try:
             memory = await self.client.update_memory(
                 self.store_id, node.memory_id, path=parked, precondition_sha256=node.base_sha
             )
         except StoreError as err:
-            self.state.record_sent(node, None, None)
+            self.records.record_sent(node, None, None)
             cause = (node.base_path, type(err), err.status)
             self._move_failed.warning(cause, self.store_id, node.base_path, err)
             return False
-        self.state.set_base_path(node, memory.path)
-        self.state.record_sent(node, None, None)
+        self.records.set_base_path(node, memory.path)
+        self.records.record_sent(node, None, None)
         log.debug(
             "moved memory aside to free a path memory_store_id=%s path=%s parked=%s",
             self.store_id,
@@ -234,7 +235,7 @@ class Pusher:
                     tomb.base_path,
                     why="changed remotely; the remote version is back",
                 )
-                self.state.drop_tombstone(tomb)
+                self.records.drop_tombstone(tomb)
                 await self._pull_one(memory_id, result)
                 return
             except (StoreUnavailable, StoreAuthError):
@@ -245,7 +246,7 @@ class Pusher:
                 return
         self.deleted(memory_id)
         if self.state.tombstones.get(memory_id) is tomb:
-            self.state.drop_tombstone(tomb)
+            self.records.drop_tombstone(tomb)
             result.deleted += 1
             log.info(
                 "propagated local deletion memory_store_id=%s path=%s",
@@ -314,9 +315,9 @@ class Pusher:
         send_content = sha != node.base_sha
         send_path = path != node.base_path
         if not send_content and not send_path:
-            self.state.record_pushed(node, sha, path, version)
+            self.records.record_pushed(node, sha, path, version)
             return
-        self.state.record_sent(node, sha if send_content else None, path if send_path else None)
+        self.records.record_sent(node, sha if send_content else None, path if send_path else None)
         merged = False
         async with self.limit:
             try:
@@ -333,7 +334,7 @@ class Pusher:
                     memory_id, path, result, merge=merges < MERGE_RETRIES
                 )
                 if outcome is None:  # being written: its close brings a pass that merges
-                    self.state.record_sent(node, None, None)
+                    self.records.record_sent(node, None, None)
                     return
                 if not outcome:
                     return
@@ -346,7 +347,7 @@ class Pusher:
                     path,
                 )
                 if node.linked:
-                    self.state.forget_identity(node)
+                    self.records.forget_identity(node)
                     await self._push_create(node, result, locked=True)
                 return
             except Rejected as e:
@@ -368,7 +369,7 @@ class Pusher:
         # upload. The old base path stays, so the next listing follows the rename
         # instead of taking it for a local one and moving the memory back.
         moved = not send_path and memory.path != path
-        self.state.record_pushed(
+        self.records.record_pushed(
             node,
             sha,
             memory.path,
@@ -399,7 +400,7 @@ class Pusher:
             return  # (renamed over another memory since the plan: the next pass updates it)
         data, sha, version = snap
         path = node.store_path()
-        self.state.record_sent(node, sha, path)
+        self.records.record_sent(node, sha, path)
         try:
             if locked:
                 memory = await self.client.create_memory(self.store_id, path, data.decode("utf-8"))
@@ -415,7 +416,7 @@ class Pusher:
             if await self._settle_own_create(node, (data, sha, version), path, e, result):
                 return
             if node.memory_id is None:
-                self.state.record_sent(node, None, None)  # made nothing: not ours to claim
+                self.records.record_sent(node, None, None)  # made nothing: not ours to claim
             taken = (path, e.conflicting_path)
             self._create_taken.warning(taken, self.store_id, path, e.conflicting_path)
             result.unsettled.append(path)  # the feed settles it
@@ -424,14 +425,14 @@ class Pusher:
         if node.memory_id is not None:
             # Renamed over another memory while this create was in flight: the file is
             # that memory now, and the one just made stands for nothing local.
-            self.state.bury_orphan(memory)
+            self.records.bury_orphan(memory)
             return
         self.state.adopt_identity(node, memory.id, memory.content_sha256, memory.path)
         if not node.linked:
             # Unlinked during its own upload: the memory now exists, so delete it later.
-            self.state.bury_unlinked_create(node, memory.id)
+            self.records.bury_unlinked_create(node, memory.id)
             return
-        self.state.record_pushed(node, sha, memory.path, version, data=data)
+        self.records.record_pushed(node, sha, memory.path, version, data=data)
 
     async def _settle_own_create(
         self,
@@ -466,7 +467,7 @@ class Pusher:
             return False
         self.fetcher.store(full)
         self.state.adopt_identity(node, r.id, r.content_sha256, r.path)
-        self.state.record_pushed(node, sha, r.path, version, data=data)
+        self.records.record_pushed(node, sha, r.path, version, data=data)
         log.info(
             "a create whose answer was lost had made this memory; taking it over "
             "memory_store_id=%s path=%s",
@@ -480,7 +481,7 @@ class Pusher:
         if isinstance(e, Rejected) and e.transient:
             self._hold(node, sha, e)
             return
-        self.state.refuse(node, sha, e.message)
+        self.records.refuse(node, sha, e.message)
         self.trail.outcome(self.store_id, "refused", node.store_path(), why=e.message)
         log.warning(
             "the server rejected this memory file, so it stays un-synced until its "
@@ -494,6 +495,6 @@ class Pusher:
         """A refusal whose cause passes (the store is full): retried with back-off, from
         RETRY_FIRST doubling up to RETRY_MAX, sooner when someone asks (`memfs sync`)."""
         delay = min(RETRY_FIRST * 2**node.retries, RETRY_MAX)
-        self.state.refuse(node, sha, e.message, retry_at=time.time() + delay)
+        self.records.refuse(node, sha, e.message, retry_at=time.time() + delay)
         path = node.store_path()
         self._held.warning(path, self.store_id, path, e.message, delay)

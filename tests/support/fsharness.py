@@ -31,14 +31,14 @@ class Waiter:
 
     def __init__(self) -> None:
         self.calls: list[int] = []
-        self.deliver: Callable[[StoreState, Node], Awaitable[None]] | None = None
+        self.deliver: Callable[[Node], Awaitable[None]] | None = None
 
-    async def wait_for(self, store: StoreState, node: Node) -> str | None:
+    async def wait_for(self, node: Node) -> str | None:
         self.calls.append(node.ino)
         if self.deliver is None:
             await trio.sleep_forever()
         else:
-            await self.deliver(store, node)
+            await self.deliver(node)
         return None
 
 
@@ -95,7 +95,7 @@ class Harness:
         self.loaded = self.state.load_journal()
         self.waiter = Waiter()
         # No kernel here to cache a negative entry: a missing name is plain ENOENT.
-        self.fs = MemFs(self.tree, self.waiter, content_timeout=0.3, negative_timeout=0.0)
+        self.fs = MemFs(self.state, self.waiter, content_timeout=0.3, negative_timeout=0.0)
         # Plain handles whichever pyfuse3 is installed (the levers are tested on mounts).
         self.fs.noflush = self.fs.cache_readdir = False
 
@@ -171,7 +171,7 @@ class Harness:
         parent_path, name = path.rsplit("/", 1)
         parent = state.ensure_dirs(parent_path or "/")
         sha = state.objects.put(content)
-        node = state.tree.new_node(Kind.FILE, name, parent, state, state.file_mode(), 1)
+        node = state.tree.new_node(Kind.FILE, name, parent, state.file_mode(), 1)
         node.memory_id, node.base_sha, node.base_path = memory_id, sha, path
         node.sha, node.size = sha, len(content)
         state.by_memory[memory_id] = node

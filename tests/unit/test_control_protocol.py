@@ -129,7 +129,7 @@ def test_any_answer_line_becomes_an_answer(data: bytes) -> None:
 def test_the_daemon_serves_every_op_of_the_protocol() -> None:
     from memfs.mount.answers import Answers
 
-    table = Answers(None).table()  # type: ignore[arg-type]
+    table = Answers.table(Answers.__new__(Answers))  # the op table names no state
     assert table.keys() == protocol.REQUESTS.keys()
 
 

@@ -34,6 +34,7 @@ from memfs.paths import sha256_hex
 from memfs.state import cache, conflicts, extents
 from memfs.state.cache import EXTENT_LOG_NAME, CacheDir, Journal
 from memfs.state.node import Node
+from memfs.state.records import SyncRecords
 from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree
 from memfs.state.utf8 import breaks_utf8
@@ -131,7 +132,7 @@ def test_random_writes_and_truncates_match_a_bytearray_across_reloads(
                 s.reload()
                 assert s.node("f.md").mtime_ns == mtime
             else:  # a push the store accepted: clean, content in the object store
-                s.state.make_clean(node, s.state.objects.put(bytes(model)))
+                SyncRecords(s.state).make_clean(node, s.state.objects.put(bytes(model)))
             node = s.node("f.md")
             assert s.state.content(node) == model and node.size == len(model)
         s.reload()
@@ -169,7 +170,7 @@ def test_a_push_drops_the_log_and_the_next_write_starts_a_new_base(tmp_path: Pat
     s.state.write(node, 0, b"one")
     assert node.entry_id is not None
     assert s.state.journal.logged(node.entry_id) == extents.cost(b"one")
-    s.state.make_clean(node, s.state.objects.put(b"one"))
+    SyncRecords(s.state).make_clean(node, s.state.objects.put(b"one"))
     assert s.state.journal.logged(node.entry_id) is None  # no base: content is by sha
     s.state.write(node, 3, b" two")
     assert s.state.journal.logged(node.entry_id) == 0  # a new base, an empty log
@@ -394,7 +395,7 @@ def test_a_damaged_record_of_a_file_pushed_or_deleted_since_holds_nothing(
     s = Store(tmp_path / "cache")
     lines = _appends(s, ["old.md", "new.md"], 5)
     old = s.node("old.md")
-    s.state.make_clean(old, s.state.objects.put(b"".join(lines["old.md"])))  # pushed
+    SyncRecords(s.state).make_clean(old, s.state.objects.put(b"".join(lines["old.md"])))  # pushed
     more = _appends(s, ["later.md", "gone.md"], 5)
     gone_id = s.node("gone.md").entry_id
     s.state.unlink(s.state.root, "gone.md")  # its row deleted: its id is no row's now
@@ -423,7 +424,7 @@ def test_a_damaged_stretch_holds_every_file_that_may_have_lost_a_record(
     s = Store(tmp_path / "cache")
     lines = _appends(s, ["a.md", "b.md", "c.md"], 10)
     c = s.node("c.md")
-    s.state.make_clean(c, s.state.objects.put(b"".join(lines["c.md"])))  # pushed, then
+    SyncRecords(s.state).make_clean(c, s.state.objects.put(b"".join(lines["c.md"])))  # pushed, then
     s.state.truncate(c, 0)  # a new base, newer than anything the stretch can hold
     s.state.write(c, 0, b"c again")
     spans = _spans(tmp_path / "cache" / EXTENT_LOG_NAME)

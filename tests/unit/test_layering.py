@@ -3,8 +3,10 @@
 Every module belongs to a package (or is a leaf), and each package imports only the
 packages below it (`ALLOWED`), in every import form: `import memfs.x.y`, `from memfs.x
 import y`, `from memfs import x`, lazy imports inside functions and imports for type
-hints alike. State is written only by its own methods; the FUSE adapter never talks to
-the network.
+hints alike. No two modules of memfs import each other, directly or around a circle,
+in any of these forms (`TYPE_CHECKING` imports included): a circle makes the modules
+one unit that can only be read, typed and changed together. State is written only by
+its own methods; the FUSE adapter never talks to the network.
 """
 
 from __future__ import annotations
@@ -108,6 +110,99 @@ def test_the_rule_sees_every_import_form(tmp_path: Path) -> None:
         "if True:\n    from memfs.cli import main\n"
     )
     assert _memfs_units(_imported(sample)) == {"sync", "mount", "store", "cli"}
+
+
+def _module_name(path: Path, source: Path) -> str:
+    parts = path.relative_to(source.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(source: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the same tree it imports, in every form `_imported` sees.
+    `from memfs.x import y` names the module `memfs.x.y` when there is one, else
+    `memfs.x` (a package's own `__init__`, which its submodules' import runs first but
+    which is no edge of theirs)."""
+    paths = {
+        _module_name(p, source): p for p in source.rglob("*.py") if "__pycache__" not in p.parts
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        _imported(path)  # refuses relative imports
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    edges.add(sub if sub in paths else node.module)
+            elif isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+        graph[name] = {other for other in edges if other in paths and other != name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        on_stack.add(name)
+        for other in sorted(graph[name]):
+            if other not in index:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in on_stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == name:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(found)
+
+
+def test_no_import_circle_between_modules() -> None:
+    """Each circle is listed with its modules; break it by moving what both need into a
+    module below them, or by handing one side what it uses (a parameter, a protocol)."""
+    assert _circles(_import_graph(SOURCE)) == []
+
+
+def test_the_circle_rule_sees_type_only_and_lazy_imports(tmp_path: Path) -> None:
+    """A check of the checker: a circle closed only under TYPE_CHECKING, or only inside a
+    function, is still a circle; a one-way import is none."""
+    pkg = tmp_path / "memfs"
+    (pkg / "state").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "state" / "__init__.py").write_text("")
+    (pkg / "state" / "a.py").write_text("from memfs.state.b import B\n")
+    (pkg / "state" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from memfs.state.a import A\n"
+    )
+    (pkg / "state" / "c.py").write_text("def f():\n    from memfs.state import d\n")
+    (pkg / "state" / "d.py").write_text("import memfs.state.c\n")
+    (pkg / "state" / "e.py").write_text("from memfs.state import a\n")
+    (pkg / "sync" / "__init__.py").parent.mkdir()
+    (pkg / "sync" / "__init__.py").write_text("from memfs.sync.f import F\n")
+    (pkg / "sync" / "f.py").write_text("from memfs.sync import g\n")
+    (pkg / "sync" / "g.py").write_text("")
+    assert _circles(_import_graph(pkg)) == [
+        ["memfs.state.a", "memfs.state.b"],
+        ["memfs.state.c", "memfs.state.d"],
+    ]
 
 
 def test_only_the_state_layer_touches_the_journal() -> None:

@@ -23,7 +23,7 @@ ROOT = pyfuse3.ROOT_INODE
 @pytest.fixture
 def h(tmp_path: Path) -> Iterator[Harness]:
     harness = Harness(tmp_path)
-    harness.fs = MemFs(harness.tree, harness.waiter, content_timeout=0.3)  # real default
+    harness.fs = MemFs(harness.state, harness.waiter, content_timeout=0.3)  # real default
     yield harness
     harness.close()
 

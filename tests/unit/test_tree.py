@@ -18,7 +18,7 @@ import trio
 from memfs.paths import MAX_CONTENT_BYTES, marker_content, sha256_hex
 from memfs.state import extents
 from memfs.state.cache import EXTENT_LOG_NAME
-from memfs.state.store_state import StateStatistics, StoreState
+from memfs.state.store_state import StateStatistics
 from tests.support.files import MARKER as MARKER_TEXT
 from tests.support.fsharness import (
     CTX,
@@ -378,9 +378,9 @@ async def test_read_waits_for_content_on_its_way(h: Harness) -> None:
     node = h.remote_only("/late.md", b"arrived", "mem_late")
     h.reload()
 
-    async def deliver(store: StoreState, n: Any) -> None:
+    async def deliver(n: Any) -> None:
         await trio.sleep(0.05)
-        store.objects.put(b"arrived")
+        h.state.objects.put(b"arrived")
 
     h.waiter.deliver = deliver
     assert await h.read_file("/late.md") == b"arrived"
@@ -410,9 +410,9 @@ async def test_truncate_of_content_on_its_way_waits(h: Harness) -> None:
     h.remote_only("/late.md", b"0123456789", "mem_late")
     h.reload()
 
-    async def deliver(store: StoreState, n: Any) -> None:
+    async def deliver(n: Any) -> None:
         await trio.sleep(0.05)
-        store.objects.put(b"0123456789")
+        h.state.objects.put(b"0123456789")
 
     h.waiter.deliver = deliver
     ino = await h.ino("/late.md")

@@ -64,7 +64,8 @@ def test_an_append_is_refused_exactly_when_no_continuation_can_mend_it(
     except UnicodeDecodeError:
         return  # already broken before: not this write's doing, not this rule's case
     whole = before + buf
-    mendable = any(_valid(whole + tail) for tail in (b"", b"\x80", b"\x80\x80", b"\x80\x80\x80"))
+    tails = [b""] + [bytes([c]) + b"\x80" * k for c in range(0x80, 0xC0) for k in range(3)]
+    mendable = any(_valid(whole + tail) for tail in tails)
     assert breaks_utf8(before, len(before), buf) is (not mendable)
 
 
