@@ -10,7 +10,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memfs.config import ExitCode
@@ -27,64 +26,15 @@ def _fail(message: str, code: int = ExitCode.FAILED) -> int:
     return code
 
 
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-
-
-def parse_size(text: str) -> int:
-    """'200M' -> 209715200: bytes, or K/M/G/T (binary; an optional trailing B or iB)."""
-    value = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = value[-1:] if value[-1:] in _UNITS else ""
-    number = value[:-1] if unit else value
-    try:
-        size = float(number) * _UNITS[unit]
-    except ValueError:
-        raise ValueError(f"--cache-max-size: not a size: {text!r} (e.g. 500M)") from None
-    if size < 0:
-        raise ValueError("--cache-max-size must not be negative")
-    return int(size)
-
-
 def _config(
     args: Any, mountpoint: str, store: StoreSpec, *, session_root: str | None = None
 ) -> MountConfig:
-    from memfs.config import DEFAULT_EXCLUDES, MAX_READ_SPIN_US, MountConfig, check_interval
+    """The options on the command line (memfs/cli/options.py) as a mount's config."""
+    from memfs.cli.options import config_values
+    from memfs.config import MountConfig
 
-    interval = check_interval(float(args.sync_interval))
-    if args.flush_timeout <= 0:
-        raise ValueError("--flush-timeout must be positive")
-    if args.probe_budget < 0:
-        raise ValueError("--probe-budget must not be negative")
-    if not 0 <= args.read_spin_us <= MAX_READ_SPIN_US:
-        raise ValueError(f"--read-spin-us must be between 0 and {MAX_READ_SPIN_US}")
-    metrics_addr = getattr(args, "metrics_addr", None)
-    if metrics_addr is not None:
-        from memfs.metrics import parse_addr
-
-        parse_addr(metrics_addr)
-    return MountConfig(
-        mountpoint=mountpoint,
-        store=store,
-        session_root=session_root,
-        cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else None,
-        interval=interval,
-        deletions=args.deletions,
-        excludes=tuple(DEFAULT_EXCLUDES) + tuple(args.exclude or ()),
-        flush_timeout=args.flush_timeout,
-        deletes_when_asked=args.deletes_when_asked,
-        push_soon=args.push_soon,
-        cache_max_bytes=parse_size(args.cache_max_size) if args.cache_max_size else None,
-        api_url=args.api_url,
-        allow_other=args.allow_other,
-        uid=args.uid,
-        gid=args.gid,
-        umask=args.umask,
-        log_file=getattr(args, "log_file", None),
-        metrics_addr=metrics_addr,
-        probe_budget=args.probe_budget,
-        watch=args.watch,
-        zero_message_opens=args.zero_message_opens,
-        read_spin_us=args.read_spin_us,
-    )
+    values = config_values(args)
+    return MountConfig(mountpoint=mountpoint, store=store, session_root=session_root, **values)
 
 
 def mount(args: Any) -> int:
@@ -94,7 +44,6 @@ def mount(args: Any) -> int:
 
     try:
         config = _config(args, args.mountpoint, StoreSpec(args.store_id, read_only=args.read_only))
-        config.xattrs = not args.no_xattrs
     except ValueError as e:
         return _fail(str(e), ExitCode.USAGE)
     config.restart = _restart(args, config)
@@ -103,8 +52,8 @@ def mount(args: Any) -> int:
 
 def _restart(args: Any, config: MountConfig) -> str:
     """The command that starts this mount again, named by `status` if it dies."""
+    from memfs.cli.options import restart_command
     from memfs.config import default_cache_root
-    from memfs.control.recovery import restart_command
 
     root = config.cache_dir or default_cache_root()
     s = config.store
@@ -119,13 +68,13 @@ def _restart(args: Any, config: MountConfig) -> str:
 
 
 def session(args: Any) -> int:
-    from memfs.config import check_interval
+    from memfs.cli.options import config_values
     from memfs.errors import StartError
     from memfs.mount.launch import launch_session
     from memfs.mount.session import prepare
 
     try:
-        check_interval(float(args.sync_interval))
+        config_values(args)  # a bad option is refused before the session is read
         if args.spec is not None and args.session_id is not None:
             raise ValueError("give either SPEC.json or --session-id, not both")
         session_id = args.session_id

@@ -11,34 +11,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from memfs.config import DEFAULT_PROBE_BUDGET, DEFAULT_READ_SPIN_US, ExitCode
+from memfs.cli import options
+from memfs.config import ExitCode
 from memfs.errors import ConfigError
 
 STORE_IMPORT_CONCURRENCY = 16
 STORE_ID_HELP = "the store's id (memstore_…)"
 STORE_NAME_MAX = 255
-
-
-def _owner_id(text: str) -> int:
-    """A uid or gid for --uid/--gid: a number, as rclone and sshfs take it."""
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < 2**32 - 1:
-        raise argparse.ArgumentTypeError(f"out of range: {value}")
-    return value
-
-
-def _umask(text: str) -> int:
-    """--umask in octal, as umask(1) prints it (022, 0077)."""
-    try:
-        value = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an octal mask: {text!r}") from None
-    if not 0 <= value <= 0o777:
-        raise argparse.ArgumentTypeError(f"not a mask of permission bits: {text!r}")
-    return value
 
 
 def _store_name(text: str) -> str:
@@ -53,10 +32,6 @@ def _store_name(text: str) -> str:
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in text):
         raise argparse.ArgumentTypeError("the store name must not contain control characters")
     return text
-
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("text", "json")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,36 +59,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     command line is not reset by a later parser that did not see one.
     """
 
-    def default(value: Any) -> Any:
-        return value if top else argparse.SUPPRESS
-
     group = parser.add_argument_group("global options (accepted before or after the command)")
-    group.add_argument(
-        "--api-url",
-        metavar="URL",
-        default=default(None),
-        help="Memory Stores API base URL (default: $ANTHROPIC_BASE_URL, else the hosted API)",
-    )
-    group.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default=default("info"),
-        help="least severe log lines shown (default info)",
-    )
-    group.add_argument(
-        "--log-file",
-        metavar="FILE",
-        default=default(None),
-        help="append log lines to FILE (default: stderr; with --daemon, memfs.log "
-        "in --cache-dir, default ~/.cache/memfs/memfs.log)",
-    )
-    group.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=default("text"),
-        help="text: `DATE TIME LEVEL logger: message key=value…`; json: "
-        "one JSON object a line (default text)",
-    )
+    options.add_global_arguments(group, top=top)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -220,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not serve the web console at /console (docs/console.md)",
     )
-    _add_metrics_option(serve)
+    options.add_arguments(serve, "serve")  # --metrics-addr
     from memfs.server.admin import add_arguments as add_serve_actions
 
     add_serve_actions(serve)
@@ -231,20 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     mount = command("mount", help="mount one memory store at a directory")
     mount.add_argument("store_id", metavar="STORE_ID", help="the store's id (memstore_…)")
     mount.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
-    _add_mount_options(mount)
-    mount.add_argument(
-        "--read-only", action="store_true", help="refuse every change (EROFS), even for root"
-    )
-    mount.add_argument(
-        "--no-xattrs",
-        action="store_true",
-        help="answer extended-attribute requests ENOSYS, so the kernel stops asking: "
-        "no GETXATTR per `ls -la` entry or per write; the user.memfs.* attributes "
-        'are then not shown (docs/performance.md, "Extended attributes")',
-    )
-    mount.add_argument(
-        "--cache-dir", help="this mount's cache directory (default: ~/.cache/memfs/STORE_ID)"
-    )
+    options.add_arguments(mount, "mount")  # memfs/cli/options.py
 
     session = command("session", help="mount a session's stores (up to 8) under one root")
     session.add_argument(
@@ -266,11 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the session root, an existing directory; relative paths "
         "are taken from the current directory (default /mnt/memory)",
     )
-    _add_mount_options(session)
-    session.add_argument(
-        "--cache-dir",
-        help="cache root; each store gets STORE_ID below it (default: ~/.cache/memfs)",
-    )
+    options.add_arguments(session, "session")
 
     sync = command("sync", help="sync a mount now and wait for the result")
     sync.add_argument(
@@ -380,131 +310,6 @@ def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
     p = command("export", "write every memory as a file under DIR")
     p.add_argument("store_id", metavar="ID", help=STORE_ID_HELP)
     p.add_argument("directory", metavar="DIR", help="where the files go (created if missing)")
-
-
-def _add_mount_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--zero-message-opens",
-        action="store_true",
-        help="the kernel sends no OPEN, RELEASE or FLUSH (a warm cat "
-        "costs no request); a non-UTF-8 file is then refused at fsync "
-        "and at the push, not at close (docs/reliability.md, "
-        '"Zero-message opens"). Read-only mounts, and a session\'s read-only stores, '
-        "do this anyway",
-    )
-    parser.add_argument(
-        "--read-spin-us",
-        type=int,
-        default=DEFAULT_READ_SPIN_US,
-        metavar="MICROSECONDS",
-        help="after answering a request, keep reading for the next one this long before "
-        "sleeping (a waiting process's next request comes within microseconds; being "
-        "woken on another CPU costs more). Needs the patched pyfuse3; 0: sleep at once "
-        f'(default {DEFAULT_READ_SPIN_US}; docs/performance.md, "Round trips")',
-    )
-    parser.add_argument(
-        "--sync-interval",
-        type=float,
-        default=15.0,
-        metavar="SECONDS",
-        help="seconds between sync passes (default 15, minimum 5)",
-    )
-    parser.add_argument(
-        "--probe-budget",
-        type=int,
-        default=DEFAULT_PROBE_BUDGET,
-        metavar="N",
-        help="probes for remote changes sooner than the interval, per store-hour, "
-        f"where the server offers no watch (default {DEFAULT_PROBE_BUDGET}; 0: the interval only)",
-    )
-    parser.add_argument(
-        "--no-watch",
-        dest="watch",
-        action="store_false",
-        help="do not use memfs serve's watch; probe for remote changes instead",
-    )
-    parser.add_argument(
-        "--deletions",
-        choices=["enabled", "log_only", "disabled"],
-        default="enabled",
-        help="what a local delete does in the store: "
-        "delete the memory, only log it, or nothing (default enabled)",
-    )
-    parser.add_argument(
-        "--no-push-soon",
-        dest="push_soon",
-        action="store_false",
-        help="push a change at the next interval or memfs sync, not about a second "
-        'after it settles (docs/sync.md, "Push soon")',
-    )
-    parser.add_argument(
-        "--deletes-when-asked",
-        action="store_true",
-        help="send local deletes only in a pass someone asked for (memfs sync, the "
-        "worker's sync) and the final sync; push soon and the interval push new and "
-        "changed files only (what the SDK worker adapter's sessions use)",
-    )
-    parser.add_argument(
-        "--exclude",
-        action="append",
-        metavar="GLOB",
-        help="file names that stay local-only, never pushed (repeatable; "
-        "editor and OS temporary files always are)",
-    )
-    parser.add_argument(
-        "--cache-max-size",
-        metavar="SIZE",
-        help="bound on the clean contents cached per store, e.g. 200M "
-        "(unpushed changes are never evicted; default: no bound)",
-    )
-    parser.add_argument(
-        "--flush-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="bound on the final sync at unmount (default 30)",
-    )
-    parser.add_argument(
-        "--allow-other",
-        action="store_true",
-        help="let other users in (needs user_allow_other in /etc/fuse.conf)",
-    )
-    parser.add_argument(
-        "--uid",
-        type=_owner_id,
-        metavar="UID",
-        help="the user id files and directories appear to belong to (default: the mounting user's)",
-    )
-    parser.add_argument(
-        "--gid",
-        type=_owner_id,
-        metavar="GID",
-        help="the group id they appear to belong to (default: the mounting user's)",
-    )
-    parser.add_argument(
-        "--umask",
-        type=_umask,
-        metavar="UMASK",
-        help="permission bits shown are 0666 for files and 0777 for directories "
-        "minus UMASK, in octal, e.g. 077 (default: the modes kept per file, 0644 "
-        "and 0755 unless chmod changed them)",
-    )
-    parser.add_argument(
-        "--daemon",
-        action="store_true",
-        help="run in the background; return once the mount is live "
-        "(default: the foreground, until Ctrl-C)",
-    )
-    _add_metrics_option(parser)
-
-
-def _add_metrics_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--metrics-addr",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics "
-        "(default: off; see docs/operations.md)",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -236,13 +236,6 @@ def memfs_page(parser: argparse.ArgumentParser) -> str:
 def mount_helper_page(parser: argparse.ArgumentParser) -> str:
     from memfs.cli import mounthelper
 
-    mount = next(c.parser for c in commands(parser) if c.words == ("memfs", "mount"))
-    flags: dict[str, argparse.Action] = {}
-    for tree_parser in (mount, parser):  # mount's own help first, then the globals'
-        for action in options(tree_parser):
-            for name in action.option_strings:
-                if action.help:
-                    flags.setdefault(name, action)
     lines = [
         *_title("mount.fuse.memfs", 8),
         ".SH NAME",
@@ -265,8 +258,7 @@ def mount_helper_page(parser: argparse.ArgumentParser) -> str:
     ]
     for option in mounthelper.OPTIONS:
         head = _bold(option.name) + (f"={_italic(option.value)}" if option.value else "")
-        borrowed = flags.get(option.flag or "")
-        text = option.help or (borrowed.help if borrowed is not None else "") or ""
+        text = option.help
         if option.flag:
             text = f"{text} ({option.flag})"
         lines += [".TP", head, _text(text)]

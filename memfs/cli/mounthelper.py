@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memfs.cli import options
 from memfs.config import ExitCode, read_private_file
 from memfs.errors import ConfigError
 
@@ -27,44 +28,34 @@ SOURCE_PREFIX = "memfs#"  # fuse3's `TYPE#SOURCE` convention for fstab lines of 
 
 @dataclass(frozen=True)
 class Option:
-    """One `-o` option: the `memfs mount` flag it becomes (the man page takes the help
-    text from that flag's argparse definition, so the two never disagree)."""
+    """One `-o` option and the `memfs` flag it becomes."""
 
     name: str
-    flag: str | None  # None: handled here (env_file), or accepted and ignored
+    flag: str | None  # None: handled here (rw, env_file)
     value: str | None = None  # metavar of `name=VALUE`; None for a bare word
-    help: str | None = None  # only where there is no memfs flag to borrow it from
+    help: str = ""
+    global_flag: bool = False  # a global option: it goes before the word `mount`
 
 
+def _derived(option: options.Option) -> Option:
+    assert option.mount_option is not None
+    value = (option.mount_value or option.metavar) if option.takes_value else None
+    return Option(
+        option.mount_option,
+        option.flag,
+        value,
+        option.mount_help or option.help,
+        global_flag=option.commands == options.GLOBAL,
+    )
+
+
+# The `-o` options of memfs/cli/options.py (ro and rw first, the global ones last), and
+# the helper's own.
+_OWN = {o.mount_option: _derived(o) for o in options.OPTIONS if o.mount_option is not None}
 OPTIONS = (
-    Option("ro", "--read-only"),
+    _OWN.pop("ro"),
     Option("rw", None, help="writable (the default)"),
-    Option("allow_other", "--allow-other"),
-    Option("uid", "--uid", "UID"),
-    Option("gid", "--gid", "GID"),
-    Option("umask", "--umask", "UMASK"),
-    Option("zero_message_opens", "--zero-message-opens"),
-    Option("no_xattrs", "--no-xattrs"),
-    Option("sync_interval", "--sync-interval", "SECONDS"),
-    Option("deletions", "--deletions", "MODE"),
-    Option("deletes_when_asked", "--deletes-when-asked"),
-    Option("no_push_soon", "--no-push-soon"),
-    Option("probe_budget", "--probe-budget", "N"),
-    Option("read_spin_us", "--read-spin-us", "MICROSECONDS"),
-    Option("no_watch", "--no-watch"),
-    Option(
-        "exclude",
-        "--exclude",
-        "GLOB",
-        help="file names that stay local-only, never "
-        "pushed; repeat the option for more than one (a GLOB cannot contain a comma)",
-    ),
-    Option("cache_dir", "--cache-dir", "DIR"),
-    Option("cache_max_size", "--cache-max-size", "SIZE"),
-    Option("flush_timeout", "--flush-timeout", "SECONDS"),
-    Option("api_url", "--api-url", "URL"),
-    Option("log_level", "--log-level", "LEVEL"),
-    Option("log_file", "--log-file", "FILE"),
+    *sorted(_OWN.values(), key=lambda o: o.global_flag),
     Option(
         "env_file",
         None,
@@ -77,7 +68,6 @@ OPTIONS = (
     ),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
-GLOBAL_FLAGS = ("--log-level", "--log-file")  # these go before the word `mount`
 
 # Generic fstab and mount(8) words that mean nothing more for memfs. A memfs mount is
 # always nosuid,nodev (libfuse's default), keeps no access times of its own and is
@@ -207,8 +197,8 @@ def parse(args: Sequence[str]) -> Request:
             flags.read_only = key == "ro"
         elif key == "env_file":
             env_file = value
-        elif spec.flag in GLOBAL_FLAGS:
-            front += [spec.flag, value]
+        elif spec.flag is not None and spec.global_flag:
+            front += [spec.flag, value] if eq else [spec.flag]
         elif spec.flag is not None:
             mount_flags += [spec.flag, value] if eq else [spec.flag]
     if flags.read_only:

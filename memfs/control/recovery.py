@@ -17,7 +17,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from memfs.config import DEFAULT_PROBE_BUDGET, DEFAULT_READ_SPIN_US
 from memfs.logs import plural
 
 # A row the next start still has to push: changed, new, renamed, or an upload whose
@@ -197,85 +196,3 @@ def dead_summary(answer: dict[str, Any]) -> str:
         )
     lines.append(f"memfs: recover with: {answer['recover']}")
     return "\n".join(lines)
-
-
-def restart_command(
-    args: Any, mountpoint: str, cache_dirs: dict[str, str], api_url: str | None
-) -> str:
-    """The command line that starts this mount again (absolute paths, same options,
-    in the background), for a dead mount's recovery hint."""
-    if args.command == "session":
-        source = (
-            [os.path.abspath(args.spec)]
-            if args.spec is not None
-            else ["--session-id", args.session_id]
-        )
-        cmd = ["memfs", "session", *source, "--root", mountpoint]
-        if args.cache_dir:
-            cmd += ["--cache-dir", os.path.abspath(os.path.expanduser(args.cache_dir))]
-    else:
-        cmd = [
-            "memfs",
-            "mount",
-            args.store_id,
-            mountpoint,
-            "--cache-dir",
-            next(iter(cache_dirs.values())),
-        ]
-        if args.read_only:
-            cmd.append("--read-only")
-        if getattr(args, "no_xattrs", False):
-            cmd.append("--no-xattrs")
-    if getattr(args, "zero_message_opens", False):
-        cmd.append("--zero-message-opens")
-    if api_url:
-        cmd += ["--api-url", api_url]
-    cmd += _option_flags(args)
-    cmd.append("--daemon")
-    return shlex.join(cmd)
-
-
-def _option_flags(args: Any) -> list[str]:
-    """The mount options given that differ from their defaults, as flags."""
-    cmd: list[str] = []
-    if getattr(args, "deletes_when_asked", False):
-        cmd.append("--deletes-when-asked")
-    if not getattr(args, "push_soon", True):
-        cmd.append("--no-push-soon")
-    defaults = {
-        "sync_interval": 15.0,
-        "deletions": "enabled",
-        "flush_timeout": 30.0,
-        "probe_budget": DEFAULT_PROBE_BUDGET,
-        "read_spin_us": DEFAULT_READ_SPIN_US,
-    }
-    for name, default in defaults.items():
-        value = getattr(args, name, default)
-        if value != default:
-            cmd += [
-                "--" + name.replace("_", "-"),
-                f"{value:g}" if isinstance(value, float) else str(value),
-            ]
-    for pattern in getattr(args, "exclude", None) or ():
-        cmd += ["--exclude", pattern]
-    if getattr(args, "allow_other", False):
-        cmd.append("--allow-other")
-    for name in ("uid", "gid"):
-        if getattr(args, name, None) is not None:
-            cmd += ["--" + name, str(getattr(args, name))]
-    if getattr(args, "umask", None) is not None:
-        cmd += ["--umask", f"{args.umask:03o}"]
-    if not getattr(args, "watch", True):
-        cmd.append("--no-watch")
-    if getattr(args, "log_file", None):
-        cmd += ["--log-file", os.path.abspath(args.log_file)]
-    for name, default in (
-        ("log_format", "text"),
-        ("log_level", "info"),
-        ("cache_max_size", None),
-        ("metrics_addr", None),
-    ):
-        value = getattr(args, name, default)
-        if value != default:
-            cmd += ["--" + name.replace("_", "-"), str(value)]
-    return cmd

@@ -44,7 +44,9 @@ def test_options_become_flags() -> None:
         "exclude=*.tmp,exclude=.#*,cache_dir=/c,cache-max-size=200M,"
         "flush_timeout=60,api_url=http://h:1,log_level=debug,log_file=/l",
     )
-    assert got == [
+    assert got == [  # the global options go before the word `mount`
+        "--api-url",
+        "http://h:1",
         "--log-level",
         "debug",
         "--log-file",
@@ -74,8 +76,6 @@ def test_options_become_flags() -> None:
         "200M",
         "--flush-timeout",
         "60",
-        "--api-url",
-        "http://h:1",
         "--read-only",
     ]
     assert argv(STORE, "/mnt/p", "-r")[-1] == "--read-only"
@@ -84,6 +84,25 @@ def test_options_become_flags() -> None:
     assert env_file == "/etc/memfs/p.env"
     request = parse([STORE, "/m", "-fv"])
     assert request.fake and request.verbose
+
+
+def test_every_mount_option_means_what_its_flag_means() -> None:
+    """Each `-o` name of the declaration (memfs/cli/options.py) gives `memfs mount` the
+    value its flag gives: a new option with a mount(8) name is covered here."""
+    from memfs.cli.main import build_parser
+    from memfs.cli.options import OPTIONS
+
+    parser = build_parser()
+    bare = parser.parse_args(argv(STORE, "/m"))
+    named = [o for o in OPTIONS if o.mount_option is not None]
+    assert {o.mount_option for o in named} >= {"ro", "sync_interval", "no_xattrs", "log_file"}
+    for option in named:
+        value = option.example or "/x"
+        given = f"{option.mount_option}={value}" if option.takes_value else option.mount_option
+        by_helper = parser.parse_args(argv(STORE, "/m", "-o", given))
+        start = ["mount", STORE, "/m", "--daemon"]
+        by_flag = parser.parse_args([*start, option.flag, *([value] if option.takes_value else [])])
+        assert vars(by_helper) == vars(by_flag) != vars(bare), given
 
 
 @pytest.mark.parametrize(
