@@ -34,8 +34,9 @@ from memfs.mount.display import printable
 from memfs.paths import (
     MARKER_PATH,
 )
-from memfs.store.client import RetryPolicy, StoreClient, StoreInfo
+from memfs.store.client import StoreClient, StoreInfo
 from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
+from memfs.store.transport import RetryPolicy
 
 PROG = "memfs store"
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
