@@ -21,8 +21,10 @@ from memfs.paths import RemoteMemory
 from memfs.state.node import FILE_MODE, Kind
 
 if TYPE_CHECKING:
-    from memfs.state.cache import CacheDir, EntryFields, Journal, ObjectStore
+    from memfs.state.cachedir import CacheDir
+    from memfs.state.journal import EntryFields, Journal
     from memfs.state.node import Node
+    from memfs.state.objects import ObjectStore
     from memfs.state.store_state import StoreState
     from memfs.state.tree import Tree
 

@@ -31,7 +31,8 @@ from memfs.paths import (
     sha256_hex,
 )
 from memfs.state import extents
-from memfs.state.cache import CacheDir, EntryFields, EntryRow
+from memfs.state.cachedir import CacheDir
+from memfs.state.journal import EntryFields, EntryRow
 from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, check_depth
 from memfs.state.records import SyncRecords
 from memfs.state.tree import Tree
