@@ -54,10 +54,10 @@ def test_scopes() -> None:
 )
 def test_authorize(method: str, path: str, status: int | None) -> None:
     if status is None:
-        tokens.authorize(GRANT, method, path)
+        tokens.authorize_request(GRANT, method, path)
         return
     with pytest.raises(errors.ApiError) as info:
-        tokens.authorize(GRANT, method, path)
+        tokens.authorize_request(GRANT, method, path)
     assert info.value.status == status
 
 
