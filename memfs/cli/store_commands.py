@@ -10,25 +10,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
+from memfs.cli import store_copy
+from memfs.cli.common import CLI_RETRY, emit_json, error, get_store
 from memfs.config import ExitCode
 from memfs.errors import (
     CommandFailed,
     ConfigError,
-    NotFound,
-    Rejected,
     StoreAuthError,
     StoreError,
     StoreUnavailable,
-    missing_store,
 )
 from memfs.mount.display import printable
 from memfs.paths import (
@@ -36,14 +32,6 @@ from memfs.paths import (
 )
 from memfs.store.client import StoreClient, StoreInfo
 from memfs.store.connection import INTERACTIVE_FIRST_BYTE, ClientConfig, make_http_client
-from memfs.store.transport import RetryPolicy
-
-PROG = "memfs store"
-# A CLI should say "unreachable" within seconds, not after a minute of back-off.
-CLI_RETRY = RetryPolicy(
-    max_attempts=3, base_delay=0.25, max_delay=10.0, deadline=30.0, retry_timeouts=False
-)
-
 
 # --------------------------------------------------------------------------- arguments
 
@@ -56,54 +44,26 @@ def run(args: argparse.Namespace) -> int:
         config = ClientConfig.from_env(getattr(args, "api_url", None))
         return trio.run(_dispatch, args, config)
     except CommandFailed as exc:
-        _error(str(exc))
+        error(str(exc))
         return exc.code
     except ConfigError as exc:
-        _error(str(exc))
+        error(str(exc))
         return ExitCode.USAGE
     except StoreUnavailable as exc:
-        _error(f"{exc} (is the server running? check --api-url or ANTHROPIC_BASE_URL)")
+        error(f"{exc} (is the server running? check --api-url or ANTHROPIC_BASE_URL)")
         return ExitCode.UNREACHABLE
     except StoreAuthError as exc:
-        _error(str(exc))
+        error(str(exc))
         return ExitCode.USAGE
     except StoreError as exc:
-        _error(str(exc))
+        error(str(exc))
         return ExitCode.FAILED
     except KeyboardInterrupt:
-        _error("interrupted")
+        error("interrupted")
         return 130
 
 
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
-
-
-def warn(message: str) -> None:
-    print(f"{PROG}: warning: {printable(message)}", file=sys.stderr)
-
-
-def show_path(text: str) -> str:
-    """A name that JSON and a UTF-8 stdout can carry: undecodable bytes become \\xNN."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = os.fsencode(text).decode("utf-8", "backslashreplace")
-    return text
-
-
-def emit_json(value: Any) -> None:
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates from a server: JSON escapes still work
-        text = json.dumps(value, indent=2)
-    print(text)
-
-
 async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
-    from memfs.cli import store_copy  # it uses this module's helpers: imported when run
-
     handlers: dict[str, Callable[[StoreClient, argparse.Namespace], Awaitable[int]]] = {
         "create": _create,
         "list": _list,
@@ -121,15 +81,6 @@ async def _dispatch(args: argparse.Namespace, config: ClientConfig) -> int:
     async with make_http_client(config) as http:
         client = StoreClient(http, retry=retry, first_byte_timeout=INTERACTIVE_FIRST_BYTE)
         return await handler(client, args)
-
-
-async def get_store(client: StoreClient, store_id: str) -> StoreInfo:
-    try:
-        return await client.retrieve_store(store_id)
-    except NotFound:
-        raise CommandFailed(missing_store(store_id)) from None
-    except Rejected as exc:
-        raise CommandFailed(f"invalid memory store id {store_id!r}: {exc.message}") from None
 
 
 def _store_lines(store: StoreInfo) -> list[str]:
