@@ -6,7 +6,7 @@ write goes through `Storage`, the same rules as the API: an edit carries the sha
 made against as its precondition, so a concurrent change is shown, never overwritten.
 A scoped token is held to `tokens.authorize` with the need of the API action each page
 action stands for (memfs/server/actions.py). The search is in `search.py`, diffs and
-line ends in `diff.py`.
+line ends in `diff.py`, a form's strict decoding in `forms.py`.
 """
 
 from __future__ import annotations
