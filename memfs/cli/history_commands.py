@@ -178,7 +178,7 @@ def _direct(t: Target, what: str, version: str | None, restore: bool = False) ->
 async def _direct_async(
     config: Any, t: Target, what: str, version: str | None, restore: bool
 ) -> dict[str, Any]:
-    from memfs.cli.store_common import CLI_RETRY
+    from memfs.cli.common import CLI_RETRY
     from memfs.errors import NotFound
     from memfs.store import history
     from memfs.store.client import StoreClient

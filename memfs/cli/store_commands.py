@@ -17,12 +17,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from memfs.cli import store_copy
-from memfs.cli.store_common import (
-    CLI_RETRY,
-    emit_json,
-    error,
-    get_store,
-)
+from memfs.cli.common import CLI_RETRY, emit_json, error, get_store
 from memfs.config import ExitCode
 from memfs.errors import (
     CommandFailed,

@@ -19,7 +19,7 @@ from typing import TextIO
 
 import trio
 
-from memfs.cli.store_common import PROG, emit_json, get_store, show_path, warn
+from memfs.cli.common import PROG, emit_json, get_store, show_path, warn
 from memfs.config import ExitCode
 from memfs.errors import CommandFailed, InvalidContent, Rejected, StoreError, StoreUnavailable
 from memfs.logs import plural

@@ -64,7 +64,7 @@ from memfs.mount.preflight import (
     prepare_mountpoint,
 )
 from memfs.mount.storedir import mount_target, remove_store_dir
-from memfs.state.cache import JOURNAL_NAME, CacheDir
+from memfs.state.cachedir import JOURNAL_NAME, CacheDir
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree

@@ -18,7 +18,8 @@ from pathlib import Path
 from memfs.config import ExitCode
 from memfs.control.recovery import is_dead_mount
 from memfs.errors import NotFound, StartError, StoreAuthError, StoreUnavailable, missing_store
-from memfs.store.client import RetryPolicy, StoreClient, StoreInfo
+from memfs.store.client import StoreClient, StoreInfo
+from memfs.store.transport import RetryPolicy
 
 log = logging.getLogger("memfs.daemon")
 

@@ -2,7 +2,8 @@
 
 Layout: behind the gate (memfs.server.gate: request id, auth, the beta header, request
 hooks, health probes), Starlette routes each request to a handler that validates its
-input and calls one `Storage` method on a worker thread. Every error leaves as the
+input and calls one `Storage` method on a worker thread. The routes are the actions of
+memfs.server.actions, each with what a scoped token needs for it. Every error leaves as the
 envelope of spec §6 with the request's id.
 
 Fault-injection seam: `create_app(..., hooks=[...])` takes async callables run for every
@@ -32,7 +33,7 @@ from memfs.paths import (
     PathRejected,
     check_memory_path,
 )
-from memfs.server import errors
+from memfs.server import actions, errors
 from memfs.server.db import Storage
 from memfs.server.errors import ApiError
 from memfs.server.gate import (
@@ -562,25 +563,9 @@ def create_app(
     """The whole server as one ASGI app (routes of spec §3–§5 behind the gate), with the
     web console at /console unless `console` is False (docs/console.md)."""
     h = Handlers(db, threads, watch)
-    s = "/v1/memory_stores/{store_id}"
-    routes = [
-        Route("/v1/memory_stores", h.create_store, methods=["POST"]),
-        Route("/v1/memory_stores", h.list_stores, methods=["GET"]),
-        Route(s, h.get_store, methods=["GET"]),
-        Route(s, h.update_store, methods=["POST"]),
-        Route(s, h.delete_store, methods=["DELETE"]),
-        Route(s + "/archive", h.archive_store, methods=["POST"]),
-        Route(s + "/memories", h.create_memory, methods=["POST"]),
-        Route(s + "/memories", h.list_memories, methods=["GET"]),
-        Route(s + "/memories/{memory_id}", h.get_memory, methods=["GET"]),
-        Route(s + "/memories/{memory_id}", h.update_memory, methods=["POST"]),
-        Route(s + "/memories/{memory_id}", h.delete_memory, methods=["DELETE"]),
-        Route(s + "/memory_versions", h.list_versions, methods=["GET"]),
-        Route(s + "/memory_versions/{version_id}", h.get_version, methods=["GET"]),
-        Route(s + "/memory_versions/{version_id}/redact", h.redact_version, methods=["POST"]),
-    ]
-    if h.watch.max_watchers:  # --max-watchers 0: no watch, as on the hosted API (404)
-        routes.append(Route(s + "/memfs/watch", h.watch_store, methods=["GET"]))
+    # --max-watchers 0: no watch, as on the hosted API (404)
+    routed = [a for a in actions.ACTIONS if a is not actions.WATCH_STORE or h.watch.max_watchers]
+    routes = [Route(a.route, getattr(h, a.name), methods=[a.method]) for a in routed]
     inner = Starlette(
         routes=routes,
         exception_handlers={

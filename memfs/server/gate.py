@@ -87,7 +87,7 @@ class Gate:
                 scope[ACTOR] = self._authenticate(headers, token=grant is not None)
                 if grant is not None:
                     scope[GRANT] = grant
-                    tokens.authorize(grant, scope["method"], scope["path"])
+                    tokens.authorize_request(grant, scope["method"], scope["path"])
                 _check_beta(headers)
                 for hook in self.hooks:
                     await hook(scope)

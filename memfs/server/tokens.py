@@ -6,9 +6,11 @@ session was given, and only as far as it was given them. A token is
 id, the SHA-256 of the whole token (never the token), its scopes and its expiry, so every
 instance on the database honours it and a copied database keeps it.
 
-What a token may do (enforced in `authorize`, before routing, by the server itself):
+What a token may do (enforced in `authorize`, before routing, by the server itself, and
+by the console for each action it stands for), by what its action needs
+(memfs/server/actions.py, one table):
 - a store outside its scopes does not exist (404), whatever the method;
-- `read_only`: GET only; any other method on its store is 403 `permission_error`;
+- `read_only`: reads only; any other method on its store is 403 `permission_error`;
 - `read_write`: memories and versions of its stores; the store itself (update, archive,
   delete) and creating stores stay with the admin key (403);
 - `GET /v1/memory_stores` lists only its stores.
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memfs.server import errors
+from memfs.server import actions, errors
 from memfs.server.wire import _TS_FORMAT, _base62, now
 
 PREFIX = "memfs_tok_"
@@ -124,23 +126,27 @@ class TokenCheck:
         return Grant(token_id, scopes, record["expires_at"])
 
 
-def authorize(grant: Grant, method: str, path: str) -> None:
+def authorize_request(grant: Grant, method: str, path: str) -> None:
     """Raise the 404 or 403 a token gets for this request; return if it may proceed."""
-    write = method not in ("GET", "HEAD")
-    if path.rstrip("/") == "/v1/memory_stores":
-        if write:
+    match = _STORE_PATH.match(path)
+    if match is None and path.rstrip("/") != actions.STORES:
+        return  # not a store route: the router answers (404), or a route judges itself
+    authorize(grant, actions.need_of(method, path), None if match is None else match.group(1))
+
+
+def authorize(grant: Grant, need: actions.Need, store_id: str | None) -> None:
+    """Raise the 404 or 403 a token gets for an action that needs `need` of `store_id`
+    (None: of the stores as a whole); return if it may proceed."""
+    if store_id is None:
+        if need == actions.ADMIN:
             raise errors.forbidden("a store token cannot create memory stores")
         return
-    match = _STORE_PATH.match(path)
-    if match is None:
-        return  # not a store route: the router answers (404), or a route judges itself
-    store_id, rest = match.group(1), match.group(2) or ""
     access = grant.scopes.get(store_id)
     if access is None:
         raise errors.not_found(f"memory store {store_id} not found")
-    if not write:
+    if need in (actions.LIST, actions.READ):
         return
     if access != READ_WRITE:
         raise errors.forbidden(f"this token may only read memory store {store_id}")
-    if rest in ("", "/archive"):
+    if need == actions.ADMIN:
         raise errors.forbidden("a store token cannot change, archive or delete the store")

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from memfs.paths import RemoteMemory
-from memfs.state.cache import EntryFields
+from memfs.state.journal import EntryFields
 from memfs.state.node import FILE_MODE, Kind, Node
 from memfs.state.store_state import StoreState
 

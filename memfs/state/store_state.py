@@ -31,7 +31,8 @@ from memfs.paths import (
     sha256_hex,
 )
 from memfs.state import extents
-from memfs.state.cache import CacheDir, EntryFields, EntryRow
+from memfs.state.cachedir import CacheDir
+from memfs.state.journal import EntryFields, EntryRow
 from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, Usage, check_depth
 from memfs.state.tree import Tree
 from memfs.state.utf8 import REFUSED_NOT_UTF8, breaks_utf8

@@ -45,7 +45,11 @@ def breaks_utf8(data: bytes | bytearray | None, offset: int, buf: bytes) -> bool
         # A write that starts inside a sequence: valid only if what precedes it is
         # written later (a hole, out of order). Right at the end of the file, or after
         # a byte that is not a hole's NUL, it never is.
-        hole = data is not None and offset > 0 and (offset > len(data) or data[offset - 1] == 0)
+        hole = (
+            data is not None
+            and offset > 0
+            and (offset > len(data) or (offset < len(data) and data[offset - 1] == 0))
+        )
         if not hole:
             return True
         return _invalid(buf.lstrip(bytes(_CONTINUATION)))

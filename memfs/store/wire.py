@@ -1,6 +1,7 @@
 """The wire format of the Memory Stores API: its objects, their parsing, its errors.
 
-`StoreClient` (memfs/store/client.py) sends the requests; this module turns answers into
+`StoreClient` (memfs/store/client.py) makes the calls and `Transport`
+(memfs/store/transport.py) sends them; this module turns answers into
 typed objects (`StoreInfo`, `RemoteMemory`, `FullMemory`, `MemoryVersion`) and error
 answers into `memfs.errors` (`error_from_response`). A malformed answer is `_Malformed`
 here and a `StoreError` naming the call in the client.
@@ -211,6 +212,12 @@ def _id(obj: Mapping[str, Any], key: str) -> str:
 # memory the API can hold, so the client stops reading there.
 MAX_ITEM_JSON = 6 * MAX_PATH_BYTES + 4096
 MAX_MEMORY_JSON = 6 * MAX_CONTENT_BYTES + MAX_ITEM_JSON
+# The API's page sizes: at most 100 items a page, 20 with the full view.
+MAX_PAGE = 100
+MAX_FULL_PAGE = 20
+# The most any answer may take: a full page of memories at the API's limits. A single
+# memory, and a page of the basic view, are bounded tighter where they are asked for.
+MAX_ANSWER_BYTES = MAX_FULL_PAGE * MAX_MEMORY_JSON + MAX_ITEM_JSON
 
 
 def _parse_memory(obj: Mapping[str, Any]) -> RemoteMemory:

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memfs.server.console.app import keep_line_ends
 from memfs.server.console.auth import MAX_SESSIONS
+from memfs.server.console.diff import keep_line_ends
 from tests.console.conftest import ADMIN_KEY, Site, api, issue_token
 from tests.support.server import ServerProcess
 

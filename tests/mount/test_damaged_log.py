@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from memfs.state.cache import EXTENT_LOG_NAME
+from memfs.state.journal import EXTENT_LOG_NAME
 from tests.support.api import Api
 from tests.support.files import store_files
 from tests.support.mount import MountProcess, cli_ok, xattrs

@@ -22,8 +22,9 @@ from memfs.errors import (
     StoreUnavailable,
 )
 from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, sha256_hex
-from memfs.store.client import FullMemory, MemoryPrefix, RetryPolicy, StoreClient
+from memfs.store.client import FullMemory, MemoryPrefix, StoreClient
 from memfs.store.connection import ClientConfig, make_http_client
+from memfs.store.transport import RetryPolicy
 from tests.support.server import ServerProcess, start_server
 
 _names = itertools.count()

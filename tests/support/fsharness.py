@@ -16,7 +16,7 @@ import trio
 
 from memfs.mount.fs import MemFs
 from memfs.paths import sha256_hex
-from memfs.state.cache import CacheDir
+from memfs.state.cachedir import CacheDir
 from memfs.state.node import Kind, Node
 from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree

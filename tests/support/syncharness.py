@@ -16,12 +16,13 @@ from typing import Any
 import trio
 
 from memfs.paths import sha256_hex
-from memfs.state.cache import CacheDir
+from memfs.state.cachedir import CacheDir
 from memfs.state.node import Node
 from memfs.state.store_state import StoreState
 from memfs.state.tree import Tree
-from memfs.store.client import RetryPolicy, StoreClient
+from memfs.store.client import StoreClient
 from memfs.store.connection import ClientConfig, make_http_client
+from memfs.store.transport import RetryPolicy
 from memfs.sync.engine import StoreSync
 from memfs.sync.notify import NullNotifier
 from memfs.sync.plan import PassResult

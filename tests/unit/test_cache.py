@@ -9,7 +9,9 @@ import pytest
 
 from memfs.errors import ConfigError
 from memfs.paths import sha256_hex
-from memfs.state.cache import CacheDir, Journal, ObjectStore
+from memfs.state.cachedir import CacheDir
+from memfs.state.journal import Journal
+from memfs.state.objects import ObjectStore
 
 
 def test_objects_are_content_addressed_and_shared(tmp_path: Path) -> None:

@@ -28,12 +28,12 @@ from memfs.paths import RemoteMemory, sha256_hex
 from memfs.store.client import (
     FullMemory,
     MemoryPrefix,
-    RetryPolicy,
     StoreClient,
     StoreInfo,
     WatchAnswer,
 )
 from memfs.store.connection import ClientConfig, decode_work_secret, make_http_client
+from memfs.store.transport import RetryPolicy
 from memfs.store.wire import MAX_ITEM_JSON
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -31,8 +31,9 @@ from hypothesis import strategies as st
 
 from memfs.errors import ConfigError, FsError
 from memfs.paths import sha256_hex
-from memfs.state import cache, conflicts, extents
-from memfs.state.cache import EXTENT_LOG_NAME, CacheDir, Journal
+from memfs.state import conflicts, extents, journal
+from memfs.state.cachedir import CacheDir
+from memfs.state.journal import EXTENT_LOG_NAME, Journal
 from memfs.state.node import Node
 from memfs.state.records import SyncRecords
 from memfs.state.store_state import StoreState
@@ -325,7 +326,7 @@ def test_one_damaged_byte_costs_only_its_record_and_holds_only_its_file(
     hole = b"\0" * len(lost)
     assert s.state.content(a) == b"".join(lines["a.md"][:20]) + hole + b"".join(lines["a.md"][21:])
     # It is held back from the store, and its last good content is a conflict copy.
-    assert a.state_name() == "refused" and a.refused_why == cache.lost_records_why(at, True)
+    assert a.state_name() == "refused" and a.refused_why == journal.lost_records_why(at, True)
     assert a.conflict is not None
     assert Path(a.conflict).read_bytes() == b"".join(lines["a.md"][:20])
     kept = conflicts.kept_copies(STORE, s.cache.conflicts)
@@ -525,8 +526,8 @@ def test_records_older_than_a_base_are_ignored(tmp_path: Path) -> None:
 KILLED_CHILD = """
 import os, signal, sys
 from pathlib import Path
-from memfs.state import cache, conflicts, extents
-from memfs.state.cache import Journal
+from memfs.state import conflicts, extents
+from memfs.state.journal import Journal
 
 extents.LOG_FILE_MAX = 600
 where, at = sys.argv[2], int(sys.argv[3])

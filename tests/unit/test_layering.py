@@ -12,6 +12,7 @@ its own methods; the FUSE adapter never talks to the network.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,22 @@ def test_the_sync_engine_writes_no_node_fields(name: str) -> None:
             if isinstance(target, ast.Attribute | ast.Subscript) and not _own(target):
                 offenders.append(f"{name}.py:{node.lineno}")
     assert offenders == []
+
+
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines_but_those_architecture_md_names() -> None:
+    """A module holds one job: one over 600 lines is named, with its job, in
+    architecture.md's "Module size" paragraph (so a module that grows past it is either
+    split or argued for there)."""
+    text = (SOURCE.parent / "docs" / "architecture.md").read_text()
+    paragraph = text[text.index("**Module size.**") :]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    named = set(re.findall(r"`([\w/]+\.py)`\s+\(", paragraph))
+    large = {
+        str(p.relative_to(SOURCE))
+        for p in _modules()
+        if len(p.read_text().splitlines()) > MAX_LINES
+    }
+    assert large - named == set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memfs.server import errors, migrations, tokens
+from memfs.server import actions, errors, migrations, tokens
 from memfs.server.backends import UnknownBackend, check_spec
 from memfs.server.pg import redact_url
 
@@ -54,10 +54,10 @@ def test_scopes() -> None:
 )
 def test_authorize(method: str, path: str, status: int | None) -> None:
     if status is None:
-        tokens.authorize(GRANT, method, path)
+        tokens.authorize_request(GRANT, method, path)
         return
     with pytest.raises(errors.ApiError) as info:
-        tokens.authorize(GRANT, method, path)
+        tokens.authorize_request(GRANT, method, path)
     assert info.value.status == status
 
 
@@ -87,3 +87,33 @@ def test_backend_choice_and_redaction() -> None:
             check_spec(bad)
     assert redact_url("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
     assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("PUT", f"/v1/memory_stores/{A}", 403),  # no such route; the store's own need
+        ("POST", f"/v1/memory_stores/{A}/memfs/watch", None),  # a write, routed or not
+        ("POST", f"/v1/memory_stores/{B}/memfs/watch", 403),
+        ("HEAD", f"/v1/memory_stores/{B}/memfs/watch", None),
+        ("DELETE", "/v1/memory_stores/", 403),
+        ("GET", "/healthz", None),
+    ],
+)
+def test_a_request_no_action_matches_needs_what_its_route_needs(
+    method: str, path: str, status: int | None
+) -> None:
+    if status is None:
+        tokens.authorize_request(GRANT, method, path)
+        return
+    with pytest.raises(errors.ApiError) as info:
+        tokens.authorize_request(GRANT, method, path)
+    assert info.value.status == status
+
+
+def test_the_console_asks_the_need_the_api_route_has() -> None:
+    """An action asked by name (the console) and by its route (the API) needs the same."""
+    for action in actions.ACTIONS:
+        path = action.route.replace("{store_id}", A).replace("{memory_id}", "m")
+        path = path.replace("{version_id}", "v")
+        assert actions.need_of(action.method, path) == action.need, action.name

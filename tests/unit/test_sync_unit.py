@@ -35,7 +35,7 @@ import memfs.sync.pusher
 import memfs.sync.schedule
 from memfs.config import DEFAULT_EXCLUDES
 from memfs.paths import MAX_CONTENT_BYTES
-from memfs.store.client import RetryPolicy
+from memfs.store.transport import RetryPolicy
 from memfs.sync.engine import RefusedFile
 from memfs.sync.pusher import delete_cap
 from memfs.sync.schedule import ECHO_DEFER, MAX_DEFER, MIN_GAP, PassKind

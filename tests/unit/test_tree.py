@@ -17,7 +17,7 @@ import trio
 
 from memfs.paths import MAX_CONTENT_BYTES, marker_content, sha256_hex
 from memfs.state import extents
-from memfs.state.cache import EXTENT_LOG_NAME
+from memfs.state.journal import EXTENT_LOG_NAME
 from memfs.state.store_state import StateStatistics
 from tests.support.files import MARKER as MARKER_TEXT
 from tests.support.fsharness import (

@@ -4,22 +4,20 @@ Pages are rendered on the server (Jinja2, autoescaped) and work without JavaScri
 `static/console.js` only adds confirmations and filtering as you type. Every read and
 write goes through `Storage`, the same rules as the API: an edit carries the sha it was
 made against as its precondition, so a concurrent change is shown, never overwritten.
-A scoped token is held to `tokens.authorize` with the API path each action stands for.
+A scoped token is held to `tokens.authorize` with the need of the API action each page
+action stands for (memfs/server/actions.py). The search is in `search.py`, diffs and
+line ends in `diff.py`, a form's strict decoding in `forms.py`.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib.resources
 import logging
-import re
 import secrets
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
 import trio
@@ -30,19 +28,19 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memfs.paths import MAX_CONTENT_BYTES
-from memfs.server import errors, tokens
+from memfs.server import actions, errors, tokens
 from memfs.server.console.auth import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, Session, Sessions
+from memfs.server.console.diff import diff_lines, keep_line_ends
+from memfs.server.console.forms import UNEDITABLE, UNEDITABLE_REASON, checked, read_form
+from memfs.server.console.search import search
 from memfs.server.db import Storage
 from memfs.server.errors import ApiError
-from memfs.server.gate import MAX_BODY_BYTES
 
 log = logging.getLogger("memfs.server")
 
 PREFIX = "/console"
 PAGE_SIZE = 200
 """Entries of a store's tree per page."""
-SEARCH_RESULTS = 200
-"""Matches a search shows; the scan itself reads every memory of the store once."""
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
     "x-frame-options": "DENY",
@@ -59,40 +57,6 @@ _templates = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
-
-
-@dataclass(frozen=True)
-class DiffLine:
-    kind: str  # "add", "del", "hunk" or "same"
-    text: str
-
-
-def diff_lines(old: str | None, new: str | None, old_name: str, new_name: str) -> list[DiffLine]:
-    """A unified diff as lines a template colours (a redacted side diffs as empty)."""
-    out = []
-    for line in difflib.unified_diff(
-        (old or "").splitlines(), (new or "").splitlines(), old_name, new_name, lineterm=""
-    ):
-        if line.startswith(("+++", "---")):
-            kind = "same"
-        elif line.startswith("@@"):
-            kind = "hunk"
-        elif line.startswith("+"):
-            kind = "add"
-        elif line.startswith("-"):
-            kind = "del"
-        else:
-            kind = "same"
-        out.append(DiffLine(kind, line))
-    return out
-
-
-def _snippet(content: str, query: str) -> str:
-    at = content.lower().find(query.lower())
-    if at < 0:
-        return content[:120]
-    start = max(0, at - 50)
-    return ("…" if start else "") + content[start : at + len(query) + 70]
 
 
 class Console:
@@ -180,7 +144,7 @@ class Console:
                 if session.is_token and session.credential is not None:
                     await self._run(self.sessions.grant, session.credential)
                 if request.method == "POST":
-                    form = await self._form(request)
+                    form = await read_form(request)
                     if not Sessions.csrf_ok(session, form.get("csrf")):
                         raise errors.forbidden("the form is stale or was not sent by this page")
                 response = await handler(request, session)
@@ -197,20 +161,20 @@ class Console:
 
         return endpoint
 
-    def _authorize(self, session: Session, method: str, api_path: str) -> None:
-        """A token's limits, asked as the API route this action stands for."""
+    def _authorize(self, session: Session, action: actions.Action, store_id: str) -> None:
+        """A token's limits, asked for the API action this page's action stands for."""
         if session.is_token and session.credential is not None:
-            tokens.authorize(self.sessions.grant(session.credential), method, api_path)
+            tokens.authorize(self.sessions.grant(session.credential), action.need, store_id)
 
     def _may_write(self, session: Session, store_id: str) -> bool:
         try:
-            self._authorize(session, "POST", f"/v1/memory_stores/{store_id}/memories")
+            self._authorize(session, actions.CREATE_MEMORY, store_id)
         except ApiError:
             return False
         return True
 
     async def _store(self, session: Session, store_id: str) -> dict[str, Any]:
-        self._authorize(session, "GET", f"/v1/memory_stores/{store_id}")
+        self._authorize(session, actions.GET_STORE, store_id)
         return await self._run(self.db.get_store, store_id)
 
     async def _unarchived(self, session: Session, store_id: str) -> dict[str, Any]:
@@ -225,32 +189,6 @@ class Console:
 
     def _writable(self, session: Session, store: dict[str, Any]) -> bool:
         return store["archived_at"] is None and self._may_write(session, store["id"])
-
-    async def _form(self, request: Request) -> dict[str, str]:
-        """The form's fields, decoded strictly: bytes that are not UTF-8 are refused, not
-        turned into U+FFFD (Starlette's parser would), since the API cannot hold them."""
-        cached = request.scope.get(_FORM)
-        if isinstance(cached, dict):
-            return cached
-        kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if kind != "application/x-www-form-urlencoded":
-            raise errors.invalid("a console form is sent as application/x-www-form-urlencoded")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                raise errors.too_large(f"the form is larger than {MAX_BODY_BYTES} bytes")
-        try:
-            pairs = parse_qsl(
-                body.decode("ascii"), keep_blank_values=True, encoding="utf-8", errors="strict"
-            )
-        except (UnicodeDecodeError, ValueError):
-            raise errors.invalid(
-                "the form is not UTF-8 text, which a memory must be: nothing was saved"
-            ) from None
-        fields = dict(pairs)
-        request.scope[_FORM] = fields
-        return fields
 
     # ------------------------------------------------------------ login
 
@@ -275,7 +213,7 @@ class Console:
 
     async def login(self, request: Request) -> Response:
         try:
-            form = await self._form(request)
+            form = await read_form(request)
         except ApiError as exc:
             return await self.login_form(request, str(exc))
         nonce = request.cookies.get(LOGIN_COOKIE)
@@ -334,7 +272,9 @@ class Console:
         query = (params.get("q") or "").strip()
         path_filter = (params.get("filter") or "").strip()
         if query or path_filter:
-            matches, scanned = await self._run(self._search, store_id, prefix, query, path_filter)
+            matches, scanned = await self._run(
+                search, self.db, store_id, prefix, query, path_filter
+            )
             return self._render(
                 request,
                 "search.html",
@@ -370,35 +310,6 @@ class Console:
             crumbs=_crumbs(prefix),
         )
 
-    def _search(
-        self, store_id: str, prefix: str, query: str, path_filter: str
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Every memory under `prefix` whose path holds `path_filter` and whose content (or
-        path) holds `query`, case-insensitively; in a thread, one pass over the store."""
-        found: list[dict[str, Any]] = []
-        page: str | None = None
-        scanned = 0
-        needle, where = query.lower(), path_filter.lower()
-        while len(found) < SEARCH_RESULTS:
-            items, page = self.db.list_memories(
-                store_id, path_prefix=prefix, depth=0, limit=500, page=page, full=bool(query)
-            )
-            for item in items:
-                scanned += 1
-                if where and where not in item["path"].lower():
-                    continue
-                content = item.get("content") or ""
-                if needle and needle not in content.lower() and needle not in item["path"].lower():
-                    continue
-                item["snippet"] = _snippet(content, query) if query else ""
-                item.pop("content", None)
-                found.append(item)
-                if len(found) >= SEARCH_RESULTS:
-                    break
-            if page is None:
-                break
-        return found, scanned
-
     async def audit(self, request: Request, session: Session) -> Response:
         store_id = request.path_params["store_id"]
         store = await self._store(session, store_id)
@@ -433,7 +344,7 @@ class Console:
             memory=memory,
             versions=versions,
             writable=self._writable(session, store),
-            editable=_UNEDITABLE not in memory["content"],
+            editable=UNEDITABLE not in memory["content"],
             max_bytes=MAX_CONTENT_BYTES,
         )
 
@@ -457,7 +368,7 @@ class Console:
 
     async def new_form(self, request: Request, session: Session) -> Response:
         store = await self._store(session, request.path_params["store_id"])
-        self._authorize(session, "POST", f"/v1/memory_stores/{store['id']}/memories")
+        self._authorize(session, actions.CREATE_MEMORY, store["id"])
         return self._render(
             request,
             "new.html",
@@ -471,10 +382,10 @@ class Console:
     async def create(self, request: Request, session: Session) -> Response:
         store_id = request.path_params["store_id"]
         store = await self._store(session, store_id)
-        self._authorize(session, "POST", f"/v1/memory_stores/{store_id}/memories")
-        form = await self._form(request)
+        self._authorize(session, actions.CREATE_MEMORY, store_id)
+        form = await read_form(request)
         path = form.get("path", "")
-        content = _checked(keep_line_ends(form.get("content", ""), None))
+        content = checked(keep_line_ends(form.get("content", ""), None))
         try:
             created = await self._run(
                 self.db.create_memory, store_id, path, content, session.actor, full=False
@@ -496,14 +407,14 @@ class Console:
 
     async def edit(self, request: Request, session: Session) -> Response:
         store_id, memory_id = request.path_params["store_id"], request.path_params["memory_id"]
-        self._authorize(session, "POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}")
-        form = await self._form(request)
+        self._authorize(session, actions.UPDATE_MEMORY, store_id)
+        form = await read_form(request)
         sha = form.get("sha") or None
         current = await self._run(self.db.get_memory, store_id, memory_id, full=True)
         base = await self._shown(store_id, current, sha, form.get("version"))
-        if base is not None and _UNEDITABLE in base:
-            raise errors.invalid(_UNEDITABLE_REASON)
-        content = _checked(await self._run(keep_line_ends, form.get("content", ""), base))
+        if base is not None and UNEDITABLE in base:
+            raise errors.invalid(UNEDITABLE_REASON)
+        content = checked(await self._run(keep_line_ends, form.get("content", ""), base))
         if content == current["content"]:  # a save without an edit writes no version
             return RedirectResponse(self._memory_url(store_id, memory_id), status_code=303)
         try:
@@ -558,8 +469,8 @@ class Console:
 
     async def rename(self, request: Request, session: Session) -> Response:
         store_id, memory_id = request.path_params["store_id"], request.path_params["memory_id"]
-        self._authorize(session, "POST", f"/v1/memory_stores/{store_id}/memories/{memory_id}")
-        form = await self._form(request)
+        self._authorize(session, actions.UPDATE_MEMORY, store_id)
+        form = await read_form(request)
         await self._run(
             self.db.update_memory,
             store_id,
@@ -580,9 +491,9 @@ class Console:
 
     async def delete(self, request: Request, session: Session) -> Response:
         store_id, memory_id = request.path_params["store_id"], request.path_params["memory_id"]
-        self._authorize(session, "DELETE", f"/v1/memory_stores/{store_id}/memories/{memory_id}")
+        self._authorize(session, actions.DELETE_MEMORY, store_id)
         await self._unarchived(session, store_id)
-        form = await self._form(request)
+        form = await read_form(request)
         await self._run(
             self.db.delete_memory,
             store_id,
@@ -627,9 +538,7 @@ class Console:
 
     async def redact(self, request: Request, session: Session) -> Response:
         store_id, version_id = request.path_params["store_id"], request.path_params["version_id"]
-        self._authorize(
-            session, "POST", f"/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact"
-        )
+        self._authorize(session, actions.REDACT_VERSION, store_id)
         await self._unarchived(session, store_id)
         version = await self._run(self.db.redact_version, store_id, version_id, session.actor)
         log.info(
@@ -638,78 +547,6 @@ class Console:
             version_id,
         )
         return RedirectResponse(self._memory_url(store_id, version["memory_id"]), status_code=303)
-
-
-_FORM = "memfs.console.form"
-_UNEDITABLE = "\x00"
-_UNEDITABLE_REASON = (
-    "this memory holds NUL characters, which a browser's text box cannot carry (it shows "
-    "U+FFFD instead): edit it through a mount or the API; nothing was saved"
-)
-_LINE_END = re.compile(r"\r\n|\r|\n")
-_DIFF_LINES = 2_000
-"""Past this many changed lines on either side, new line ends are not matched line by
-line (difflib is quadratic): they all take the memory's most common one."""
-
-
-def _lines(text: str) -> tuple[list[str], list[str]]:
-    """`text` as its lines and the end of each ("" for the last)."""
-    texts, ends, start = [], [], 0
-    for found in _LINE_END.finditer(text):
-        texts.append(text[start : found.start()])
-        ends.append(found.group())
-        start = found.end()
-    texts.append(text[start:])
-    ends.append("")
-    return texts, ends
-
-
-def keep_line_ends(sent: str, shown: str | None) -> str:
-    """What a textarea sent, with the line ends of the content it showed.
-
-    A browser turns every line end of a textarea into CRLF when it submits (and CR or
-    CRLF into LF in what it shows), so the line ends sent say nothing of the memory's:
-    a line the person left as it was keeps the end it had in `shown` (CRLF, LF or a
-    lone CR), and a new line takes the most common end of `shown` (LF for a new
-    memory). Everything else is kept exactly as sent: a leading newline, trailing
-    spaces, NUL from a client that is not a browser."""
-    texts, _ = _lines(sent.replace("\r\n", "\n"))
-    if shown is None:
-        return "\n".join(texts)
-    old, old_ends = _lines(shown)
-    counted = Counter(end for end in old_ends if end)  # a tie: the first seen
-    common = counted.most_common(1)[0][0] if counted else "\n"
-    ends = [common] * (len(texts) - 1) + [""]
-    if len(counted) <= 1:
-        return "".join(t + e for t, e in zip(texts, ends, strict=True))
-    # mixed line ends: match the lines unchanged at both ends, then the middle
-    head = 0
-    while head < min(len(texts), len(old)) - 1 and texts[head] == old[head]:
-        ends[head] = old_ends[head]
-        head += 1
-    tail = 0
-    while (
-        tail < min(len(texts), len(old)) - head - 1
-        and texts[-2 - tail] == old[-2 - tail]
-        and old_ends[-2 - tail]
-    ):
-        ends[-2 - tail] = old_ends[-2 - tail]
-        tail += 1
-    mine, theirs = texts[head : len(texts) - tail], old[head : len(old) - tail]
-    if len(mine) <= _DIFF_LINES and len(theirs) <= _DIFF_LINES:
-        matcher = difflib.SequenceMatcher(None, theirs, mine, autojunk=False)
-        for block in matcher.get_matching_blocks():
-            for k in range(block.size):
-                i, j = head + block.a + k, head + block.b + k
-                if j < len(texts) - 1 and old_ends[i]:
-                    ends[j] = old_ends[i]
-    return "".join(t + e for t, e in zip(texts, ends, strict=True))
-
-
-def _checked(content: str) -> str:
-    if len(content.encode("utf-8")) > MAX_CONTENT_BYTES:
-        raise errors.invalid(f"content is larger than {MAX_CONTENT_BYTES} bytes")
-    return content
 
 
 def _crumbs(prefix: str) -> list[tuple[str, str]]:

@@ -1,18 +1,9 @@
-"""The on-disk state of one store's mount: content objects and the journal.
+"""The journal of one store's local state: SQLite rows and the extent log beside them.
 
-Layout of a cache directory (one per store):
-
-    objects/ab/abcdef…      clean contents, named by sha256; only the daemon holding
-                            `lock` reads, writes or collects them (memfs/state/cachegc.py)
-    journal.sqlite          one row per local file, directory or tombstone; the truth
-                            after a crash
-    extents.log             the changes of dirty files since their rows' bases, one
-                            record per write (memfs/state/extents.py)
-    extents.log.damaged-…   a log a start found damaged, kept aside for recovery by hand
-    conflicts/              losing local bytes from store-wins conflicts, each with a
-                            hidden `.<copy>.json` record (memfs/state/conflicts.py)
-    audit.jsonl[.N]         the audit trail of accepted changes (memfs/audit.py)
-    lock                    flock'd by the live daemon: one daemon per directory
+`journal.sqlite` holds one row per local file, directory or tombstone, the truth after a
+crash; `extents.log` holds the changes of dirty files since their rows' bases, one
+record per write (memfs/state/extents.py). A start replays the log into the bases; a
+damaged record costs only itself, and the files that may have lost one are held back.
 
 Synchronous on purpose: every call is a few local writes, and a journal update must be
 on disk before the system call that caused it returns (invariant: nothing acknowledged
@@ -24,7 +15,6 @@ does a record `os.write`n to the extent log (it is in the page cache); an explic
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import sqlite3
@@ -35,16 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from cachetools import LRUCache
-
-from memfs.audit import TRAIL_NAME
-from memfs.config import private_dir
 from memfs.errors import ConfigError
-from memfs.paths import is_sha256_hex, sha256_hex
-from memfs.state import conflicts, extents
+from memfs.paths import sha256_hex
+from memfs.state import extents
 from memfs.state.extents import TOUCH, TRUNCATE, WRITE, Lost, Record
+from memfs.state.objects import NOFOLLOW, unusable_why
 
 log = logging.getLogger("memfs.state")
+
+EXTENT_LOG_NAME = "extents.log"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -102,125 +91,6 @@ _COLUMNS = (
     "entry_id, path, kind, memory_id, base_sha, base_path, sha, data, dirty, mode, mtime_ns,"
     " sent_sha, sent_path, refused_sha, refused_why, conflict"
 )
-
-
-_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
-# A file memfs creates is new: never one someone planted (O_EXCL), never through a link.
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
-
-
-def _read_nofollow(path: Path) -> bytes:
-    with open(os.open(path, os.O_RDONLY | _NOFOLLOW), "rb") as f:
-        return f.read()
-
-
-def _why(e: OSError) -> str:
-    return "a symlink" if e.errno == errno.ELOOP else f"not usable ({e.strerror})"
-
-
-class ObjectStore:
-    """Immutable contents addressed by sha256, with an in-memory LRU in front."""
-
-    def __init__(self, root: Path, *, memory_budget: int = 64 * 1024 * 1024) -> None:
-        self.root = private_dir(root, "object directory")
-        self._lru: LRUCache[str, bytes] = LRUCache(maxsize=memory_budget, getsizeof=len)
-        # sha -> size of clean contents evicted on purpose (CacheDir loads the table).
-        self.evicted: dict[str, int] = {}
-
-    def _path(self, sha: str) -> Path:
-        if not is_sha256_hex(sha):  # the name of a file we open, read and delete
-            raise ValueError(f"not a sha256: {sha[:80]!r}")
-        return self.root / sha[:2] / sha
-
-    def has(self, sha: str) -> bool:
-        return sha in self._lru or self._path(sha).exists()
-
-    def get(self, sha: str, *, touch: bool = True) -> bytes | None:
-        """The content, or None; `touch` marks it read (the collector evicts the least
-        recently read first), which loading the journal at start does not."""
-        data = self._lru.get(sha)
-        if data is not None:
-            return data
-        try:
-            data = _read_nofollow(self._path(sha))
-        except FileNotFoundError:
-            return None
-        if sha256_hex(data) != sha:  # a torn or tampered object is not content
-            self._path(sha).unlink(missing_ok=True)
-            return None
-        if touch:
-            try:
-                os.utime(self._path(sha))
-            except OSError:
-                pass
-        self._remember(sha, data)
-        return data
-
-    def scan(self) -> list[tuple[str, int, float]]:
-        """Every object file as (sha, size, mtime); for the collector's worker thread."""
-        found: list[tuple[str, int, float]] = []
-        try:
-            shards = list(os.scandir(self.root))
-        except FileNotFoundError:
-            return found
-        for shard in shards:
-            if not shard.is_dir(follow_symlinks=False):
-                continue
-            with os.scandir(shard.path) as entries:
-                for entry in entries:
-                    if not is_sha256_hex(entry.name) or entry.name[:2] != shard.name:
-                        continue
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    found.append((entry.name, st.st_size, st.st_mtime))
-        return found
-
-    def remove_files(self, shas: list[str]) -> int:
-        """Delete object files; returns how many were there."""
-        removed = 0
-        for sha in shas:
-            try:
-                self._path(sha).unlink()
-                removed += 1
-            except FileNotFoundError:
-                pass
-        return removed
-
-    def forget(self, sha: str) -> None:
-        """Drop an evicted content from memory too (the event loop's side)."""
-        self._lru.pop(sha, None)
-
-    def write_files(self, items: list[tuple[str, bytes]]) -> None:
-        """Create object files for `items` (sha, data); safe from a worker thread, since
-        it touches only the file system, never the in-memory cache."""
-        for sha, data in items:
-            path = self._path(sha)
-            try:
-                fd = os.open(path, _NEW_FILE, 0o600)
-            except FileExistsError:
-                continue
-            except FileNotFoundError:
-                path.parent.mkdir(mode=0o700, exist_ok=True)
-                fd = os.open(path, _NEW_FILE, 0o600)
-            with open(fd, "wb") as f:
-                f.write(data)
-
-    def put(self, data: bytes, sha: str | None = None) -> str:
-        sha = sha or sha256_hex(data)
-        self.evicted.pop(sha, None)
-        if sha in self._lru:
-            return sha
-        # Written in place, no temp file and rename (a cold start writes thousands):
-        # a torn object fails the sha check in `get` and is fetched again.
-        self.write_files([(sha, data)])
-        self._remember(sha, data)
-        return sha
-
-    def _remember(self, sha: str, data: bytes) -> None:
-        if len(data) <= self._lru.maxsize // 16:
-            self._lru[sha] = data
 
 
 def _disk_error(e: sqlite3.OperationalError) -> OSError | sqlite3.OperationalError:
@@ -296,9 +166,9 @@ _UPDATABLE = frozenset(EntryFields.__annotations__)
 def _open_log(path: Path) -> int:
     """The extent log, appended to: never through a link, created 0600 where new."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | _NOFOLLOW)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | NOFOLLOW)
     except FileNotFoundError:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", str(path))
@@ -359,7 +229,7 @@ class Journal:
         except OSError as e:
             self._db.close()
             raise ConfigError(
-                f"cannot use cache directory {path.parent}: {log_path} is {_why(e)}"
+                f"cannot use cache directory {path.parent}: {log_path} is {unusable_why(e)}"
             ) from e
         self._log_size = 0
         self._broken = False  # a failed write left bytes the log could not take back
@@ -824,108 +694,3 @@ class _Transaction:
             finally:
                 self._rolled_back()
             raise
-
-
-JOURNAL_NAME = "journal.sqlite"
-EXTENT_LOG_NAME = "extents.log"
-LISTED_META = "listed_at"  # journal meta: when a start last merged the store's listing
-
-
-class CacheDir:
-    """One store's cache directory, locked for the lifetime of one daemon."""
-
-    def __init__(self, root: Path, store_id: str) -> None:
-        self.root = root
-        # Unpushed bytes and pulled contents live here: private to the mounting user,
-        # whatever the mount itself shows to others; nothing in it is a symlink.
-        private_dir(root, "cache directory")
-        try:
-            self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
-            for name in (JOURNAL_NAME, JOURNAL_NAME + "-wal", JOURNAL_NAME + "-shm", TRAIL_NAME):
-                if os.path.islink(root / name):  # SQLite would follow it; a trail is skipped
-                    raise OSError(errno.ELOOP, "a symlink", str(root / name))
-        except OSError as e:
-            raise ConfigError(
-                f"cannot use cache directory {root}: {e.filename or root} is {_why(e)}"
-            ) from e
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise ConfigError(
-                f"cache directory {root} is in use by another memfs daemon; "
-                "give each mount its own --cache-dir"
-            ) from None
-        try:
-            self.objects = ObjectStore(root / "objects")
-            self.conflicts = private_dir(root / "conflicts", "conflict directory")
-        except ConfigError:
-            os.close(self._lock_fd)
-            raise
-        try:
-            self.journal = Journal(
-                root / JOURNAL_NAME,
-                store_id=store_id,
-                keep_copy=lambda path, memory_id, data: self._keep_damaged(
-                    store_id, path, memory_id, data
-                ),
-            )
-        except ConfigError:
-            os.close(self._lock_fd)
-            raise
-        self.objects.evicted = self.journal.evicted()
-        known = self.journal.get_meta("memory_store_id")
-        if known is None:
-            self.journal.set_meta("memory_store_id", store_id)
-        elif known != store_id:
-            self.close()
-            raise ConfigError(f"cache directory {root} belongs to store {known}, not {store_id}")
-
-    def never_synced(self) -> bool:
-        """No start ever merged the store's listing here, and nothing is journaled."""
-        return self.journal.get_meta(LISTED_META) is None and self.journal.is_empty()
-
-    def mark_listed(self, at: str) -> None:
-        """A start merged the store's listing: this cache can serve an offline start."""
-        self.journal.set_meta(LISTED_META, at)
-
-    def save_conflict(self, path: str, data: bytes) -> Path:
-        """Keep the losing bytes of a conflict; returns where they are."""
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        flat = path.strip("/").replace("/", "__")
-        if len(flat.encode()) > 180:  # a memory path may be 1,024 bytes; a file name 255
-            tail = flat.encode()[-120:].decode("utf-8", "ignore")
-            flat = f"{sha256_hex(path.encode())[:16]}-{tail}"
-        target = self.conflicts / f"{stamp}-{flat}"
-        n = 1
-        while target.exists():
-            n += 1
-            target = self.conflicts / f"{stamp}-{n}-{flat}"
-        tmp = target.with_name("." + target.name + ".tmp")
-        tmp.unlink(missing_ok=True)
-        with open(os.open(tmp, _NEW_FILE, 0o600), "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        return target
-
-    def _keep_damaged(self, store_id: str, path: str, memory_id: str | None, data: bytes) -> str:
-        """Keep the last good content of a file whose extent-log records were damaged,
-        listed by `memfs conflicts` like any conflict copy."""
-        copy = self.save_conflict(path, data)
-        conflicts.record(
-            store_id,
-            copy,
-            path=path,
-            memory_id=memory_id,
-            local_sha=sha256_hex(data),
-            size=len(data),
-            remote_sha=None,
-            remote_version="",
-        )
-        return str(copy)
-
-    def close(self) -> None:
-        self.journal.close()
-        os.close(self._lock_fd)

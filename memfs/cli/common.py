@@ -1,9 +1,6 @@
-"""What `memfs store`'s commands share: their name in messages, the retry policy of a
-command line, the output helpers and the store lookup.
-
-Used by store_commands.py (create, list, show, archive, delete) and store_copy.py
-(import, export), and the CLI's retry policy by history_commands.py.
-"""
+"""What the commands that talk to a store directly share (`memfs store …`, its import
+and export, and the history commands when no mount serves the path): the retry policy
+of a command, the store looked up by id, and how names, JSON and errors are printed."""
 
 from __future__ import annotations
 
@@ -14,7 +11,8 @@ from typing import Any
 
 from memfs.errors import CommandFailed, NotFound, Rejected, missing_store
 from memfs.mount.display import printable
-from memfs.store.client import RetryPolicy, StoreClient, StoreInfo
+from memfs.store.client import StoreClient, StoreInfo
+from memfs.store.transport import RetryPolicy
 
 PROG = "memfs store"
 # A CLI should say "unreachable" within seconds, not after a minute of back-off.
