@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import Api
+from tests.support.daemonwatch import DaemonWatch
 from tests.support.loglines import LOG_LINE
 from tests.support.mount import MountProcess, is_mounted, lazy_unmount, mount_store
 from tests.support.server import REPO_ROOT, ServerProcess
@@ -462,7 +463,8 @@ def test_the_readme_commands_run_in_a_new_terminal(tmp_path: Path) -> None:
             lazy_unmount(path)
 
 
-def test_the_demo_hints_work_from_another_terminal(tmp_path: Path) -> None:
+def test_the_demo_hints_work_from_another_terminal(tmp_path: Path, daemons: DaemonWatch) -> None:
+    daemons.watch_log(tmp_path / "demo" / "serve.log")  # the demo's server
     mnt = tmp_path / "demo-mount"
     env = {
         **os.environ,

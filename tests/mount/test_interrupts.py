@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
+from tests.support.daemonwatch import unexpected
 from tests.support.files import store_files
 from tests.support.hung import HungServer
 from tests.support.mount import MountProcess, is_mounted, mount_store
@@ -232,6 +233,7 @@ def test_ctrl_c_on_serve_prints_no_traceback(tmp_path: Path) -> None:
     proc = cli(dict(os.environ), "serve", "--port", "0", "--db", str(tmp_path / "db"))
     code, err = interrupt(proc, after=3.0)
     assert "Traceback" not in err, err
+    assert unexpected(err, []) == [], err  # its log is its stderr: no ERROR line either
     assert code in (0, 130), err
 
 

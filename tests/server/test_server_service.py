@@ -87,6 +87,7 @@ def test_sigterm_finishes_the_request_in_flight(server: ServerProcess, api: Api)
         sock.sendall(head + body[:100])
         time.sleep(0.3)  # let the server start reading the body
         assert server.proc is not None
+        server.expect_exit(0)
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         sock.sendall(body[100:])
