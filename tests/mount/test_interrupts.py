@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.daemonwatch import unexpected
+from tests.support.deadline import eventually
 from tests.support.files import store_files
 from tests.support.hung import HungServer
 from tests.support.mount import MountProcess, is_mounted, mount_store
@@ -196,10 +197,12 @@ def test_ctrl_c_on_mount_daemon_against_a_hung_server_aborts_cleanly(tmp_path: P
         assert code == 130, err
         assert_one_line(err)
         assert not is_mounted(mountpoint)
-        deadline = time.monotonic() + 10
-        while not no_process_mentions(str(mountpoint)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert no_process_mentions(str(mountpoint)), "the background daemon goes on"
+        eventually(
+            lambda: no_process_mentions(str(mountpoint)),
+            "the background daemon gone",
+            timeout=10,
+            interval=0.1,
+        )
         assert not is_mounted(mountpoint)
         assert not any(str(mountpoint) in p.read_text() for p in runtime_entries())
 
