@@ -775,7 +775,9 @@ def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
             "store is stopped"
         ), lines
         assert_nothing_mounted(root, [])
-        # the cache directory of the good store is not left locked
+        # the cache directory of the good store is not left locked (the bad store may
+        # fail before the good one's daemon has made it)
+        (tmp_path / "cache" / good).mkdir(parents=True, exist_ok=True)
         with open(tmp_path / "cache" / good / "lock", "w") as f:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
