@@ -35,10 +35,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(autouse=True)
 def daemons(request: pytest.FixtureRequest) -> Iterator[DaemonWatch]:
-    """The daemons this test starts, checked at teardown (tests/support/daemonwatch.py):
-    each stopped by SIGTERM if still running, with the exit code the test expected and
-    no ERROR line or traceback in its log that `expect_log` or
-    `@pytest.mark.daemon_log(regex, ...)` did not declare."""
+    """The daemons and `memfs serve` processes this test starts, checked at teardown
+    (tests/support/daemonwatch.py): each stopped by SIGTERM if still running, with the
+    exit code the test expected and no ERROR line or traceback in its log that
+    `expect_log` or `@pytest.mark.daemon_log(regex, ...)` did not declare; a server that
+    outlives the test (`shared_server`) for what it logged meanwhile and that it runs."""
     watch = daemonwatch.begin()
     for marker in request.node.iter_markers("daemon_log"):
         watch.expect_log(*marker.args)
@@ -101,7 +102,7 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     try:
         yield proc
     finally:
-        proc.stop()
+        proc.retire()  # exit 0, and nothing undeclared logged since the last test
 
 
 @pytest.fixture

@@ -4,13 +4,13 @@ nested mounts are refused or unmounted first (issue 12, item 5)."""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.files import store_files
 from tests.support.mount import MountProcess, is_mounted
 from tests.support.server import ServerProcess
@@ -56,11 +56,13 @@ def holders() -> Iterator[list[subprocess.Popen[str] | Writer]]:
 
 
 def wait_for_file(path: Path, text: str) -> None:
-    for _ in range(200):
-        if path.exists() and path.read_text() == text:
-            return
-        time.sleep(0.05)
-    assert path.read_text() == text
+    eventually(
+        path.read_text,
+        f"{path} holds {text!r}",
+        until=lambda got: got == text,
+        ignoring=(FileNotFoundError,),
+        timeout=10,
+    )
 
 
 def test_unmount_refuses_a_busy_mount_naming_what_holds_it(

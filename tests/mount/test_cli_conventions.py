@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Any
 import pytest
 
 from tests.support.api import Api
+from tests.support.daemonwatch import DaemonWatch
+from tests.support.deadline import eventually
 from tests.support.loglines import LOG_LINE
 from tests.support.mount import MountProcess, is_mounted, lazy_unmount, mount_store
 from tests.support.server import REPO_ROOT, ServerProcess
@@ -462,7 +463,8 @@ def test_the_readme_commands_run_in_a_new_terminal(tmp_path: Path) -> None:
             lazy_unmount(path)
 
 
-def test_the_demo_hints_work_from_another_terminal(tmp_path: Path) -> None:
+def test_the_demo_hints_work_from_another_terminal(tmp_path: Path, daemons: DaemonWatch) -> None:
+    daemons.watch_log(tmp_path / "demo" / "serve.log")  # the demo's server
     mnt = tmp_path / "demo-mount"
     env = {
         **os.environ,
@@ -489,11 +491,8 @@ def test_the_demo_hints_work_from_another_terminal(tmp_path: Path) -> None:
             if line.startswith("memfs demo: stop with Ctrl-C"):
                 break
         assert len(hints) == 3, hints
-        for _ in range(600):  # the mount goes live after the hints are printed
-            if is_mounted(mnt):
-                break
-            time.sleep(0.05)
-        assert is_mounted(mnt)
+        # the mount goes live after the hints are printed
+        eventually(lambda: is_mounted(mnt), "the demo's mount live", timeout=30)
         other = _new_terminal_env(tmp_path / "other-home")
         other["XDG_RUNTIME_DIR"] = os.environ.get("XDG_RUNTIME_DIR", "")
         if not other["XDG_RUNTIME_DIR"]:

@@ -11,13 +11,13 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.files import local_files, store_contents, store_files
 from tests.support.mount import is_mounted, lazy_unmount, mount_store
 from tests.support.recovery import recover, recover_under_a_writer
@@ -170,10 +170,7 @@ def test_a_mount_over_a_dead_one_unmounted_from_outside_syncs_and_clears_both(
         pid = json.loads(proc.memfs("status", str(root)).stdout)["mounts"][0]["pid"]
         (root / "late.md").write_text("pushed after fusermount3 -u\n")
         subprocess.run(["fusermount3", "-u", str(root)], check=True, timeout=10)
-        deadline = time.monotonic() + 60
-        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not os.path.exists(f"/proc/{pid}")
+        eventually(lambda: not os.path.exists(f"/proc/{pid}"), f"daemon {pid} gone", timeout=60)
         log = proc.log()
         assert "the mount was unmounted from outside (umount or fusermount3 -u)" in log, log
         assert "cleared a dead mount left by a killed daemon" in log, log

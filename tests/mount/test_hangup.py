@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
+from tests.support.daemonwatch import DaemonWatch
 from tests.support.files import store_contents
 from tests.support.mount import is_mounted, lazy_unmount, require_fuse
 from tests.support.refusals import tool_fails
@@ -241,8 +242,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_a_closed_terminal_stops_memfs_serve_cleanly(tmp_path: Path) -> None:
+def test_a_closed_terminal_stops_memfs_serve_cleanly(tmp_path: Path, daemons: DaemonWatch) -> None:
     log = tmp_path / "serve.log"
+    daemons.watch_log(log)
     term = Terminal(
         [
             *MEMFS,
@@ -265,9 +267,14 @@ def test_a_closed_terminal_stops_memfs_serve_cleanly(tmp_path: Path) -> None:
         term.finish()
 
 
-def test_a_closed_terminal_stops_the_demo_with_its_final_sync(tmp_path: Path) -> None:
+def test_a_closed_terminal_stops_the_demo_with_its_final_sync(
+    tmp_path: Path, daemons: DaemonWatch
+) -> None:
     """scripts/demo, the main job: the mount's final sync, then the server stops."""
     require_fuse()
+    daemons.watch_log(tmp_path / "demo" / "serve.log")  # the demo's server
+    restarted_log = tmp_path / "restarted.log"
+    daemons.watch_log(restarted_log)
     mnt = tmp_path / "demo-mount"
     port = _free_port()
     env = {
@@ -285,11 +292,12 @@ def test_a_closed_terminal_stops_the_demo_with_its_final_sync(tmp_path: Path) ->
         assert term.finish() == 0, term.text
         assert not is_mounted(mnt) and os.listdir(mnt) == []
         # The server stopped after the final sync; the line is in its database.
-        restarted = subprocess.Popen(
-            [*MEMFS, "serve", "--db", str(tmp_path / "demo" / "store.db"), "--port", str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        with restarted_log.open("wb") as stderr:
+            restarted = subprocess.Popen(
+                [*MEMFS, "serve", "--db", str(tmp_path / "demo" / "store.db"), "--port", str(port)],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
         try:
             assert restarted.stdout is not None
             assert "listening on" in restarted.stdout.readline().decode()

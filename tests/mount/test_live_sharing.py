@@ -20,6 +20,7 @@ from memfs.paths import MARKER_NAME
 from memfs.sync.feed import RECONCILE_EVERY
 from memfs.sync.schedule import MAX_DEFER
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.metrics import free_port, scrape, value
 from tests.support.mount import MountProcess, mount_store
 from tests.support.postgres import PostgresCluster
@@ -31,12 +32,10 @@ SLOW = ("--sync-interval", "60")
 SEEN_WITHIN = 10.0  # seconds; the interval alone would take up to 60
 
 
-def eventually(check: Callable[[], bool], what: str, within: float = SEEN_WITHIN) -> float:
-    """Poll `check` until true, bounded; the seconds it took."""
+def seen(check: Callable[[], bool], what: str, within: float = SEEN_WITHIN) -> float:
+    """`eventually` at this module's bound; the seconds it took."""
     started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < within, f"not within {within:g}s: {what}"
-        time.sleep(0.05)
+    eventually(check, what, timeout=within)
     return time.monotonic() - started
 
 
@@ -71,19 +70,19 @@ def changes_reach(a: MountProcess, b: MountProcess, tag: str) -> list[float]:
     ra, rb = a.mountpoint, b.mountpoint
     took = []
     (ra / f"{tag}.md").write_text("one\n")
-    took.append(eventually(lambda: text(rb / f"{tag}.md") == "one\n", "the create"))
+    took.append(seen(lambda: text(rb / f"{tag}.md") == "one\n", "the create"))
     with open(ra / f"{tag}.md", "a") as f:
         f.write("two\n")
-    took.append(eventually(lambda: text(rb / f"{tag}.md") == "one\ntwo\n", "the append"))
+    took.append(seen(lambda: text(rb / f"{tag}.md") == "one\ntwo\n", "the append"))
     (ra / f"{tag}.md").rename(ra / f"{tag}-moved.md")
     took.append(
-        eventually(
+        seen(
             lambda: text(rb / f"{tag}-moved.md") == "one\ntwo\n" and text(rb / f"{tag}.md") is None,
             "the rename",
         )
     )
     (ra / f"{tag}-moved.md").unlink()
-    took.append(eventually(lambda: text(rb / f"{tag}-moved.md") is None, "the delete"))
+    took.append(seen(lambda: text(rb / f"{tag}-moved.md") is None, "the delete"))
     return took
 
 
@@ -100,13 +99,13 @@ def pair(tmp_path: Path, server: ServerProcess, api: Api) -> Pair:
 
 def test_changes_reach_the_other_mount_by_the_watch(pair: Pair) -> None:
     a, b, _ = pair
-    eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches")
+    seen(lambda: store_status(b)["learns_by"] == "watch", "b watches")
     changes_reach(a, b, "from-a")
     changes_reach(b, a, "from-b")
     status = store_status(b)
     assert status["learns_by"] == "watch" and status["last_heard_at"] is not None
     # Idle and watched: no pass on a timer but the hourly reconciliation.
-    eventually(
+    seen(
         lambda: (
             datetime.fromisoformat(store_status(b)["next_pass_at"]).timestamp()
             > time.time() + RECONCILE_EVERY - 60
@@ -119,7 +118,7 @@ def test_two_appenders_lose_no_line(pair: Pair, api: Api) -> None:
     a, b, sid = pair
     fa, fb = a.mountpoint / "log.md", b.mountpoint / "log.md"
     fa.write_text("start\n")
-    eventually(lambda: text(fb) == "start\n", "the file reaches b")
+    seen(lambda: text(fb) == "start\n", "the file reaches b")
     expected = {"start"}
 
     def append(path: Path, line: str) -> None:
@@ -140,11 +139,9 @@ def test_two_appenders_lose_no_line(pair: Pair, api: Api) -> None:
         for t in both:
             t.join()
         expected |= {f"a{i}", f"b{i}"}
-        eventually(
-            lambda now=frozenset(expected): now <= store_lines(), f"round {i} in the store", 20
-        )
+        seen(lambda now=frozenset(expected): now <= store_lines(), f"round {i} in the store", 20)
     for f in (fa, fb):
-        eventually(lambda f=f: set((text(f) or "").splitlines()) == expected, f"{f} whole", 20)
+        seen(lambda f=f: set((text(f) or "").splitlines()) == expected, f"{f} whole", 20)
     final = store_lines()
     assert final == expected
     for m in (a, b):
@@ -171,10 +168,10 @@ def test_overlapping_edits_keep_the_store_version_and_a_conflict_copy(
         content: str = api.get_memory(sid, m["id"])["content"]
         return content
 
-    eventually(lambda: "as a said" in in_store(), "a's push")
+    seen(lambda: "as a said" in in_store(), "a's push")
     assert store_status(b)["learns_by"] == "interval"
     (b.mountpoint / "plan.md").write_text("step one, as b said\n")
-    eventually(lambda: text(b.mountpoint / "plan.md") == "step one, as a said\n", "store wins in b")
+    seen(lambda: text(b.mountpoint / "plan.md") == "step one, as a said\n", "store wins in b")
     copies = store_status(b)["conflict_copies"]
     assert len(copies) == 1 and Path(copies[0]["copy"]).read_text() == "step one, as b said\n"
     assert text(a.mountpoint / "plan.md") == "step one, as a said\n"
@@ -199,12 +196,12 @@ def test_a_killed_instance_falls_back_to_probing_and_the_watch_resumes(
     sid = str(api.create_store("restarted")["id"])
     a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
     b = mount_store(tmp_path, server.url, sid, *SLOW, name="b")
-    eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches")
+    seen(lambda: store_status(b)["learns_by"] == "watch", "b watches")
     server.kill()
-    eventually(lambda: store_status(b)["learns_by"] == "probe", "b probes")
+    seen(lambda: store_status(b)["learns_by"] == "probe", "b probes")
     server.start()
     changes_reach(a, b, "after-restart")
-    eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches again", 90)
+    seen(lambda: store_status(b)["learns_by"] == "watch", "b watches again", 90)
     assert "the watch broke; probing until it is back" in b.log()
     assert "watching for changes again" in b.log()
 
@@ -216,7 +213,7 @@ def test_a_killed_mount_leaves_the_other_live(
     a = mount_store(tmp_path, server.url, sid, *SLOW, name="a")
     b = mount_store(tmp_path, server.url, sid, *SLOW, name="b")
     c = mount_store(tmp_path, server.url, sid, *SLOW, name="c")
-    eventually(lambda: store_status(a)["learns_by"] == "watch", "a watches")
+    seen(lambda: store_status(a)["learns_by"] == "watch", "a watches")
     a.kill()
     changes_reach(b, c, "after-kill")
 
@@ -232,7 +229,7 @@ def test_a_watch_across_two_instances_on_postgresql(
             sid = str(api.create_store("fleet")["id"])
         a = mount_store(tmp_path, one.url, sid, *SLOW, name="a")
         b = mount_store(tmp_path, two.url, sid, *SLOW, name="b")
-        eventually(lambda: store_status(b)["learns_by"] == "watch", "b watches")
+        seen(lambda: store_status(b)["learns_by"] == "watch", "b watches")
         changes_reach(a, b, "across")
         changes_reach(b, a, "back")
         a.stop()
@@ -257,7 +254,7 @@ def test_concurrent_writers_on_two_postgresql_instances_miss_nothing_in_the_feed
         with Api(one.url) as api:
             sid = str(api.create_store("feed")["id"])
         m = mount_store(tmp_path, one.url, sid, *SLOW)
-        eventually(lambda: store_status(m)["learns_by"] == "watch", "the mount watches")
+        seen(lambda: store_status(m)["learns_by"] == "watch", "the mount watches")
         passes = store_status(m)["passes"]
         expected: dict[str, str] = {}
         lock = threading.Lock()
@@ -291,7 +288,7 @@ def test_concurrent_writers_on_two_postgresql_instances_miss_nothing_in_the_feed
         assert writes > 60
         with Api(two.url) as api:
             assert store_tree(api, sid) == expected
-        eventually(lambda: local_tree(m.mountpoint) == expected, "the mount has it all", 20)
+        seen(lambda: local_tree(m.mountpoint) == expected, "the mount has it all", 20)
         status = store_status(m)
         assert status["feed_missed"] == 0
         assert status["passes"].get("full", 0) == passes.get("full", 0), status["passes"]
@@ -318,7 +315,7 @@ def test_a_write_stream_does_not_wake_pass_after_pass(
     sid = str(api.create_store("stream")["id"])
     port = free_port()
     m = mount_store(tmp_path, server.url, sid, *SLOW, "--metrics-addr", f"127.0.0.1:{port}")
-    eventually(lambda: store_status(m)["learns_by"] == "watch", "the mount watches")
+    seen(lambda: store_status(m)["learns_by"] == "watch", "the mount watches")
     files = [m.mountpoint / f"f{i}.md" for i in range(20)]
     for f in files:
         f.write_text("start\n")
@@ -356,4 +353,4 @@ def test_a_write_stream_does_not_wake_pass_after_pass(
             for f in files
         )
 
-    eventually(in_store, "the last appends reach the store once the stream settles")
+    seen(in_store, "the last appends reach the store once the stream settles")

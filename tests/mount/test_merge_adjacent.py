@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.mount import MountProcess, mount_store
 from tests.support.server import ServerProcess
 
@@ -26,11 +26,8 @@ LINES = 20
 
 
 def until(get: Callable[[], str | None], want: str, what: str, within: float = 20.0) -> None:
-    """Poll `get` until it gives `want`, bounded."""
-    started = time.monotonic()
-    while (got := get()) != want:
-        assert time.monotonic() - started < within, f"not within {within:g}s: {what}: {got!r}"
-        time.sleep(0.05)
+    """`eventually` `get` gives `want`."""
+    eventually(get, what, until=lambda got: got == want, timeout=within)
 
 
 def text(path: Path) -> str | None:

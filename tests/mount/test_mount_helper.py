@@ -10,13 +10,13 @@ import os
 import pwd
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.files import store_files
 from tests.support.mount import is_mounted, lazy_unmount
 from tests.support.server import ServerProcess
@@ -133,10 +133,12 @@ def daemon_pid(mountpoint: Path) -> int:
 
 def wait_gone(pid: int, bound: float = 90.0) -> None:
     """The daemon exits after its final sync (bounded by the flush timeout)."""
-    deadline = time.monotonic() + bound
-    while os.path.exists(f"/proc/{pid}"):
-        assert time.monotonic() < deadline, f"daemon {pid} still running"
-        time.sleep(0.1)
+    eventually(
+        lambda: not os.path.exists(f"/proc/{pid}"),
+        f"daemon {pid} gone",
+        timeout=bound,
+        interval=0.1,
+    )
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.files import MARKER, store_contents
 from tests.support.mount import (
     MountProcess,
@@ -261,12 +261,11 @@ def test_warm_cache_remount_downloads_nothing(
         contents = {i: (proc.mountpoint / f"m{i}.md").read_text() for i in range(10)}
         assert contents[3] == "changed remotely\n"
         assert all(contents[i] == f"memory {i}\n" for i in range(10) if i != 3)
-        deadline = time.monotonic() + 10
-        while (
-            "downloaded memory contents memory_store_id=" not in proc.log()
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.05)  # the background download reports when it is done
+        eventually(  # the background download reports when it is done
+            lambda: "downloaded memory contents memory_store_id=" in proc.log(),
+            "the background download done",
+            timeout=10,
+        )
         # only what changed is downloaded again
         assert set(_retrieves(shared_server, store_id, mark)) == {ids["/m3.md"]}
         assert re.search(r"downloaded memory contents memory_store_id=\S+ memories=1 ", proc.log())

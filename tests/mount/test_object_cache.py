@@ -12,13 +12,13 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.files import store_files
 from tests.support.mount import MountProcess, mount_store
 from tests.support.server import ServerProcess
@@ -34,13 +34,13 @@ def objects(cache: Path) -> dict[str, int]:
 
 
 def wait_for_log(mount: MountProcess, text: str, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = mount.log()
-        if text in log:
-            return log
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} not in the log:\n{mount.log()[-3000:]}")
+    return eventually(
+        mount.log,
+        f"{text!r} in the log",
+        until=lambda log: text in log,
+        timeout=timeout,
+        interval=0.1,
+    )
 
 
 @pytest.mark.deadline(120)
@@ -193,15 +193,18 @@ def test_full_cache_disk_is_enospc_and_loses_nothing_acknowledged(
         subprocess.run(["mount", "-o", "remount,size=64M", str(small_disk)], check=True)
         mount.sync()
         assert store_files(shared_api, store_id) == acknowledged
-        for _ in range(40):  # a failed download answers EIO at once for 5 s
+
+        def seed() -> str:
             try:
-                assert (root / "seed.md").read_text() == "from the store\n"
-                break
+                return (root / "seed.md").read_text()
             except OSError as e:
-                assert e.errno == errno.EIO
-                time.sleep(0.5)
-        else:
-            raise AssertionError("seed.md never became readable again")
+                assert e.errno == errno.EIO  # a failed download answers EIO at once for 5 s
+                raise
+
+        content = eventually(
+            seed, "seed.md readable again", ignoring=(OSError,), timeout=20, interval=0.5
+        )
+        assert content == "from the store\n"
         (root / "after.md").write_text("after\n")
         acknowledged["after.md"] = "after\n"
         mount.kill()  # kill -9: only the journal is left

@@ -14,13 +14,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.mount import QUIET, MountProcess, lazy_unmount, mount_store
 from tests.support.server import ServerProcess, start_server
 from tests.support.tty import PtyProcess
@@ -60,12 +60,13 @@ def pty_mounts(tmp_path: Path) -> Iterator[list[PtyProcess]]:
 
 
 def wait_for_file(path: Path, text: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {path} within {timeout}s")
+    eventually(
+        path.read_text,
+        f"{text!r} in {path}",
+        until=lambda got: text in got,
+        ignoring=(FileNotFoundError,),
+        timeout=timeout,
+    )
 
 
 @pytest.mark.deadline(120)
@@ -157,14 +158,14 @@ def test_second_ctrl_c_asks_third_stops_and_the_journal_keeps_the_files(
 
 def read_until(proc: MountProcess, text: str, timeout: float = 60.0) -> str:
     assert proc.proc is not None and proc.proc.stderr is not None
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seen += (proc.proc.stderr.read() or b"").decode()
-        if text in seen:
-            return seen
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not on stderr within {timeout}s: {seen}")
+    stderr = proc.proc.stderr
+    seen: list[str] = []
+
+    def more() -> str:
+        seen.append((stderr.read() or b"").decode())
+        return "".join(seen)
+
+    return eventually(more, f"{text!r} on stderr", until=lambda got: text in got, timeout=timeout)
 
 
 @pytest.mark.deadline(180)

@@ -28,6 +28,7 @@ import pytest
 
 from memfs.paths import MARKER_NAME, MAX_CONTENT_BYTES, marker_content
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.hostile import Hostile
 from tests.support.mount import MountProcess, is_mounted, require_fuse
 from tests.support.server import ServerProcess
@@ -788,10 +789,7 @@ def test_unavailable_content_answers_eio_within_the_content_timeout(open_dir: Pa
                 t.start()
             # Once the never-answered retrieve is at the server, hang.md's content is
             # pending in the daemon: the checks below run while it waits, not before.
-            deadline = time.monotonic() + 30
-            while ids["hang.md"] not in srv.retrieved:
-                assert time.monotonic() < deadline, "hang.md was never fetched"
-                time.sleep(0.05)
+            eventually(lambda: ids["hang.md"] in srv.retrieved, "hang.md fetched", timeout=30)
             t0 = time.monotonic()
             assert (root / "ok.md").read_text() == "fine\n"
             assert sorted(os.listdir(root)) == sorted([MARKER_NAME, "ok.md", *ids])

@@ -34,6 +34,7 @@ import pytest
 from memfs.paths import marker_content
 from memfs.server.sqlite import Database
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.files import MARKER, store_contents
 from tests.support.mount import MountProcess, is_mounted, lazy_unmount, one_line, require_fuse
 from tests.support.nobody import run_cli_as_nobody
@@ -641,9 +642,9 @@ def test_a_killed_session_is_cleared_and_its_journal_pushed_at_the_next_start(
             m["pid"] for m in json.loads(proc.memfs("status", "--json").stdout)["mounts"]
         )
         proc.kill()  # its store daemons die with it (PR_SET_PDEATHSIG)
-        deadline = time.monotonic() + 10
-        while os.path.exists(f"/proc/{store_pid}") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(
+            lambda: not os.path.exists(f"/proc/{store_pid}"), "the store daemon gone", timeout=10
+        )
         assert is_mounted(root / "crash-test")  # a dead mount (ENOTCONN), never a bare dir
         refused(errno.ENOTCONN, os.listdir, root / "crash-test")
         dead = proc.memfs("status", str(root), check=False)  # the session's root explains it
@@ -687,9 +688,9 @@ def test_recovering_a_killed_session_never_exposes_a_bare_store_directory(
             m["pid"] for m in json.loads(proc.memfs("status", "--json").stdout)["mounts"]
         )
         proc.kill()  # its store daemons die with it (PR_SET_PDEATHSIG)
-        deadline = time.monotonic() + 10
-        while os.path.exists(f"/proc/{store_pid}") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(
+            lambda: not os.path.exists(f"/proc/{store_pid}"), "the store daemon gone", timeout=10
+        )
 
         def status() -> dict[str, Any]:
             answer: dict[str, Any] = json.loads(
@@ -774,7 +775,9 @@ def test_a_store_failing_mid_start_fails_the_session_and_nothing_stays_mounted(
             "store is stopped"
         ), lines
         assert_nothing_mounted(root, [])
-        # the cache directory of the good store is not left locked
+        # the cache directory of the good store is not left locked (the bad store may
+        # fail before the good one's daemon has made it)
+        (tmp_path / "cache" / good).mkdir(parents=True, exist_ok=True)
         with open(tmp_path / "cache" / good / "lock", "w") as f:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.files import store_files
 from tests.support.mount import QUIET, MountProcess, mount_store, xattrs
 from tests.support.server import ServerProcess, start_server
@@ -39,13 +39,6 @@ def refused(mount: MountProcess) -> dict[str, dict[str, Any]]:
     out = mount.memfs("status", str(mount.mountpoint), "--json").stdout
     (s,) = json.loads(out)["mounts"][0]["stores"]
     return {r["path"]: r for r in s["refused_files"]}
-
-
-def wait_for(condition: Any, bound: float, what: str) -> None:
-    deadline = time.monotonic() + bound
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {bound:g}s"
-        time.sleep(0.2)
 
 
 def test_a_create_refused_by_a_full_store_arrives_once_space_is_freed(
@@ -83,9 +76,16 @@ def test_a_create_refused_by_a_full_store_arrives_once_space_is_freed(
 
             # Space frees: the back-off's retry pushes it; nobody writes or syncs.
             api.delete_memory(sid, first["id"])
-            wait_for(lambda: "c.md" in store_files(api, sid), 60, "the retried create")
+            eventually(
+                lambda: "c.md" in store_files(api, sid),
+                "the retried create",
+                timeout=60,
+                interval=0.2,
+            )
             assert store_files(api, sid)["c.md"] == "waits for space\n"
-            wait_for(lambda: "/c.md" not in refused(mount), 10, "the status update")
+            eventually(
+                lambda: "/c.md" not in refused(mount), "the status update", timeout=10, interval=0.2
+            )
             assert xattrs(root / "c.md")["user.memfs.state"] == "clean"
             assert "/bin.md" in refused(mount)  # waits for new content
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.mount import MountProcess, is_mounted, mount_store, require_fuse, xattrs
 from tests.support.server import ServerProcess
 
@@ -181,9 +182,7 @@ def test_timer_runs_passes_without_being_asked(
     mount = mount_store(tmp_path, shared_server.url, sid, "--sync-interval", "5")
     try:
         (mount.mountpoint / "t.md").write_text("by the timer")
-        deadline = time.monotonic() + 12
-        while time.monotonic() < deadline and not by_path(shared_api, sid):
-            time.sleep(0.2)
+        eventually(lambda: by_path(shared_api, sid), "the timer's pass", timeout=12, interval=0.2)
         assert contents(shared_api, sid) == {"/t.md": "by the timer"}
     finally:
         mount.cleanup()

@@ -12,7 +12,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from tests.support.controlplane import (
     work_secret,
 )
 from tests.support.daemonwatch import DaemonWatch
+from tests.support.deadline import eventually
 from tests.support.files import store_files
 from tests.support.mount import is_mounted
 from tests.support.server import ServerProcess, start_server
@@ -164,14 +164,6 @@ def handle(
     return caught[0] if caught else None
 
 
-def wait_for(predicate: Callable[[], bool], what: str, bound: float = 30) -> None:
-    deadline = time.monotonic() + bound
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
     """claim → mount → tool calls → syncs → session end → final sync → unmount."""
     notes, ref, resources = make_stores(api, host)
@@ -182,7 +174,12 @@ def test_a_session_from_claim_to_teardown(api: Api, host: Path) -> None:
         if index == 0:  # the first call ran inside a live mount
             seen["mounted"] = [is_mounted(n), is_mounted(r), is_mounted(host)]
         if index == 2:  # a sync mid-session: the write reached the store already
-            wait_for(lambda: "new.md" in store_files(api, notes["id"]), "a mid-session sync")
+            eventually(
+                lambda: "new.md" in store_files(api, notes["id"]),
+                "a mid-session sync",
+                timeout=30,
+                interval=0.1,
+            )
 
     script = Script(
         resources=resources,
@@ -373,7 +370,9 @@ def test_a_stopped_call_that_moved_files_away_loses_nothing(api: Api, host: Path
     with ControlPlane(script, str(api.client.base_url)) as plane:
 
         def interrupt_when_moved() -> None:
-            wait_for(lambda: (stash / "keep" / "old.md").exists(), "the move", bound=60)
+            eventually(
+                lambda: (stash / "keep" / "old.md").exists(), "the move", timeout=60, interval=0.1
+            )
             plane.interrupt(0)
 
         watcher = threading.Thread(target=interrupt_when_moved, daemon=True)
@@ -518,10 +517,7 @@ def test_two_sessions_sharing_a_store_see_each_other_live(api: Api, host: Path) 
     shared = [resources[0], {**resources[0], "mount_path": str(other / "notes")}]
 
     def seen(check: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + 10
-        while not check():
-            assert time.monotonic() < deadline, f"not within 10s: {what}"
-            time.sleep(0.05)
+        eventually(check, what, timeout=10)
 
     def lines(path: Path) -> set[str]:
         return set(path.read_text().splitlines()) if path.exists() else set()

@@ -14,7 +14,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from tests.support.controlplane import (
     Script,
     work_secret,
 )
+from tests.support.deadline import eventually
 from tests.support.files import store_files
 from tests.support.mount import is_mounted, mount_store
 from tests.support.server import ServerProcess, start_server
@@ -114,13 +114,12 @@ def host(tmp_path: Path, server: ServerProcess) -> Iterator[tuple[Host, Api]]:
 
 
 def wait_stopped(plane: ControlPlane, proc: subprocess.Popen[bytes], bound: float = 120) -> None:
-    deadline = time.monotonic() + bound
-    while not plane.stopped.is_set():
+    def stopped() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"the worker exited early: {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise AssertionError("the work item was never stopped")
-        time.sleep(0.1)
+        return plane.stopped.is_set()
+
+    eventually(stopped, "the work item stopped", timeout=bound, interval=0.1)
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int, bound: float = 90) -> int:

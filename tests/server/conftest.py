@@ -36,4 +36,4 @@ def shared_server(
     try:
         yield proc
     finally:
-        proc.stop()
+        proc.retire()

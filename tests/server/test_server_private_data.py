@@ -22,6 +22,7 @@ import pytest
 
 from memfs.server.sqlite import Database
 from tests.support.api import Api
+from tests.support.daemonwatch import DaemonWatch
 from tests.support.server import REPO_ROOT, start_server
 
 WARNING = "other users can read the database; chmod 600 its files"
@@ -75,15 +76,20 @@ def test_a_new_database_and_its_wal_are_private(shared_dir: Path) -> None:
     assert WARNING not in server.log_path.read_text()
 
 
-def test_the_default_data_directory_is_created_private(shared_dir: Path) -> None:
+def test_the_default_data_directory_is_created_private(
+    shared_dir: Path, tmp_path: Path, daemons: DaemonWatch
+) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(shared_dir / "xdg")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memfs.cli", "serve", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=REPO_ROOT,
-    )
+    log = tmp_path / "serve.log"
+    daemons.watch_log(log)  # no ServerProcess owns this server (it has no --db)
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memfs.cli", "serve", "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            cwd=REPO_ROOT,
+        )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
@@ -91,8 +97,8 @@ def test_the_default_data_directory_is_created_private(shared_dir: Path) -> None
         write_a_secret(line.split()[-1])
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=10)
-    assert proc.returncode == 0, err
+        proc.communicate(timeout=10)
+    assert proc.returncode == 0, log.read_text()
     assert mode(shared_dir / "xdg") == 0o700
     assert mode(shared_dir / "xdg" / "memfs") == 0o700
     assert mode(shared_dir / "xdg" / "memfs" / "store.db") == 0o600

@@ -17,6 +17,7 @@ import pytest
 
 from memfs.server.sqlite import Database
 from tests.support.api import Api
+from tests.support.daemonwatch import DaemonWatch
 from tests.support.nobody import run_cli_as_nobody
 from tests.support.postgres import BACKENDS, start_on
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
@@ -116,6 +117,7 @@ def test_restart_keeps_data_and_port(tmp_path: Path) -> None:
 def test_signals_exit_zero(tmp_path: Path, signum: int) -> None:
     proc = start_server(tmp_path / "store.db")
     assert proc.proc is not None
+    proc.expect_exit(0)
     proc.proc.send_signal(signum)
     assert proc.proc.wait(timeout=10) == 0
     proc.stop()
@@ -183,15 +185,14 @@ def test_read_only_database_is_refused() -> None:
     assert len(lines) == 1 and lines[0].startswith("memfs serve: cannot use the database"), lines
 
 
-def test_default_database_location(tmp_path: Path) -> None:
+def test_default_database_location(tmp_path: Path, daemons: DaemonWatch) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
-    proc = subprocess.Popen(
-        serve_cmd("--port", "0"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=REPO_ROOT,
-    )
+    log = tmp_path / "serve.log"
+    daemons.watch_log(log)  # no ServerProcess owns this server (it has no --db)
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            serve_cmd("--port", "0"), stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=REPO_ROOT
+        )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()

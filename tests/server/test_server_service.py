@@ -19,6 +19,7 @@ from memfs.paths import BETA_MEMORY, sha256_hex
 from memfs.server import migrations
 from memfs.server.migrations import SQLITE_STEPS
 from tests.support.api import Api
+from tests.support.deadline import eventually
 from tests.support.postgres import PostgresCluster
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
@@ -60,10 +61,13 @@ def test_readyz_follows_the_database(postgres: PostgresCluster, tmp_path: Path) 
         finally:
             postgres.start()
         # the pool reconnects with backoff: ready again within a bounded while
-        deadline = time.monotonic() + 60
-        while httpx.get(proc.url + "/readyz", timeout=30).status_code != 200:
-            assert time.monotonic() < deadline, "never ready again after the restart"
-            time.sleep(0.2)
+        eventually(
+            lambda: httpx.get(proc.url + "/readyz", timeout=30).status_code,
+            "ready again after the restart",
+            until=lambda code: code == 200,
+            timeout=60,
+            interval=0.2,
+        )
         assert (
             httpx.get(
                 proc.url + "/v1/memory_stores", headers={"anthropic-beta": BETA_MEMORY}
@@ -87,6 +91,7 @@ def test_sigterm_finishes_the_request_in_flight(server: ServerProcess, api: Api)
         sock.sendall(head + body[:100])
         time.sleep(0.3)  # let the server start reading the body
         assert server.proc is not None
+        server.expect_exit(0)
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         sock.sendall(body[100:])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from memfs.paths import BETA_MEMORY
 from memfs.server import tokens
 from memfs.server.backends import open_storage
 from tests.support.api import Api, assert_error
+from tests.support.deadline import eventually
 from tests.support.server import REPO_ROOT, ServerProcess, start_server
 
 ADMIN = "sk-admin-key"
@@ -181,10 +181,13 @@ def test_expired_malformed_unknown_and_revoked_tokens_are_401(
     unknown = good[:-4] + ("aaaa" if not good.endswith("aaaa") else "bbbb")
     url = f"/v1/memory_stores/{mine.store}/memories"
     with bearer(server, expired) as client:  # until its one second has passed (bounded)
-        deadline = time.monotonic() + 15
-        while client.get(url).status_code != 401:
-            assert time.monotonic() < deadline, "the one-second token never expired"
-            time.sleep(0.1)
+        eventually(
+            lambda: client.get(url).status_code,
+            "the one-second token expired",
+            until=lambda code: code == 401,
+            timeout=15,
+            interval=0.1,
+        )
     for token in (
         expired,
         revoked,

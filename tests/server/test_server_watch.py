@@ -21,6 +21,7 @@ import pytest
 from memfs.paths import ANTHROPIC_VERSION, BETA_MEMORY, sha256_hex
 from memfs.server.watch import WATCH_NEWER, WATCHES_PER_STORE
 from tests.support.api import Api, assert_error
+from tests.support.deadline import eventually
 from tests.support.postgres import PostgresCluster
 from tests.support.server import ServerProcess, start_server
 
@@ -58,10 +59,12 @@ def answered_after(future: Future[httpx.Response], started: float) -> tuple[dict
 
 def wait_until_waiting(server: ServerProcess, count: int) -> None:
     """Until the server's log shows `count` watches waiting in all (its debug line)."""
-    deadline = time.monotonic() + 10
-    while server.log_tail(100_000).count("watch waiting memory_store_id=") < count:
-        assert time.monotonic() < deadline, "the watch never started waiting"
-        time.sleep(0.05)
+    eventually(
+        lambda: server.log_tail(100_000).count("watch waiting memory_store_id="),
+        f"{count} watches waiting",
+        until=lambda waiting: waiting >= count,
+        timeout=10,
+    )
 
 
 def test_head_then_wait_then_wake(server: ServerProcess, pool: ThreadPoolExecutor) -> None:

@@ -7,6 +7,13 @@ exit by itself or on a plain SIGTERM (final flush, unmount) with the exit code t
 expected, and its log and stderr must hold no ERROR/CRITICAL line and no traceback that
 the test did not declare, with `daemons.expect_log(regex)` or
 `@pytest.mark.daemon_log(regex, ...)` (for a fault-injection module, in `pytestmark`).
+
+Every `memfs serve` a test starts (`ServerProcess`, tests/support/server.py) is watched
+the same way: it must still be running at teardown (a server that died on its own fails
+the test) and exit 0 on SIGTERM, and its log holds nothing undeclared. A server that
+outlives one test (a session or module fixture's) is in `OUTLIVING`: each test judges
+what it logged during that test and that it is still running, and the fixture's
+`retire()` judges the rest.
 """
 
 from __future__ import annotations
@@ -66,13 +73,31 @@ def unexpected(text: str, expected: Iterable[re.Pattern[str]]) -> list[str]:
 
 
 class Watched(Protocol):
-    """What the watch needs of a daemon (tests.support.mount.MountProcess)."""
+    """What the watch needs of a daemon (tests.support.mount.MountProcess) or a server
+    (tests.support.server.ServerProcess)."""
+
+    @property
+    def name(self) -> str:
+        """What `outputs` are, for the report ("the daemon's output")."""
+        ...
 
     def finish(self) -> list[str]: ...
 
     def outputs(self) -> list[str]: ...
 
     def dump_stacks(self) -> None: ...
+
+
+class Outliving(Watched, Protocol):
+    """A server started outside any test (a session or module fixture's)."""
+
+    def ended(self) -> list[str]:
+        """What was wrong with how it ended, if it is no longer running."""
+        ...
+
+
+OUTLIVING: list[Outliving] = []
+"""The servers that outlive one test, each test's business while they run."""
 
 
 @dataclass
@@ -94,14 +119,24 @@ class DaemonWatch:
     def problems(self) -> list[str]:
         """Stop what is still running, then everything that was not as it should be."""
         found: list[str] = []
-        for daemon in self.daemons:
-            found += daemon.finish()
-            for text in daemon.outputs():
-                found += [f"unexpected in the daemon's output:\n{r}" for r in self._bad(text)]
+        for daemon in reversed(self.daemons):  # last started, first stopped: a mount
+            found += daemon.finish()  # makes its final flush to a server still running
+            found += self.judge(daemon)
+        for server in OUTLIVING:
+            found += server.ended()
+            found += self.judge(server)
         for path in self.logs:
             text = path.read_text(errors="replace") if path.exists() else ""
             found += [f"unexpected in {path}:\n{r}" for r in self._bad(text)]
         return found
+
+    def judge(self, daemon: Watched) -> list[str]:
+        """The undeclared records in what `daemon` wrote since the last look."""
+        return [
+            f"unexpected in {daemon.name}:\n{r}"
+            for text in daemon.outputs()
+            for r in self._bad(text)
+        ]
 
     def _bad(self, text: str) -> list[str]:
         return unexpected(text, self.expected)

@@ -98,6 +98,10 @@ class MountProcess:
             watch.daemons.append(self)
 
     @property
+    def name(self) -> str:
+        return "the daemon's output"
+
+    @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid

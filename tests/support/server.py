@@ -1,4 +1,9 @@
-"""Run `memfs serve` as a real process on 127.0.0.1, the peer of every integration test."""
+"""Run `memfs serve` as a real process on 127.0.0.1, the peer of every integration test.
+
+Each `ServerProcess` is watched as the mount daemons are (tests/support/daemonwatch.py):
+one a test starts is checked at that test's teardown, one started outside any test (a
+session or module fixture's) is checked at each test's teardown and by `retire()`.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from memfs.server.sqlite import Database
+from tests.support import daemonwatch
 
 READY_PREFIX = "memfs serve: listening on "
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +59,23 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0
+        # for the watch: how the runs ended, and how much of the log has been judged
+        self.problems: list[str] = []
+        self.expected_exit = 0
+        self._exit_declared = False  # the test ends this run itself (`expect_exit`)
+        self._asked = False  # stop() or kill() ended this run
+        self._judged = True  # no run in flight that `_judge_run` has not seen to
+        self._checked = self._log_size()  # what the log held before is another's
+        self._excused: list[str] = []  # judged text from before a failed spawn
+        watch = daemonwatch.current()
+        if watch is not None:
+            watch.daemons.append(self)
+        else:
+            daemonwatch.OUTLIVING.append(self)
+
+    @property
+    def name(self) -> str:
+        return f"the log of memfs serve --db {self.db} ({self.log_path})"
 
     def command(self, port: int) -> list[str]:
         cmd = [
@@ -74,13 +97,19 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("server is already running")
         if self.port:
+            before = self._log_size()
             try:
                 return self._spawn(self.port, timeout)
             except ServerStartError:
-                pass  # the old port was taken meanwhile: any free port will do
+                # the old port was taken meanwhile: any free port will do, and what the
+                # refused start logged is no fault of the server
+                self._excuse_from(before)
         return self._spawn(0, timeout)
 
     def _spawn(self, port: int, timeout: float) -> ServerProcess:
+        self._judge_run()  # a restart: the last run is judged before it is forgotten
+        self._judged = self._asked = self._exit_declared = False
+        self.expected_exit = 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.command(port),
@@ -110,6 +139,7 @@ class ServerProcess:
                 chunk = os.read(fd, 4096)
                 if not chunk:
                     code = self.proc.wait(timeout=5)
+                    self._asked, self.expected_exit = True, code  # reported right here
                     raise ServerStartError(f"server exited with {code}\n{self.log_tail()}")
                 buffer += chunk
         line = buffer.split(b"\n", 1)[0].decode()
@@ -130,12 +160,17 @@ class ServerProcess:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            self._asked = True
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                self.dump_stacks()
+                time.sleep(1)
                 self.proc.kill()
                 self.proc.wait()
+                self.expected_exit = self.proc.returncode  # reported here instead
+                self.problems.append(f"the server did not exit within {timeout:g}s of SIGTERM")
         self._close_pipe()
         return self.proc.returncode
 
@@ -144,9 +179,89 @@ class ServerProcess:
         if self.proc is None:
             return
         if self.proc.poll() is None:
+            self._asked = True
             self.proc.kill()
             self.proc.wait()
+            if self.proc.returncode != 0:  # not one already in its exit
+                self.expected_exit = -signal.SIGKILL
         self._close_pipe()
+
+    def expect_exit(self, code: int) -> None:
+        """Declare that the test ends this run itself (a signal of its own), with `code`."""
+        self.expected_exit, self._exit_declared = code, True
+
+    def dump_stacks(self) -> None:
+        """SIGUSR1: the server writes every thread's stack to its log (faulthandler)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+
+    # ---------------------------------------------------------------- the watch
+
+    def _judge_run(self) -> None:
+        """Note what was wrong with how the last run ended, once it has."""
+        if self._judged or self.proc is None or self.proc.poll() is None:
+            return
+        self._judged = True
+        code = self.proc.returncode
+        if not self._asked and not self._exit_declared:
+            self.problems.append(f"the server exited {code} by itself, before its test ended")
+        elif code != self.expected_exit:
+            self.problems.append(f"the server exited {code}, not {self.expected_exit}")
+
+    def _reported(self) -> list[str]:
+        found, self.problems = self.problems, []
+        return [f"memfs serve --db {self.db}: {p}" for p in found]
+
+    def finish(self) -> list[str]:
+        """Stop it (SIGTERM) if still running; what was wrong with how its runs ended."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop()
+        self._judge_run()
+        return self._reported()
+
+    def ended(self) -> list[str]:
+        """For a server that outlives its tests: what was wrong, if it is no longer running."""
+        self._judge_run()
+        return self._reported()
+
+    def outputs(self) -> list[str]:
+        """What it logged (its log holds its stderr) since the last look; while it runs,
+        up to the last whole line."""
+        running = self.proc is not None and self.proc.poll() is None
+        data = self._log_bytes(self._checked)
+        if running:
+            data = data[: data.rfind(b"\n") + 1]
+        self._checked += len(data)
+        texts, self._excused = [*self._excused, data.decode(errors="replace")], []
+        return texts
+
+    def retire(self) -> None:
+        """Stop a server that outlived its tests (a session or module fixture's); raise
+        if it exited badly or logged an ERROR line or a traceback since the last test."""
+        if self in daemonwatch.OUTLIVING:
+            daemonwatch.OUTLIVING.remove(self)
+        found = self.finish() + daemonwatch.DaemonWatch().judge(self)
+        if found:
+            raise AssertionError("\n\n".join(found))
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _log_bytes(self, start: int, end: int | None = None) -> bytes:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                return f.read() if end is None else f.read(max(0, end - start))
+        except OSError:
+            return b""
+
+    def _excuse_from(self, offset: int) -> None:
+        """Keep the log up to `offset` for judging, and skip what was logged since."""
+        self._excused.append(self._log_bytes(self._checked, offset).decode(errors="replace"))
+        self._checked = self._log_size()
 
     def _close_pipe(self) -> None:
         if self.proc is not None and self.proc.stdout is not None:
@@ -156,7 +271,10 @@ class ServerProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        if self in daemonwatch.OUTLIVING and exc[0] is None:
+            self.retire()
+        else:
+            self.stop()  # the test's watch judges it
 
 
 def start_server(
