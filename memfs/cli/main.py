@@ -347,8 +347,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         return admin.run(args)
     if args.command == "serve":
-        from memfs.server import run_server
-        from memfs.server.run import admin_key
+        from memfs.server.run import admin_key, run_server
 
         try:
             api_key = admin_key(args.api_key, args.api_key_file, os.environ)

@@ -15,6 +15,7 @@ import binascii
 import ipaddress
 import json
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -127,6 +128,21 @@ BACKGROUND_FIRST_BYTE = 30.0
 TRANSFER_TIMEOUT = 30.0
 
 
+_TLS_CONTEXTS: dict[tuple[bool, str | None, str | None], ssl.SSLContext] = {}
+
+
+def tls_context(trust_env: bool) -> ssl.SSLContext:
+    """The TLS context httpx would make (`trust_env` reads SSL_CERT_FILE and
+    SSL_CERT_DIR), made once per process and setting: loading the CA bundle costs
+    about 1 MB of OpenSSL heap per context. A session's store daemons are forked after
+    the session made its own client, so they share the one context's pages."""
+    key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    context = _TLS_CONTEXTS.get(key)
+    if context is None:
+        context = _TLS_CONTEXTS[key] = httpx.create_ssl_context(trust_env=trust_env)
+    return context
+
+
 def make_http_client(
     config: ClientConfig,
     *,
@@ -148,8 +164,10 @@ def make_http_client(
     }
     if config.auth_header is not None:
         headers[config.auth_header[0]] = config.auth_header[1]
+    trust_env = not is_loopback(config.base_url)
     return httpx.AsyncClient(
         base_url=config.base_url,
+        verify=tls_context(trust_env),
         headers=headers,
         limits=httpx.Limits(
             max_connections=max_connections,
@@ -160,6 +178,6 @@ def make_http_client(
             connect=CONNECT_TIMEOUT, read=TRANSFER_TIMEOUT, write=TRANSFER_TIMEOUT, pool=120.0
         ),
         transport=transport,
-        trust_env=not is_loopback(config.base_url),
+        trust_env=trust_env,
         follow_redirects=False,
     )

@@ -644,6 +644,44 @@ Until the push rule and the append window are closed, the fast path is two flags
 (`--zero-message-opens --no-xattrs`); the worker adapter's agent sessions, which read no \
 `user.memfs.*`, are where a default would come first.
 
+## Density: sessions side by side (issue 37 item 6)
+
+A session's store daemons are forked from the session process and share its pages \
+copy-on-write: what one more store costs is the pages its daemon copies (PSS counts a copied \
+page once and splits a shared one between its sharers). Section 10 before (main at cc54eda) \
+and after the changes below, one run each on this machine (2 cores, Python 3.11.7, other jobs \
+sharing it; idle CPU is that noise):
+
+| | processes | PSS in all, MB | PSS per extra store, MB | idle CPU, ms/s |
+|---|---:|---:|---:|---:|
+| before | 45 | 739 | 14.1 | 10.3 |
+| after | 45 | 657 | 13.0 | 11.7 |
+
+Kept, each measured on one session of 8 idle stores of 100 memories (PSS in all):
+
+- No command imports the web server's stack unless it serves: `memfs.server`'s `__init__` \
+brought starlette, hypercorn and h2 (~170 modules, ~8 MB of heap) into every process through \
+the parser's `serve` actions. 150 -> 140 MB.
+- One TLS context per process (`connection.tls_context`): the session makes it before it \
+forks, and each daemon's client used to load the CA bundle again (~1 MB). 140 -> 133 MB.
+- `gc.freeze()` before the forks: idle, no difference; after one full collection in each \
+daemon, 183 MB unfrozen and 134 MB frozen.
+
+Tried and dropped, no measurable difference: `MALLOC_ARENA_MAX=1`, `malloc_trim(0)` before the \
+forks, filling pymalloc's free blocks before the forks (-2 MB).
+
+Why the 400 MB target is not met: each daemon copies 12-13 MB of the session's ~27 MB of heap \
+in its first second (start, listing, pulls) and little after. Copied pages by the objects on \
+them (the daemon's pagemap against the session's): code objects 3.7 MB, types 1.2, dicts 1.0, \
+functions 1.0, tuples 1.0, weak references 0.4. CPython 3.11 writes to every object it uses \
+(reference counts, and the specializing interpreter's counters in the bytecode), so a daemon \
+copies every page that holds code it runs; what is new in a daemon is small (0.45 MB of Python \
+objects, tracemalloc). 400 MB is 10 MB per store with the session processes: it takes fewer \
+interpreters, not more sharing, such as several stores' FUSE sessions in one process (pyfuse3 \
+serves one per process), or a session process that execs a small supervisor once its daemons \
+are forked (it holds ~13 MB of originals of pages every daemon copied, ~10 MB a session to \
+gain).
+
 ## Trade-offs that buy speed, and the tests that keep them safe
 
 - Negative entries: a missing name is cached as missing for 300 s; memfs remembers which names \

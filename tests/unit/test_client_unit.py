@@ -6,8 +6,10 @@ import base64
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import certifi
 import httpx
 import pytest
 import trio
@@ -260,6 +262,24 @@ def test_pool_and_timeouts() -> None:
     assert http.timeout.connect is not None and http.timeout.read is not None
     pool = http._transport._pool  # type: ignore[attr-defined]
     assert pool._max_connections == 7 and pool._max_keepalive_connections == 7
+
+
+def test_clients_share_one_tls_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A session's store daemons, forked after its first client, load no CA bundle of
+    their own; SSL_CERT_FILE still picks the bundle, as httpx's own context does."""
+
+    def context_of(url: str) -> object:
+        return make_http_client(ClientConfig(url))._transport._pool._ssl_context  # type: ignore[attr-defined]
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    first = context_of("https://api.example.com")
+    assert context_of("https://other.example.com") is first
+    assert context_of("http://127.0.0.1:1") is not first  # no trust_env for loopback
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text(Path(certifi.where()).read_text())
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    assert context_of("https://api.example.com") is not first
 
 
 # ------------------------------------------------------------------ error mapping
