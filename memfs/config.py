@@ -108,7 +108,7 @@ class MountConfig:
     log_file: str | None = None  # None: stderr in the foreground, a file with --daemon
     restart: str = ""  # the command that starts this mount again (dead-mount recovery)
     metrics_addr: str | None = None  # --metrics-addr HOST:PORT (memfs/metrics.py)
-    zero_message_opens: bool = False  # --zero-message-opens (docs/reliability.md §3)
+    zero_message_opens: bool = True  # --open-requests turns off (docs/reliability.md §3)
     xattrs: bool = True  # --no-xattrs: xattr requests answer ENOSYS (docs/performance.md)
     deletes_when_asked: bool = False  # --deletes-when-asked (the worker adapter's sessions)
     push_soon: bool = True  # --no-push-soon: changes wait for the interval or `memfs sync`

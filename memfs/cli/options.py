@@ -35,6 +35,7 @@ Command = Literal["mount", "session", "serve"]
 GLOBAL: frozenset[Command] = frozenset()
 BOTH: frozenset[Command] = frozenset({"mount", "session"})
 MOUNT: frozenset[Command] = frozenset({"mount"})
+SESSION: frozenset[Command] = frozenset({"session"})
 
 _FIELD: Any = object()  # "the MountConfig field's default", written once, in config.py
 
@@ -204,16 +205,24 @@ OPTIONS: tuple[Option, ...] = (
     ),
     # `memfs mount` and `memfs session`, in the order their --help lists them
     Option(
-        "--zero-message-opens",
+        "--open-requests",
         "zero_message_opens",
-        "the kernel sends no OPEN, RELEASE or FLUSH (a warm cat "
-        "costs no request); a non-UTF-8 file is then refused at fsync "
-        "and at the push, not at close (docs/reliability.md, "
-        '"Zero-message opens"). Read-only mounts, and a session\'s read-only stores, '
-        "do this anyway",
-        action="store_true",
+        "have the kernel send OPEN, RELEASE and FLUSH again, as without the patched "
+        "pyfuse3: EILSEQ also at close(2), the audit trail's writer per open, a push at "
+        "the writer's RELEASE without the close watch (docs/reliability.md, "
+        '"Zero-message opens"). By default a warm cat costs no request. Read-only '
+        "mounts, and a session's read-only stores, never send them",
+        action="store_false",
         field="zero_message_opens",
+        mount_option="open_requests",
+    ),
+    Option(
+        "--zero-message-opens",
+        "zero_message_opens_named",
+        "the default: kept for the command lines that name it",
+        action="store_true",
         mount_option="zero_message_opens",
+        restart=False,
     ),
     Option(
         "--read-spin-us",
@@ -415,6 +424,16 @@ OPTIONS: tuple[Option, ...] = (
         mount_option="no_xattrs",
     ),
     Option(
+        "--xattrs",
+        "session_xattrs",
+        "show the user.memfs.* extended attributes in each store; a session's stores "
+        "answer xattr requests ENOSYS by default (agents read none; `memfs status FILE` "
+        'tells a person what they told; docs/performance.md, "Extended attributes")',
+        action="store_true",
+        commands=SESSION,
+        field="xattrs",
+    ),
+    Option(
         "--cache-dir",
         "cache_dir",
         "this mount's cache directory (default: ~/.cache/memfs/STORE_ID)",
@@ -468,8 +487,9 @@ def restart_flags(args: Any, **given: Any) -> list[str]:
     """The options of `args` that differ from their defaults, as flags (`given`
     overrides a value, e.g. the API URL the environment chose)."""
     words: list[str] = []
+    command = getattr(args, "command", None)
     for option in OPTIONS:
-        if not option.restart:
+        if not option.restart or (option.commands and command not in option.commands):
             continue
         value = given.get(option.dest, getattr(args, option.dest, option.parse_default))
         if value == option.parse_default:

@@ -2,8 +2,9 @@
 
 The kernel sends no OPEN, RELEASE or FLUSH once `open` answered ENOSYS, but it still
 reports each close of a file opened for writing to fanotify (`FAN_CLOSE_WRITE`, with
-the closing process), at no FUSE request: the event's descriptor is opened without an
-OPEN (the connection has none) and closed without a FLUSH (answered ENOSYS once). The
+the closing process), at no FUSE request once the first OPEN and FLUSH were answered
+ENOSYS: the event's descriptor is then opened without an OPEN and closed without a
+FLUSH. The kernel opens it inside read(2), so the queue is read in a worker thread. The
 daemon marks its own mount and hands each close to `MemFs.writer_closed`, which settles
 the change as a RELEASE did: push soon sends it 0.2 s later (docs/sync.md).
 
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
+
+from memfs.logs import Repeated
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,11 @@ class CloseWatch:
         self._fd = -1
         self._closes = 0
         self._overflows = 0
+        self._overflowed = Repeated(
+            log,
+            "close watch queue overflowed; those writes are pushed after a quiet spell "
+            "mountpoint=%s",
+        )
 
     def statistics(self) -> CloseWatchStatistics:
         return CloseWatchStatistics(self._fd >= 0, self._closes, self._overflows)
@@ -154,12 +162,7 @@ class CloseWatch:
             closes, overflows = await trio.to_thread.run_sync(_read_events, self._fd)
             if overflows:
                 self._overflows += overflows
-                log.warning(
-                    "close watch queue overflowed; those writes are pushed after a "
-                    "quiet spell mountpoint=%s overflows=%d",
-                    self.mountpoint,
-                    self._overflows,
-                )
+                self._overflowed.warning("overflow", self.mountpoint)
             for ino in closes:
                 self._closes += 1
                 self.on_close(ino)

@@ -262,9 +262,9 @@ class MemFs(pyfuse3.Operations):
             self.tree.writers_tracked = False  # no OPEN or RELEASE will say who writes
         elif self.zero_message_writes and not self.read_only_vfs:
             why = "the kernel cannot skip OPEN" if ZERO_MESSAGE_OPENS else "a stock pyfuse3"
-            log.warning(
-                "--zero-message-opens is not available; opens cost requests as "
-                "without it memory_store_id=%s reason=%s",
+            log.info(
+                "zero-message opens are not available; opens cost requests as with "
+                "--open-requests memory_store_id=%s reason=%s",
                 self.state.store_id,
                 why,
             )

@@ -362,43 +362,56 @@ def test_a_read_only_store_answers_warm_reads_with_no_request(three_shared: Thre
 
 
 @pytest.mark.pyfuse3_builds
-def test_zero_message_opens_reach_a_session_s_writable_stores(
+def test_a_session_s_writable_stores_open_with_no_message_and_show_no_xattrs(
     tmp_path: Path, shared_server: ServerProcess, shared_api: Api, runtime_dir: Path
 ) -> None:
-    """Each store is a single-store mount of its own, so `--zero-message-opens` applies to
-    a session's writable stores as to `memfs mount`'s."""
+    """Each store is a single-store mount of its own, with zero-message opens (the
+    default) and, in a session, no xattrs unless --xattrs; --open-requests restores
+    the requests."""
     require_fuse()
     notes = shared_api.create_store("Fast Notes")["id"]
-    root = tmp_path / "memory"
-    root.mkdir()
-    spec = write_spec(tmp_path / "spec.json", [ms(notes)])
-    proc = start_session(
-        tmp_path, shared_server.url, runtime_dir, spec, root, "--zero-message-opens"
-    )
-    try:
-        f = root / "fast-notes" / "n.md"
-        f.write_text("fast\n")
-        assert f.read_text() == "fast\n"
-
-        def opens() -> tuple[bool, int]:
-            [mount] = json.loads(proc.memfs("status", str(root), "--json").stdout)["mounts"]
-            return mount["pyfuse3"]["zero_message_opens_used"], mount["fuse_requests"].get(
-                "open", 0
-            )
-
-        used, before = opens()
-        for _ in range(5):
+    for extra, opens_sent, xattrs in (
+        ((), False, False),
+        (("--open-requests", "--xattrs"), True, True),
+    ):
+        root = tmp_path / f"memory{len(extra)}"
+        root.mkdir()
+        spec = write_spec(tmp_path / f"spec{len(extra)}.json", [ms(notes)])
+        proc = start_session(
+            tmp_path, shared_server.url, runtime_dir, spec, root, *extra, name=f"s{len(extra)}"
+        )
+        try:
+            f = root / "fast-notes" / "n.md"
+            f.write_text("fast\n")
             assert f.read_text() == "fast\n"
-        _, after = opens()
-        if used:  # the patched pyfuse3: not one OPEN more
-            assert after == before
-        else:  # a stock build: one OPEN a read, and one warning that says why
-            assert after >= before + 5
-            assert "--zero-message-opens is not available" in proc.log()
-        proc.sync()
-        assert store_contents(shared_api, notes) == {"/n.md": "fast\n"}
-    finally:
-        proc.cleanup()
+
+            def opens(proc: MountProcess = proc, root: Path = root) -> tuple[bool, int, bool]:
+                [mount] = json.loads(proc.memfs("status", str(root), "--json").stdout)["mounts"]
+                return (
+                    mount["pyfuse3"]["zero_message_opens_used"],
+                    mount["fuse_requests"].get("open", 0),
+                    mount["xattrs"],
+                )
+
+            used, before, shown = opens()
+            assert shown is xattrs
+            if not xattrs:
+                with pytest.raises(OSError) as info:
+                    os.getxattr(f, "user.memfs.state")
+                assert info.value.errno == errno.EOPNOTSUPP
+            for _ in range(5):
+                assert f.read_text() == "fast\n"
+            _, after, _ = opens()
+            if used:  # the patched pyfuse3: not one OPEN more
+                assert not opens_sent and after == before
+            else:  # --open-requests, or a stock build: one OPEN a read
+                assert after >= before + 5
+                if not opens_sent:
+                    assert "zero-message opens are not available" in proc.log()
+            proc.sync()
+            assert store_contents(shared_api, notes) == {"/n.md": "fast\n"}
+        finally:
+            proc.cleanup()
 
 
 def test_writable_stores_behave_normally_and_sync_covers_every_store(

@@ -293,8 +293,8 @@ def mount_store(
     mountpoint = tmp_path / name
     cache_dir = tmp_path / (cache or f"{name}-cache")
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
-    if os.environ.get("MEMFS_TEST_ZERO_MESSAGE_OPENS") == "1":
-        args.append("--zero-message-opens")  # the whole suite in that mode (docs/testing)
+    if os.environ.get("MEMFS_TEST_OPEN_REQUESTS") == "1":
+        args.append("--open-requests")  # the suite in the opt-out (docs/reliability.md §3)
     log_path = tmp_path / f"{name}.log"
     return MountProcess(args, mountpoint, url=url, log_path=log_path, memfs=memfs).start()
 
