@@ -157,25 +157,37 @@ class CloseWatch:
     async def _read_loop(self) -> None:
         while True:
             await trio.lowlevel.wait_readable(self._fd)
-            # Off the loop: the kernel opens each event's file inside read(2), which
-            # asks this daemon (an OPEN, until it has been answered ENOSYS once).
-            closes, overflows = await trio.to_thread.run_sync(_read_events, self._fd)
-            if overflows:
-                self._overflows += overflows
-                self._overflowed.warning("overflow", self.mountpoint)
-            for ino in closes:
-                self._closes += 1
-                self.on_close(ino)
+            await self._take()
+
+    async def drain(self) -> None:
+        """Take every close queued now: a close(2) queues its event before it returns,
+        so a pass someone asks for after it (`memfs sync`) sees it (`StoreSync.sync_now`)."""
+        if self._fd >= 0:
+            while await self._take():
+                pass
+
+    async def _take(self) -> bool:
+        """One read of the queue; False when it was empty."""
+        # Off the loop: the kernel opens each event's file inside read(2), which asks
+        # this daemon (an OPEN, until it has been answered ENOSYS once).
+        closes, overflows, read = await trio.to_thread.run_sync(_read_events, self._fd)
+        if overflows:
+            self._overflows += overflows
+            self._overflowed.warning("overflow", self.mountpoint)
+        for ino in closes:
+            self._closes += 1
+            self.on_close(ino)
+        return read
 
 
-def _read_events(fanotify_fd: int) -> tuple[list[int], int]:
-    """One read of the queue (in a worker thread): the inodes closed, and overflows.
-    Each event's descriptor is closed here too (a close may send FLUSH, until answered
-    ENOSYS once)."""
+def _read_events(fanotify_fd: int) -> tuple[list[int], int, bool]:
+    """One read of the queue (in a worker thread): the inodes closed, overflows, and
+    whether anything was read. Each event's descriptor is closed here too (a close may
+    send FLUSH, until answered ENOSYS once)."""
     try:
         buf = os.read(fanotify_fd, _READ_SIZE)
     except BlockingIOError:
-        return [], 0
+        return [], 0, False
     closes, overflows = [], 0
     for mask, fd, _pid in parse(buf):
         if mask & FAN_Q_OVERFLOW:
@@ -188,4 +200,4 @@ def _read_events(fanotify_fd: int) -> tuple[list[int], int]:
             os.close(fd)
         if ino is not None and mask & FAN_CLOSE_WRITE:
             closes.append(ino)
-    return closes, overflows
+    return closes, overflows, True

@@ -457,6 +457,8 @@ class Daemon:
             if ops.write_flags:  # zero-message opens asked on a writable mount
                 ops.close_watch = CloseWatch(mountpoint, ops.writer_closed)
                 ops.tree.closes_seen = await nursery.start(ops.close_watch.run)
+                if ops.tree.closes_seen:
+                    self.sync.before_asked = ops.close_watch.drain
             await nursery.start(control.serve)
             await nursery.start(self._watch_signals, signals)
             if ready is not None:

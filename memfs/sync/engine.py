@@ -19,7 +19,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,6 +214,9 @@ class StoreSync:
         self.store_id = state.store_id
         # When a pass runs and what kind: one pure decision (memfs/sync/schedule.py).
         self.scheduler = Scheduler(interval=interval, push_soon=push_soon)
+        # What must be seen before a pass someone asks for: the writers' closes already
+        # queued (the mount's close watch, under zero-message opens).
+        self.before_asked: Callable[[], Awaitable[None]] = _nothing
         # How remote changes reach this mount: the watch, or probing passes (listen.py).
         self.listener = Listener(
             client,
@@ -324,6 +327,7 @@ class StoreSync:
         found its path taken (another writer's memory there, or one that overlaps it) is
         settled by the feed in the next pass: up to `SETTLE_PASSES` more run, and what
         is still unsettled after them is in the result (`memfs sync` is then exit 1)."""
+        await self.before_asked()
         result = await self._one_pass(full=full)
         for _ in range(SETTLE_PASSES):
             if not result.unsettled or result.outcome != "ok":
@@ -1010,3 +1014,7 @@ def _expected_failure(e: BaseException) -> BaseException | None:
             return None
         return found[0]
     return e if isinstance(e, (StoreError, OSError)) else None
+
+
+async def _nothing() -> None:
+    """`StoreSync.before_asked` of a mount with nothing to wait for."""
