@@ -1,8 +1,13 @@
-"""Differential model test: the same random file operations on a memfs mount and on a
-plain directory must give the same results and the same errno, and sync passes with
-remote edits interleaved must leave store and mount as the store-wins rules say.
+"""Differential model test through the kernel: the same random file operations on a
+memfs mount and on a plain directory must give the same results and the same errno,
+and sync passes with remote edits interleaved must leave store and mount as the
+store-wins rules say.
 
-Budget: a couple of minutes in CI; `pytest --long tests/test_model.py` runs for hours.
+A smoke test of the same rules through a real kernel, a daemon and `memfs serve`: 20
+examples. The example count is carried below the kernel by
+`tests/unit/test_model.py` (1,000 examples of `MemFs` handlers and `StoreSync` passes
+against the server app in-process). `pytest --long tests/mount/test_model.py` runs 2,000
+longer examples here (hours); `MEMFS_MODEL_EXAMPLES=N` sets the count.
 Documented differences from a local filesystem are listed in docs/reliability.md and
 kept out of the generated operations (non-UTF-8 names and contents, files past
 102,400 bytes, hard links, symlinks, RENAME_EXCHANGE).
@@ -278,7 +283,7 @@ def test_memfs_behaves_like_a_local_directory(
     long_run = bool(request.config.getoption("--long"))
     run = FileOps.TestCase
     run.settings = settings(
-        max_examples=int(os.environ.get("MEMFS_MODEL_EXAMPLES", 0)) or (2000 if long_run else 60),
+        max_examples=int(os.environ.get("MEMFS_MODEL_EXAMPLES", 0)) or (2000 if long_run else 20),
         stateful_step_count=60 if long_run else 30,
         deadline=None,
         derandomize=not long_run,
