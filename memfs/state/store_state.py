@@ -35,7 +35,7 @@ from memfs.state.cachedir import CacheDir
 from memfs.state.journal import EntryFields, EntryRow
 from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, Usage, check_depth
 from memfs.state.tree import Tree
-from memfs.state.utf8 import REFUSED_NOT_UTF8, breaks_utf8
+from memfs.state.utf8 import NOT_UTF8, breaks_utf8
 
 # What a local change was, for when it is pushed (memfs/sync/schedule.py): a write, a
 # new file (its writer's close follows), a writer's close, or a change of the tree.
@@ -328,8 +328,8 @@ class StoreState:
             raise FsError(errno.EFBIG, f"memories are limited to {limit} bytes")
         if not self.is_local_only(node) and breaks_utf8(self.load_for_write(node), offset, buf):
             # Refused as it is written (docs/reliability.md §3): nothing of it lands.
-            self.refuse_write(node, REFUSED_NOT_UTF8)
-            raise FsError(errno.EILSEQ, "content is not valid UTF-8")
+            self.refuse_write(node, NOT_UTF8)
+            raise FsError(errno.EILSEQ, NOT_UTF8)
         try:
             if not self._log_change(node, offset, buf):
                 data = bytearray(self.load_for_write(node))
@@ -728,7 +728,7 @@ class StoreState:
             sha = sha256_hex(bytes(node.data))
             if node.refused_sha != sha:
                 node.refused_sha = sha
-                node.refused_why = "content is not valid UTF-8"
+                node.refused_why = NOT_UTF8
                 if node.entry_id is not None:
                     self.journal.update(
                         node.entry_id, refused_sha=sha, refused_why=node.refused_why
@@ -739,7 +739,7 @@ class StoreState:
                     self.store_id,
                     node.store_path(),
                 )
-            raise FsError(errno.EILSEQ, "content is not valid UTF-8") from None
+            raise FsError(errno.EILSEQ, NOT_UTF8) from None
 
     def statistics(self) -> StateStatistics:
         files = dirty = refused = conflicts = total = 0

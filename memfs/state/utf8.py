@@ -12,9 +12,10 @@ from __future__ import annotations
 import codecs
 
 _CONTINUATION = range(0x80, 0xC0)
-# Why such a file is held back (`StoreState.refuse_write`): the truncate or the writes
-# before the refused one stay local until a write or truncate succeeds.
-REFUSED_NOT_UTF8 = "a write of bytes that are not valid UTF-8 was refused"
+# Why a file is held back, whether a write was refused as it came (what was written
+# before it stays local until a write or truncate succeeds, `StoreState.refuse_write`)
+# or the content turned out invalid later (`StoreState.check_utf8`): one reason.
+NOT_UTF8 = "content is not valid UTF-8"
 
 
 def _pending_lead(before: bytes) -> int:

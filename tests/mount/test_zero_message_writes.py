@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from memfs.state.utf8 import REFUSED_NOT_UTF8
+from memfs.state.utf8 import NOT_UTF8
 from tests.support.api import Api
 from tests.support.files import store_contents
 from tests.support.mount import MountProcess, mount_store
@@ -204,7 +204,7 @@ def test_non_utf8_is_refused_at_the_write_and_later_bytes_at_fsync_and_the_push(
     # the file is not what its writer meant, until a write or truncate succeeds.
     zw.memfs("sync", str(zw.mountpoint), check=False)  # exit 1: a file was refused
     status = zw.mount_status()["stores"][0]
-    assert status["refused_files"] == [{"path": "/bin.md", "why": REFUSED_NOT_UTF8, **PERMANENT}], (
+    assert status["refused_files"] == [{"path": "/bin.md", "why": NOT_UTF8, **PERMANENT}], (
         status
     )
     assert "/bin.md" not in store_contents(shared_api, sid)
