@@ -7,7 +7,8 @@ with its spread (min-max). Writes `bench-out/results.json` and `docs/performance
 
   cases.py      the six built-in cases of issue 7 (per-operation, agent workload,
                 readiness, idle sync, flush, memory)
-  readonly.py   case 2c: the read commands on a --read-only mount (zero-message opens)
+  readonly.py   case 2c: the read commands on default and --read-only mounts (zero-message
+                opens) next to --open-requests
   workloads.py  what the engines are made to do: trees, the agent script, the loops
   engines.py    memfs (the test suite's tests/support helpers), rclone, the reference
                 worker (refworker.py is its process)

@@ -1,11 +1,13 @@
 """The six built-in cases of issue 7, run side by side against one seeded `memfs serve`.
 
-  1. per-operation on 2,000 files of 1 KiB: native dir / memfs / rclone mount
-  2. a fixed, deterministic 300-command agent workload over a 1,000-file tree
+  1. per-operation on 2,000 files of 1 KiB: native dir / memfs (default options, and
+     `--open-requests`) / rclone mount
+  2. a fixed, deterministic 300-command agent workload over a 1,000-file tree: the same,
+     plus a mount with a session store's options (`MEMFS_KINDS`)
   2b. each kind of agent command alone, warm: its FUSE requests (memfs counts them by
      handler, `memfs status`) and its time next to native
-  2c. the read commands on a `--read-only` mount (zero-message opens), a writable one
-     and native (`readonly.py`)
+  2c. the read commands on a default and a `--read-only` mount (zero-message opens), one
+     with `--open-requests`, and native (`readonly.py`)
   3. mount readiness at 100 / 1,000 / 10,000 memories, cold and warm cache, next to the
      reference worker's download
   4. idle sync cost at 10,000 memories (requests, bytes, CPU ms per pass), both engines
@@ -58,18 +60,38 @@ from .proxy import CountingProxy
 
 CASES = ("perop", "agent", "commands", "readonly", "readiness", "flush")  # readiness: also 4 and 6
 ACTOR = ("api_actor", "apikey_bench")
-KINDS = ["native", "memfs", "memfs_zmo", "rclone"]
 # The memfs kinds: the suffix of their stores' names, and their extra `memfs mount` flags.
+#  - memfs: default options (zero-message opens on a writable mount since issue 37);
+#  - memfs_open: `--open-requests`, the opt-out (OPEN/RELEASE/FLUSH as before issue 37);
+#  - memfs_ses: one `memfs mount` with the options a `memfs session` gives its writable
+#    stores (what the SDK worker adapter mounts): xattr requests answer ENOSYS, the rest
+#    default. A single mount, not a session process. Of the flags the adapter passes
+#    (memfs/worker/engine.py) the harness keeps its own sync interval and leaves out
+#    `--deletes-when-asked`, which holds deletes until the adapter asks for them
+#    (sync_if_due, finish): the harness's `memfs unmount` does not.
 MEMFS_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "memfs": ("", ()),
-    "memfs_zmo": ("_zmo", ("--zero-message-opens",)),
+    "memfs_open": ("_open", ("--open-requests",)),
+    "memfs_ses": ("_ses", ("--no-xattrs",)),
+}
+# Case 2 (agent workload) runs every kind; case 1 (per-operation) leaves out the session
+# store's options (its per-op costs differ from the default's by the xattr requests).
+KINDS = ["native", "memfs", "memfs_open", "memfs_ses", "rclone"]
+PEROP_KINDS = ["native", "memfs", "memfs_open", "rclone"]
+# How each kind is named in the report and the chart.
+LABELS = {
+    "native": "native",
+    "memfs": "memfs (default)",
+    "memfs_open": "memfs --open-requests",
+    "memfs_ses": "session store (worker adapter's options)",
+    "rclone": "rclone",
 }
 
 
-def rotated(rep: int) -> list[str]:
+def rotated(rep: int, kinds: list[str] = KINDS) -> list[str]:
     """The engines in a different order each repeat, so drift hits all alike."""
-    shift = rep % len(KINDS)
-    return KINDS[shift:] + KINDS[:shift]
+    shift = rep % len(kinds)
+    return kinds[shift:] + kinds[:shift]
 
 
 class Bench:
@@ -128,8 +150,9 @@ class Bench:
         store("commands", self.items["agent"])
         store("readonly", self.items["agent"])
         for r in range(self.reps):
-            for suffix, _ in MEMFS_KINDS.values():
-                store(f"perop{suffix}{r}", [])
+            for kind in PEROP_KINDS:
+                if kind in MEMFS_KINDS:
+                    store(f"perop{MEMFS_KINDS[kind][0]}{r}", [])
         for r in range(self.flush_reps):
             store(f"flush{r}", [])
             store(f"floor{r}", [])
@@ -233,12 +256,14 @@ class Bench:
 
     def case_perop(self) -> None:
         log(f"case 1: per-operation, {self.n_perop} files x {self.reps} reps")
-        raw: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
-        reqs: dict[str, list[dict[str, dict[str, int]]]] = {k: [] for k in MEMFS_KINDS}
+        raw: dict[str, list[dict[str, float]]] = {k: [] for k in PEROP_KINDS}
+        reqs: dict[str, list[dict[str, dict[str, int]]]] = {
+            k: [] for k in PEROP_KINDS if k in MEMFS_KINDS
+        }
         churn = []
         for rep in range(self.reps):
             mark = vmstat()
-            for kind in rotated(rep):
+            for kind in rotated(rep, PEROP_KINDS):
                 times, counted = self.perop_once(kind, rep)
                 raw[kind].append(times)
                 if kind in MEMFS_KINDS:
@@ -246,12 +271,14 @@ class Bench:
             churn.append(churn_since(mark))
             log(
                 f"  rep {rep}: "
-                + ", ".join(f"{k} create={raw[k][-1]['create_write_close']:.0f}/s" for k in KINDS)
+                + ", ".join(
+                    f"{k} create={raw[k][-1]['create_write_close']:.0f}/s" for k in PEROP_KINDS
+                )
             )
         table: dict[str, Any] = {}
         for op in raw["native"][0]:
-            row: dict[str, Any] = {k: summary([r[op] for r in raw[k]]) for k in KINDS}
-            for k in KINDS[1:]:
+            row: dict[str, Any] = {k: summary([r[op] for r in raw[k]]) for k in PEROP_KINDS}
+            for k in PEROP_KINDS[1:]:
                 if op.endswith("_ms"):  # time: ratio = native/x so > 1 is faster, like ops/s
                     ratios = [raw["native"][i][op] / raw[k][i][op] for i in range(self.reps)]
                 else:

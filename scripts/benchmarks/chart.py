@@ -6,7 +6,8 @@ the min–max over the repeats. Higher is faster everywhere: table 1's ratios al
 (x/native, listdir native/x), and the workload's wall-time ratio is drawn inverted
 (native time / time, per repeat). Case 2c adds a third bar, a `--read-only` mount
 (zero-message opens), to repeated reads and to `grep -r` and `ls -R` (table 2c, timed
-commands drawn inverted too). matplotlib is a bench-only extra (`.[bench]`); without it
+commands drawn inverted too), and the agent workload a bar for a mount with a session
+store's options. matplotlib is a bench-only extra (`.[bench]`); without it
 `draw` says why and the report goes out without the chart.
 """
 
@@ -19,10 +20,11 @@ from .common import summary
 
 Cell = dict[str, Any]  # a summary() cell: median, min, max, n, values
 ENGINES = (
-    ("memfs", "#1f77b4", "memfs / native"),
-    ("memfs_zmo", "#9467bd", "memfs --zero-message-opens / native"),
+    ("memfs", "#1f77b4", "memfs (default) / native"),
+    ("memfs_open", "#9467bd", "memfs --open-requests / native"),
     ("rclone", "#ff7f0e", "rclone / native"),
     ("memfs_ro", "#2ca02c", "memfs --read-only / native"),
+    ("memfs_ses", "#17becf", "session store (worker adapter's options) / native"),
 )
 
 
@@ -42,7 +44,7 @@ def bars(r: dict[str, Any]) -> list[tuple[str, dict[str, Cell | None]]]:
         cells = {e: row.get(f"{e}_vs_native") for e, _, _ in ENGINES}
         if op == "read_warm" and ro:
             cells["memfs_ro"] = ro["repeated_read"]["python"]["memfs_ro_vs_native"]
-            cells.setdefault("memfs_zmo", None)
+            cells.setdefault("memfs_open", None)
         out.append((label, cells))
     for name, label in (("grep_all", "grep -r, 1,000 files"), ("ls_R", "ls -R")):
         row = ro.get("rows", {}).get(name)
@@ -82,7 +84,7 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
         return "matplotlib is not installed (.venv/bin/pip install -e '.[bench]')"
 
     fig, ax = plt.subplots(figsize=(12, 5.4), dpi=110)
-    width = 0.2
+    width = 0.8 / len(ENGINES)
     values: list[float] = []
     for i, (engine, colour, legend) in enumerate(ENGINES):
         xs: list[float] = []
@@ -93,7 +95,7 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
             c = cells.get(engine)
             if not c or c.get("median") is None:
                 continue
-            xs.append(x + (i - 1.5) * width)
+            xs.append(x + (i - (len(ENGINES) - 1) / 2) * width)
             meds.append(c["median"])
             lo.append(c["median"] - c["min"])
             hi.append(c["max"] - c["median"])
@@ -137,13 +139,13 @@ def draw(r: dict[str, Any], path: Path) -> str | None:
     ax.set_ylabel("speed relative to native (log scale)")
     mc = r.get("machine", {})
     ax.set_title(
-        "memfs (default, --zero-message-opens, --read-only) and rclone relative "
-        "to the native disk "
+        "memfs (default, --open-requests, --read-only, a session store's options) and rclone "
+        "relative to the native disk\n"
         f"({r.get('mode', '?')} run, {mc.get('date', '')}); "
         "bar = median, whisker = min–max",
         fontsize=10,
     )
-    ax.legend(loc="upper center", ncols=4, fontsize=8)
+    ax.legend(loc="upper center", ncols=3, fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

@@ -1,6 +1,7 @@
-"""Case 2c: the read side of the agent's commands on a read-only mount, where memfs
-serves opens with no round trip (zero-message opens, docs/reliability.md §3), next to
-the same commands on a writable mount of the same tree and on native.
+"""Case 2c: the read side of the agent's commands where memfs serves opens with no round
+trip (zero-message opens, docs/reliability.md §3): a writable mount with default options
+(zero-message opens since issue 37) and a read-only one, next to a writable mount with
+`--open-requests` (the opt-out: OPEN/RELEASE/FLUSH) and native.
 
 Also repeated reads of every file of the tree (warm, ops/s): through Python's `open()`
 (the per-operation bench's `read_warm`; it asks `isatty`, one FUSE_IOCTL that libfuse
@@ -41,7 +42,7 @@ READ_COMMANDS = (
     "grep_all",
     "find",
 )
-KINDS = ("native", "memfs", "memfs_zmo", "memfs_ro")
+KINDS = ("native", "memfs", "memfs_open", "memfs_ro")
 MOUNTED = KINDS[1:]
 READ_PASSES = 3  # repeated reads: 1 warming pass, then these
 
@@ -80,16 +81,16 @@ def _vs_native(values: dict[str, list[float]]) -> dict[str, Any]:
 
 def run(bench: Bench) -> None:
     log(
-        f"case 2c: {len(READ_COMMANDS)} read commands on native, memfs, memfs "
-        "--zero-message-opens and memfs --read-only"
+        f"case 2c: {len(READ_COMMANDS)} read commands on native, memfs (default), memfs "
+        "--open-requests and memfs --read-only"
     )
     native = bench.fresh("native-readonly")
     workloads.write_tree(native, bench.items["agent"])
     rw = bench.memfs("readonly", "memfs-readonly-rw").start()
-    zmo = bench.memfs("readonly", "memfs-readonly-zmo", extra=("--zero-message-opens",)).start()
+    opt_out = bench.memfs("readonly", "memfs-readonly-open", extra=("--open-requests",)).start()
     ro = bench.memfs("readonly", "memfs-readonly-ro", extra=("--read-only",)).start()
     try:
-        mounts = {"memfs": rw, "memfs_zmo": zmo, "memfs_ro": ro}
+        mounts = {"memfs": rw, "memfs_open": opt_out, "memfs_ro": ro}
         for m in mounts.values():
             m.wait_content()
         roots = {"native": native, **{k: m.mountpoint for k, m in mounts.items()}}
@@ -111,14 +112,14 @@ def run(bench: Bench) -> None:
                     if count:
                         spent = counts_since(before, count())
                         reqs[kind].append(requests_total(spent))
-                        if kind == "memfs_zmo":
+                        if kind == "memfs":
                             last = spent
             rows[name] = {
                 "command": commands[name],
                 **{f"{k}_ms": summary(times[k]) for k in KINDS},
                 **_vs_native(times),
                 **{f"{k}_requests": summary([float(x) for x in reqs[k]]) for k in MOUNTED},
-                "zmo_by_handler": last,
+                "memfs_by_handler": last,
             }
         repeated: dict[str, Any] = {"files": len(bench.items["agent"])}
         files = {k: sorted(roots[k].rglob("*.md")) for k in KINDS}  # listed once, untimed
@@ -134,16 +135,17 @@ def run(bench: Bench) -> None:
             "runs": workloads.COMMAND_RUNS - 1,
             "rows": rows,
             "zero_message_opens": ro.mount_status()["pyfuse3"].get("zero_message_opens_used"),
-            "zero_message_writes": zmo.mount_status()["pyfuse3"].get("zero_message_opens_used"),
+            "zero_message_writes": rw.mount_status()["pyfuse3"].get("zero_message_opens_used"),
             "repeated_read": repeated,
         }
     finally:
         ro.stop()
-        zmo.stop()
+        opt_out.stop()
         rw.stop()
 
 
-MOUNT_LABELS = {"memfs_zmo": "--zero-message-opens", "memfs_ro": "Read-only mount"}
+# The mounts with zero-message opens, whose targets these are.
+MOUNT_LABELS = {"memfs": "memfs (default)", "memfs_ro": "Read-only mount"}
 
 
 def targets(rd: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -176,19 +178,20 @@ def part(rd: dict[str, Any], fmt: Any) -> list[str]:
     """The report's section 2c."""
     rr = rd["repeated_read"]
     L = [
-        "## 2c. Zero-message opens: `--zero-message-opens` and read-only mounts",
+        "## 2c. Zero-message opens: default and read-only mounts, next to `--open-requests`",
         "",
-        "The read commands of 2b on three mounts of the agent tree (writable, writable "
-        "with `--zero-message-opens`, `--read-only`) and native; each command run "
+        "The read commands of 2b on three mounts of the agent tree (writable with default "
+        "options, writable with `--open-requests`, `--read-only`) and native; each command run "
         f"{rd['runs'] + 1} times, the first warming the caches. With zero-message opens "
         "memfs answers OPEN and OPENDIR (and, writable, FLUSH) with ENOSYS once (patched "
         "pyfuse3), so the kernel sends no OPEN, RELEASE, FLUSH, OPENDIR or RELEASEDIR "
-        f"again (used in this run: read-only {rd['zero_message_opens']}, "
-        f"--zero-message-opens {rd.get('zero_message_writes')}).",
+        "again; the default on writable mounts since issue 37, which `--open-requests` "
+        "turns off (docs/reliability.md §3). Used in this run: read-only "
+        f"{rd['zero_message_opens']}, default {rd.get('zero_message_writes')}.",
         "",
-        "| command | native ms | memfs ms | zmo ms | read-only ms | memfs / native | "
-        "zmo / native | read-only / native | memfs requests | zmo requests | "
-        "read-only requests | zmo by handler |",
+        "| command | native ms | memfs ms | --open-requests ms | read-only ms | "
+        "memfs / native | --open-requests / native | read-only / native | memfs requests | "
+        "--open-requests requests | read-only requests | memfs by handler |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in rd["rows"].items():
@@ -200,7 +203,7 @@ def part(rd: dict[str, Any], fmt: Any) -> list[str]:
             + " | ".join(fmt(row[f"{k}_vs_native"]) for k in MOUNTED)
             + " | "
             + " | ".join(fmt(row[f"{k}_requests"], ".0f") for k in MOUNTED)
-            + f" | {by_handler(row.get('zmo_by_handler', {}))} |"
+            + f" | {by_handler(row.get('memfs_by_handler', {}))} |"
         )
     L += [
         "",
@@ -208,8 +211,8 @@ def part(rd: dict[str, Any], fmt: Any) -> list[str]:
         f"{READ_PASSES} passes interleaved, ops/s. Python's `open()` asks `isatty`: one "
         "FUSE_IOCTL a file that libfuse answers ENOTTY and no option removes.",
         "",
-        "| reading with | native | memfs | zmo | read-only | memfs / native | "
-        "zmo / native | read-only / native |",
+        "| reading with | native | memfs | --open-requests | read-only | memfs / native | "
+        "--open-requests / native | read-only / native |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for how, label in (("python", "Python `open()`"), ("os", "`os.open`, `os.read`")):
