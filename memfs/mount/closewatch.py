@@ -40,6 +40,8 @@ AT_FDCWD = -100
 # struct fanotify_event_metadata: event_len, vers, reserved, metadata_len, mask, fd, pid
 _EVENT = struct.Struct("=IBBHQii")
 _READ_SIZE = 64 * 1024
+DRAIN_READS = 64  # reads a drain takes at most (each up to _READ_SIZE of events)
+FAILED_READ_PAUSE = 0.1  # seconds after a failed read before the next
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
@@ -157,17 +159,19 @@ class CloseWatch:
     async def _read_loop(self) -> None:
         while True:
             await trio.lowlevel.wait_readable(self._fd)
-            await self._take()
+            if await self._take() is None:
+                await trio.sleep(FAILED_READ_PAUSE)  # not a busy loop while it fails
 
     async def drain(self) -> None:
         """Take every close queued now: a close(2) queues its event before it returns,
         so a pass someone asks for after it (`memfs sync`) sees it (`StoreSync.sync_now`)."""
         if self._fd >= 0:
-            while await self._take():
-                pass
+            for _ in range(DRAIN_READS):
+                if not await self._take():
+                    return
 
-    async def _take(self) -> bool:
-        """One read of the queue; False when it was empty."""
+    async def _take(self) -> bool | None:
+        """One read of the queue; False when it was empty, None when the read failed."""
         # Off the loop: the kernel opens each event's file inside read(2), which asks
         # this daemon (an OPEN, until it has been answered ENOSYS once).
         closes, overflows, read = await trio.to_thread.run_sync(_read_events, self._fd)
@@ -180,14 +184,19 @@ class CloseWatch:
         return read
 
 
-def _read_events(fanotify_fd: int) -> tuple[list[int], int, bool]:
+def _read_events(fanotify_fd: int) -> tuple[list[int], int, bool | None]:
     """One read of the queue (in a worker thread): the inodes closed, overflows, and
-    whether anything was read. Each event's descriptor is closed here too (a close may
-    send FLUSH, until answered ENOSYS once)."""
+    whether anything was read (None: the read failed). Each event's descriptor is
+    closed here too (a close may send FLUSH, until answered ENOSYS once)."""
     try:
         buf = os.read(fanotify_fd, _READ_SIZE)
     except BlockingIOError:
         return [], 0, False
+    except OSError:
+        # The kernel could not open an event's file (the connection is gone: ENOTCONN
+        # at an abort): that event is dropped. A close lost so is pushed after the
+        # quiet spell.
+        return [], 0, None
     closes, overflows = [], 0
     for mask, fd, _pid in parse(buf):
         if mask & FAN_Q_OVERFLOW:

@@ -261,7 +261,7 @@ def test_daemon_log_lines_are_key_value_or_json(
             assert (conflict["memory_store_id"], conflict["path"]) == (store_id, "/style.md")
             assert conflict["level"] == "warning" and RFC3339.fullmatch(conflict["time"])
             refused = next(r for r in records if r.get("path") == "/bad name.md")
-            assert "not valid UTF-8" in refused["message"]
+            assert "not valid UTF-8" in refused.get("why", refused["message"])
             mounted = next(r for r in records if r["message"] == "mounted memory")
             assert isinstance(mounted["memories"], int)
             for r in records:

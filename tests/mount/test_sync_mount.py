@@ -313,9 +313,9 @@ def test_sync_of_one_file_pushes_it_and_waits_for_the_store(
     assert json.loads(again.stdout)["outcome"] == "unchanged"
     bad = mount.mountpoint / "bad.md"
     fd = os.open(bad, os.O_WRONLY | os.O_CREAT, 0o644)
-    os.write(fd, b"\xff\xfe not text\n")
     with pytest.raises(OSError, match="Invalid or incomplete multibyte"):
-        os.close(fd)  # EILSEQ at close; the bytes stay, refused
+        os.write(fd, b"\xff\xfe not text\n")  # EILSEQ at the write: the file is held back
+    os.close(fd)
     refused = mount.memfs("sync", str(bad), check=False)
     assert refused.returncode == 1
     assert refused.stderr.startswith("/bad.md: refused (content is not valid UTF-8")

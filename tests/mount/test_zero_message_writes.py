@@ -204,9 +204,7 @@ def test_non_utf8_is_refused_at_the_write_and_later_bytes_at_fsync_and_the_push(
     # the file is not what its writer meant, until a write or truncate succeeds.
     zw.memfs("sync", str(zw.mountpoint), check=False)  # exit 1: a file was refused
     status = zw.mount_status()["stores"][0]
-    assert status["refused_files"] == [{"path": "/bin.md", "why": NOT_UTF8, **PERMANENT}], (
-        status
-    )
+    assert status["refused_files"] == [{"path": "/bin.md", "why": NOT_UTF8, **PERMANENT}], status
     assert "/bin.md" not in store_contents(shared_api, sid)
     with f.open("a") as again:
         again.write("fine\n")
