@@ -19,7 +19,10 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import select
 import struct
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +45,7 @@ _EVENT = struct.Struct("=IBBHQii")
 _READ_SIZE = 64 * 1024
 DRAIN_READS = 64  # reads a drain takes at most (each up to _READ_SIZE of events)
 FAILED_READ_PAUSE = 0.1  # seconds after a failed read before the next
+JOIN_TIMEOUT = 2.0  # seconds the teardown waits for the reader thread
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
@@ -105,6 +109,7 @@ class CloseWatch:
         self._fd = -1
         self._closes = 0
         self._overflows = 0
+        self._lock = threading.Lock()  # one reader of the queue at a time (`drain`)
         self._overflowed = Repeated(
             log,
             "close watch queue overflowed; those writes are pushed after a quiet spell "
@@ -157,31 +162,67 @@ class CloseWatch:
             self._fd = -1
 
     async def _read_loop(self) -> None:
+        """A thread of its own blocks on the queue: the kernel opens each event's file
+        inside read(2), which may ask this daemon (an OPEN, until it has been answered
+        ENOSYS once) and a close may flush it, so neither can run on the loop; and a
+        thread that waits for the kernel costs each close one wake-up of the loop, where
+        a worker thread per read cost three."""
+        token = trio.lowlevel.current_trio_token()
+        wake_r, wake_w = os.pipe()
+        thread = threading.Thread(
+            target=self._reader, args=(token, wake_r), name="memfs-close-watch", daemon=True
+        )
+        thread.start()
+        try:
+            await trio.sleep_forever()
+        finally:
+            os.write(wake_w, b"x")
+            with trio.CancelScope(shield=True):  # it may wait for this loop to answer
+                await trio.to_thread.run_sync(thread.join, JOIN_TIMEOUT)
+            os.close(wake_r)
+            os.close(wake_w)
+
+    def _reader(self, token: trio.lowlevel.TrioToken, wake: int) -> None:
         while True:
-            await trio.lowlevel.wait_readable(self._fd)
-            if await self._take() is None:
-                await trio.sleep(FAILED_READ_PAUSE)  # not a busy loop while it fails
+            ready, _, _ = select.select([self._fd, wake], [], [])
+            if wake in ready:
+                return
+            with self._lock:
+                closes, overflows, read = _read_events(self._fd)
+                if closes or overflows:
+                    token.run_sync_soon(self._deliver, closes, overflows)
+            if read is None:
+                time.sleep(FAILED_READ_PAUSE)  # not a busy loop while it fails
 
     async def drain(self) -> None:
         """Take every close queued now: a close(2) queues its event before it returns,
-        so a pass someone asks for after it (`memfs sync`) sees it (`StoreSync.sync_now`)."""
+        so a pass someone asks for after it (`memfs sync`) sees it (`StoreSync.sync_now`).
+        Under the reader's lock: a batch it read earlier has been handed to the loop
+        already, and is delivered before this (the loop runs them in order)."""
         if self._fd >= 0:
-            for _ in range(DRAIN_READS):
-                if not await self._take():
-                    return
+            closes, overflows = await trio.to_thread.run_sync(self._drain)
+            self._deliver(closes, overflows)
 
-    async def _take(self) -> bool | None:
-        """One read of the queue; False when it was empty, None when the read failed."""
-        # Off the loop: the kernel opens each event's file inside read(2), which asks
-        # this daemon (an OPEN, until it has been answered ENOSYS once).
-        closes, overflows, read = await trio.to_thread.run_sync(_read_events, self._fd)
+    def _drain(self) -> tuple[list[int], int]:
+        closes: list[int] = []
+        overflows = 0
+        with self._lock:
+            for _ in range(DRAIN_READS):
+                more, lost, read = _read_events(self._fd)
+                closes += more
+                overflows += lost
+                if not read:
+                    break
+        return closes, overflows
+
+    def _deliver(self, closes: list[int], overflows: int) -> None:
+        """On the loop: each close to `on_close`."""
         if overflows:
             self._overflows += overflows
             self._overflowed.warning("overflow", self.mountpoint)
         for ino in closes:
             self._closes += 1
             self.on_close(ino)
-        return read
 
 
 def _read_events(fanotify_fd: int) -> tuple[list[int], int, bool | None]:
