@@ -422,7 +422,8 @@ def _workload_ratios() -> set[str]:
     """The `vs native` medians of docs/performance.md's agent workload table (§2)."""
     text = (ROOT / "docs" / "performance.md").read_text()
     section = text.split("## 2. Agent workload", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"^\| memfs[^|]* \| [^|]+ \| (\d+\.\d+) \(", section, re.MULTILINE))
+    rows = r"^\| (?:memfs|session store)[^|]* \| [^|]+ \| (\d+\.\d+) \("
+    return set(re.findall(rows, section, re.MULTILINE))
 
 
 def test_the_readmes_speed_figures_are_the_latest_bench_runs() -> None:
