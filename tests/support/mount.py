@@ -293,8 +293,10 @@ def mount_store(
     mountpoint = tmp_path / name
     cache_dir = tmp_path / (cache or f"{name}-cache")
     args = ["mount", store_id, str(mountpoint), "--cache-dir", str(cache_dir), *extra]
-    if os.environ.get("MEMFS_TEST_OPEN_REQUESTS") == "1":
-        args.append("--open-requests")  # the suite in the opt-out (docs/reliability.md §3)
+    if os.environ.get("MEMFS_TEST_OPEN_REQUESTS") == "1" and "--zero-message-opens" not in extra:
+        # The suite in the opt-out (docs/reliability.md §3); a test that names the
+        # default (tests/mount/test_zero_message_writes.py) keeps it.
+        args.append("--open-requests")
     log_path = tmp_path / f"{name}.log"
     return MountProcess(args, mountpoint, url=url, log_path=log_path, memfs=memfs).start()
 
