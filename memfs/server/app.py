@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import trio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
@@ -71,6 +71,19 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     else:
         error = ApiError(exc.status_code, "invalid_request_error", str(exc.detail))
     return error_response(error, _request_id(request))
+
+
+async def _on_disconnect(request: Request, exc: Exception) -> Response:
+    # a client killed or timed out while sending its body: nothing was done, nobody
+    # reads the answer; not a server error
+    assert isinstance(exc, ClientDisconnect)
+    log.info(
+        "client went away before its request was read request_id=%s method=%s path=%s",
+        _request_id(request),
+        request.method,
+        request.url.path,
+    )
+    return error_response(errors.invalid("client disconnected"), _request_id(request))
 
 
 async def _on_crash(request: Request, exc: Exception) -> Response:
@@ -571,6 +584,7 @@ def create_app(
         exception_handlers={
             ApiError: _on_api_error,
             HTTPException: _on_http_error,
+            ClientDisconnect: _on_disconnect,
             Exception: _on_crash,
         },
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from memfs.paths import BETA_MANAGED_AGENTS, BETA_MEMORY
 from tests.support.api import REQ_ID, Api, assert_error
+from tests.support.deadline import eventually
 from tests.support.postgres import BACKENDS, start_on
 from tests.support.server import ServerProcess, start_server
 
@@ -230,3 +232,32 @@ def test_debug_log_has_one_line_per_request_and_no_secrets(tmp_path: Path) -> No
     assert "sk-test-LOGGED-key" not in log
     assert "TOPSECRET-CONTENT" not in log
     assert "path_prefix" not in log
+
+
+def test_client_gone_mid_body_is_no_server_error(tmp_path: Path) -> None:
+    # a daemon killed while pushing (the kill -9 trials do this) leaves a request whose
+    # body never arrives: the server notes it and goes on, no traceback, nothing stored
+    proc = start_server(tmp_path / "store.db")
+    try:
+        with Api(proc.url) as api:
+            store = api.create_store("gone")
+            host, port = proc.url.split("://", 1)[1].rsplit(":", 1)
+            head = (
+                f"POST /v1/memory_stores/{store['id']}/memories HTTP/1.1\r\n"
+                f"Host: {host}\r\nanthropic-version: 2023-06-01\r\n"
+                f"anthropic-beta: {BETA_MEMORY}\r\ncontent-type: application/json\r\n"
+                "content-length: 1000\r\n\r\n"
+            )
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(head.encode() + b'{"path": "/half", "content": "')
+            eventually(
+                lambda: "client went away" in proc.log_path.read_text(),
+                "the server's note of the client that went away",
+                timeout=10,
+            )
+            assert api.list_memories(store["id"]) == []
+            assert api.request("GET", "/v1/memory_stores").status_code == 200
+    finally:
+        assert proc.stop() == 0
+    log = proc.log_path.read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log
