@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from memfs.config import ExitCode
 from memfs.control import protocol, registry
 from memfs.control.client import request
+from memfs.control.codec import to_wire
+from memfs.control.protocol import A, ErrorAnswer, StatusAnswer, StoreStatus
 from memfs.logs import plural
 
 if TYPE_CHECKING:
@@ -123,8 +125,8 @@ _GOES_ON = {
 
 
 def _ask(
-    path: str, req: protocol.Request, timeout: float
-) -> list[tuple[dict[str, Any], dict[str, Any]]] | int:
+    path: str, req: protocol.Asks[A], timeout: float
+) -> list[tuple[dict[str, Any], A | ErrorAnswer]] | int:
     """Each mount at `path` (a session's: all of them, side by side) and its daemon's
     answer to `op`, or the exit code of failing.
 
@@ -158,12 +160,12 @@ def _progress(info: dict[str, Any], op: str) -> AbstractContextManager[None]:
     if names is None or not display.on_terminal():
         return nullcontext()
 
-    def ask() -> dict[str, Any] | None:
+    def ask() -> protocol.ProgressAnswer | None:
         try:
             answer = request(info, protocol.Progress(), timeout=5)
         except OSError:
             return None
-        return answer if answer.get("ok") else None
+        return answer if isinstance(answer, protocol.ProgressAnswer) and answer.ok else None
 
     return display.following(ask, names)
 
@@ -179,9 +181,10 @@ def sync(args: Any) -> int:
     # A pass that ran is not enough: the store must hold what the mount has. A file it
     # refused, or a clean merge it could not hold (kept as a conflict copy that says
     # why), is exit 1 until it is resolved, as at unmount.
-    ok = all(answer.get("ok") and not _held_back(answer) for answer in answers)
+    ok = all(answer.ok and not _held_back(answer) for answer in answers)
     if args.json:
-        print(json.dumps({"mounts": answers}, indent=2))  # `status --json`'s schema
+        wire = [to_wire(answer) for answer in answers]
+        print(json.dumps({"mounts": wire}, indent=2))  # `status --json`'s schema
         return ExitCode.OK if ok else ExitCode.FAILED
     for answer in answers:
         _print_sync(answer)
@@ -203,58 +206,60 @@ def _push_file(args: Any, info: dict[str, Any]) -> int:
         return asked
     _, answer = asked[0]
     if args.json:
-        print(json.dumps(answer, indent=2))
-    elif answer.get("error"):
-        print(f"memfs: {answer['error']}", file=sys.stderr)
+        print(json.dumps(to_wire(answer), indent=2))
+    elif isinstance(answer, ErrorAnswer):
+        print(f"memfs: {answer.error}", file=sys.stderr)
     else:
-        line = f"{answer['path']}: {answer['outcome']}"
-        if answer.get("version"):
-            line += f" version={answer['version']}"
-        if answer.get("why"):
-            line += f" ({answer['why']})"
-        if answer.get("copy"):
-            line += f"; your bytes are kept in {answer['copy']}"
-        print(line, file=sys.stdout if answer.get("ok") else sys.stderr)
-    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
+        line = f"{answer.path}: {answer.outcome}"
+        if answer.version:
+            line += f" version={answer.version}"
+        if answer.why:
+            line += f" ({answer.why})"
+        if answer.copy:
+            line += f"; your bytes are kept in {answer.copy}"
+        print(line, file=sys.stdout if answer.ok else sys.stderr)
+    return ExitCode.OK if answer.ok else ExitCode.FAILED
 
 
-def _held_back(answer: dict[str, Any]) -> bool:
+def _held_back(answer: StatusAnswer | ErrorAnswer) -> bool:
     """The mount holds changes its store refused: refused files, conflict copies of
     a merge the store could not hold, or uploads whose path another memory holds."""
-    return any(
-        s.get("refused_files")
-        or any(c.get("why") for c in s.get("conflict_copies", []))
-        or (s.get("last_pass") or {}).get("unsettled")
-        for s in answer.get("stores", [])
+    return isinstance(answer, StatusAnswer) and any(
+        s.refused_files
+        or any(c.why for c in s.conflict_copies)
+        or (s.last_pass is not None and s.last_pass.unsettled)
+        for s in answer.stores
     )
 
 
-def _conflict(c: dict[str, Any]) -> str:
+def _conflict(c: protocol.ConflictCopy) -> str:
     """`/a.md -> COPY`, and why the two sides were not merged when they were not."""
-    return f"{c['path']} -> {c['copy']}" + (f" ({c['why']})" if c.get("why") else "")
+    return f"{c.path} -> {c.copy}" + (f" ({c.why})" if c.why else "")
 
 
-def _print_sync(answer: dict[str, Any]) -> None:
-    if answer.get("error"):
-        print(f"memfs: {answer['error']}", file=sys.stderr)
-    for store in answer.get("stores", []):
-        r = store.get("last_pass") or {}
+def _print_sync(answer: StatusAnswer | ErrorAnswer) -> None:
+    if isinstance(answer, ErrorAnswer):
+        print(f"memfs: {answer.error}", file=sys.stderr)
+        return
+    for store in answer.stores:
+        r = store.last_pass
+        if r is None:  # a sync answer always carries its pass
+            print(f"{store.memory_store_id}: no pass")
+            continue
         line = (
-            f"{store['memory_store_id']}: {r.get('outcome')} pulled={r.get('pulled')} "
-            f"pushed={r.get('pushed')} deleted={r.get('deleted')} "
-            f"conflicts={r.get('conflicts')} in {r.get('duration_s')}s"
+            f"{store.memory_store_id}: {r.outcome} pulled={r.pulled} "
+            f"pushed={r.pushed} deleted={r.deleted} "
+            f"conflicts={r.conflicts} in {r.duration_s}s"
         )
-        if r.get("error"):
-            line += f" error={r['error']}"
+        if r.error:
+            line += f" error={r.error}"
         print(line)
-        found = r.get("conflict_copies", [])
+        found = r.conflict_copies
         # and what keeps the exit 1 from earlier passes: merges the store could not hold
-        unheld = [c for c in store.get("conflict_copies", []) if c.get("why") and c not in found]
+        unheld = [c for c in store.conflict_copies if c.why and c not in found]
         _listing("conflict", [_conflict(c) for c in [*found, *unheld]])
-        _listing("refused", [_refusal(f) for f in store.get("refused_files", [])])
-        _listing(
-            "unsettled", [f"{p} (another memory holds the path)" for p in r.get("unsettled", [])]
-        )
+        _listing("refused", [_refusal(f) for f in store.refused_files])
+        _listing("unsettled", [f"{p} (another memory holds the path)" for p in r.unsettled])
 
 
 # A terminal listing names this many files of each kind; `--json` names them all.
@@ -270,38 +275,38 @@ def _listing(kind: str, items: list[str], indent: str = "  ") -> None:
         print(f"{indent}… and {more} (see --json)")
 
 
-def _epoch(at: Any) -> float | None:
+def _epoch(at: str | None) -> float | None:
     """An RFC 3339 time from the daemon as epoch seconds; None if absent or unreadable."""
     if not at:
         return None
     try:
-        return datetime.fromisoformat(str(at)).timestamp()
+        return datetime.fromisoformat(at).timestamp()
     except ValueError:
         return None
 
 
-def _clock(at: Any) -> str:
+def _clock(at: str | None) -> str:
     epoch = _epoch(at)
     return time.strftime("%H:%M:%S", time.localtime(epoch)) if epoch is not None else "-"
 
 
-def _next_pass(store: dict[str, Any]) -> str:
-    at = store.get("next_pass_at")
+def _next_pass(store: StoreStatus) -> str:
+    at = store.next_pass_at
     epoch = _epoch(at)
     if epoch is None:
-        return "when the store changes" if store.get("learns_by") == "watch" else "-"
+        return "when the store changes" if store.learns_by == "watch" else "-"
     return f"{_clock(at)} (in {max(0.0, epoch - time.time()):.0f}s)"
 
 
-def _learning(store: dict[str, Any]) -> str:
+def _learning(store: StoreStatus) -> str:
     """How the mount learns of remote changes, and when the store last answered."""
-    heard = _epoch(store.get("last_heard_at"))
+    heard = _epoch(store.last_heard_at)
     ago = (
         "never"
         if heard is None
-        else f"{_clock(store['last_heard_at'])} " + (f"({max(0.0, time.time() - heard):.0f}s ago)")
+        else f"{_clock(store.last_heard_at)} " + (f"({max(0.0, time.time() - heard):.0f}s ago)")
     )
-    return f"learns of changes by: {store.get('learns_by', '-')}; last heard from the store: {ago}"
+    return f"learns of changes by: {store.learns_by}; last heard from the store: {ago}"
 
 
 def _dead_at(path: str) -> list[dict[str, Any]]:
@@ -325,38 +330,38 @@ def _dead_at(path: str) -> list[dict[str, Any]]:
 STATUS_TIMEOUT = 5.0
 
 
-def _status_of(info: dict[str, Any]) -> dict[str, Any]:
-    """The daemon's status answer, or an error answer saying why there is none."""
+def _status_of(info: dict[str, Any]) -> StatusAnswer | dict[str, Any]:
+    """The daemon's status answer, or a row `{ok: false, mountpoint, pid, error}`
+    saying why there is none."""
     pid = int(info.get("pid", 0))
-    failed: dict[str, Any] = {"ok": False, "mountpoint": info.get("mountpoint"), "pid": pid}
+
+    def failed(why: str) -> dict[str, Any]:
+        return {"ok": False, "mountpoint": info.get("mountpoint"), "pid": pid, "error": why}
+
     if registry.pid_stopped(pid):
-        return {
-            **failed,
-            "error": f"the daemon (pid {pid}) is stopped (SIGSTOP?); resume it: kill -CONT {pid}",
-        }
+        return failed(f"the daemon (pid {pid}) is stopped (SIGSTOP?); resume it: kill -CONT {pid}")
     try:
-        return request(info, protocol.Status(), timeout=STATUS_TIMEOUT)
+        answer = request(info, protocol.Status(), timeout=STATUS_TIMEOUT)
     except TimeoutError:
-        return {
-            **failed,
-            "error": f"the daemon (pid {pid}) did not answer within {STATUS_TIMEOUT:g}s",
-        }
+        return failed(f"the daemon (pid {pid}) did not answer within {STATUS_TIMEOUT:g}s")
     except OSError as e:
-        return {**failed, "error": f"the daemon (pid {pid}) is not answering: {e.strerror or e}"}
+        return failed(f"the daemon (pid {pid}) is not answering: {e.strerror or e}")
+    return failed(answer.error) if isinstance(answer, ErrorAnswer) else answer
 
 
 def status(args: Any) -> int:
     from memfs.control.recovery import dead_summary, describe_dead
 
     code: int = ExitCode.OK
-    answers = []
+    answers: list[StatusAnswer | dict[str, Any]] = []
     if args.path:
         mounts = _live_at(args.path)
         if not mounts:
-            answers = _dead_at(args.path)
-            if not answers:
+            dead = _dead_at(args.path)
+            if not dead:
                 return _fail(f"no live memfs mount at {args.path}")
-            print("\n".join(dead_summary(dead) for dead in answers), file=sys.stderr)
+            print("\n".join(dead_summary(d) for d in dead), file=sys.stderr)
+            answers += dead
             code = ExitCode.FAILED
     else:
         registered = registry.registered_mounts()
@@ -364,16 +369,22 @@ def status(args: Any) -> int:
         answers += [describe_dead(i, str(i["mountpoint"])) for i in registered if not i["alive"]]
     for info in mounts:
         answer = _status_of(info)
-        if not answer.get("ok"):
+        if isinstance(answer, dict):
             print(f"memfs: {answer['mountpoint']}: {answer['error']}", file=sys.stderr)
             code = ExitCode.FAILED
         answers.append(answer)
     if args.json or not sys.stdout.isatty():
-        print(json.dumps({"mounts": answers}, indent=2))
+        print(json.dumps({"mounts": [to_wire(a) for a in answers]}, indent=2))
         return code
     if not answers:
         print("no live memfs mounts")
     for answer in answers:
+        if isinstance(answer, StatusAnswer):
+            print(f"{answer.mountpoint} (pid {answer.pid})")
+            print(f"  {_pyfuse3_build(answer.pyfuse3)}")
+            for s in answer.stores:
+                _print_store(s)
+            continue
         if answer.get("state") == "dead":
             if not args.path:
                 print(f"{answer['mountpoint']} DEAD")
@@ -382,75 +393,61 @@ def status(args: Any) -> int:
                 )
             continue
         print(f"{answer.get('mountpoint')} (pid {answer.get('pid')})")
-        if not answer.get("ok"):
-            print(f"  error: {answer.get('error')}")
-            continue
-        if answer.get("pyfuse3"):
-            print(f"  {_pyfuse3_build(answer['pyfuse3'])}")
-        for s in answer["stores"]:
-            _print_store(s)
+        print(f"  error: {answer.get('error')}")
     return code
 
 
-def _print_store(s: dict[str, Any]) -> None:
+def _print_store(s: StoreStatus) -> None:
     """One store of `memfs status` on a terminal."""
-    lp = s.get("last_pass") or {}
+    lp = s.last_pass
     print(
-        f"  {s['mount_path']}  {s['memory_store_id']}  {s['access']}"
-        + (f"  ({s['name']})" if s.get("name") else "")
+        f"  {s.mount_path}  {s.memory_store_id}  {s.access}" + (f"  ({s.name})" if s.name else "")
     )
     print(
-        f"    memories={s['memories']} bytes={s['bytes']} dirty={s['dirty']} "
-        f"conflicts={s['conflicts']} refused={s['refused']} "
-        f"pending_deletes={s['pending_deletes']}"
+        f"    memories={s.memories} bytes={s.bytes} dirty={s.dirty} "
+        f"conflicts={s.conflicts} refused={s.refused} "
+        f"pending_deletes={s.pending_deletes}"
     )
-    last = (
-        f"{_clock(lp.get('at'))} {lp.get('outcome', '-')} {lp.get('duration_s', '-')}s"
-        if lp
-        else "-"
-    )
-    if lp.get("error"):
-        last += f" error={lp['error']}"
+    last = f"{_clock(lp.at)} {lp.outcome} {lp.duration_s}s" if lp is not None else "-"
+    if lp is not None and lp.error:
+        last += f" error={lp.error}"
     print(f"    last pass: {last}; next pass: {_next_pass(s)}")
     print(f"    {_learning(s)}")
-    if s.get("offline"):
+    if s.offline:
         print(
             "    OFFLINE: the store does not answer; changes are kept in the "
             "journal and pushed once it does"
         )
-    _listing("dirty", list(s.get("dirty_files", [])), "    ")
-    _listing("conflict", [_conflict(c) for c in s.get("conflict_copies", [])], "    ")
-    _listing("refused", [_refusal(r) for r in s.get("refused_files", [])], "    ")
-    _listing("pending delete", list(s.get("pending_delete_paths", [])), "    ")
+    _listing("dirty", s.dirty_files, "    ")
+    _listing("conflict", [_conflict(c) for c in s.conflict_copies], "    ")
+    _listing("refused", [_refusal(r) for r in s.refused_files], "    ")
+    _listing("pending delete", [str(p) for p in s.pending_delete_paths], "    ")
 
 
-def _pyfuse3_build(levers: dict[str, Any]) -> str:
+def _pyfuse3_build(build: protocol.Pyfuse3Build) -> str:
     """`pyfuse3 3.5.0+memfs.… (patched: …)` or `pyfuse3 3.5.0 (stock: …)`: a slow mount
     on a stock build is told from a slow store at a glance (docs/pyfuse3-patch.md)."""
-    if not levers.get("noflush"):
+    if not build.noflush:
         return (
-            f"pyfuse3 {levers.get('version')} (stock: no noflush, cache_readdir or "
+            f"pyfuse3 {build.version} (stock: no noflush, cache_readdir or "
             "zero-message opens; docs/worker.md says how to install the patched build)"
         )
-    used = [
-        name
-        for name, key in [
-            ("noflush", "noflush_used"),
-            ("cache_readdir", "cache_readdir_used"),
-            ("zero-message opens", "zero_message_opens_used"),
-        ]
-        if levers.get(key)
+    levers = [
+        ("noflush", build.noflush_used),
+        ("cache_readdir", build.cache_readdir_used),
+        ("zero-message opens", build.zero_message_opens_used),
     ]
-    if levers.get("read_spin_us"):
-        used.append(f"read spin {levers['read_spin_us']} us")
-    return f"pyfuse3 {levers.get('version')} (patched; in use: {', '.join(used) or 'none'})"
+    used = [name for name, on in levers if on]
+    if build.read_spin_us:
+        used.append(f"read spin {build.read_spin_us} us")
+    return f"pyfuse3 {build.version} (patched; in use: {', '.join(used) or 'none'})"
 
 
-def _refusal(r: dict[str, Any]) -> str:
+def _refusal(r: protocol.RefusedFile) -> str:
     """`/a.md (why; transient, next retry 12:00:15)` or `(why; permanent, …)`."""
-    if r.get("transient"):
-        return f"{r['path']} ({r['why']}; transient, next retry {_clock(r.get('next_retry'))})"
-    return f"{r['path']} ({r['why']}; permanent, until its content changes)"
+    if r.transient:
+        return f"{r.path} ({r.why}; transient, next retry {_clock(r.next_retry)})"
+    return f"{r.path} ({r.why}; permanent, until its content changes)"
 
 
 def unmount(args: Any) -> int:
@@ -551,10 +548,11 @@ def _unmount(mountpoint: str, timeout: float) -> int:
     deadline = time.monotonic() + 15
     while pid and registry.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if answer.get("error"):
-        print(f"memfs: {answer['error']}", file=sys.stderr)
+    if isinstance(answer, ErrorAnswer):
+        print(f"memfs: {answer.error}", file=sys.stderr)
+        return ExitCode.FAILED
     from memfs.mount.display import left_lines
 
     for line in left_lines(answer):
         print(line, file=sys.stderr)
-    return ExitCode.OK if answer.get("ok") else ExitCode.FAILED
+    return ExitCode.OK if answer.ok else ExitCode.FAILED

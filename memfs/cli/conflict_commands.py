@@ -20,6 +20,7 @@ from memfs.cli.manpage import LeadingWords
 from memfs.config import ExitCode
 from memfs.control import protocol, registry
 from memfs.control.client import request
+from memfs.control.codec import to_wire
 from memfs.errors import CommandFailed
 from memfs.logs import plural
 from memfs.mount.display import printable
@@ -66,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
     return run_guarded(_conflicts, args)
 
 
-def _request(info: dict[str, Any], req: protocol.Request) -> dict[str, Any]:
+def _request(
+    info: dict[str, Any], req: protocol.Conflicts
+) -> protocol.ConflictsAnswer | protocol.ErrorAnswer:
     try:
         return request(info, req, timeout=ASK_TIMEOUT)
     except TimeoutError:
@@ -104,35 +107,30 @@ def _conflicts(args: argparse.Namespace) -> int:
             if mount is not None:
                 raise
             continue  # gone while we asked
-        if not answer.get("ok"):
-            print(f"memfs: {info['mountpoint']}: {answer.get('error')}", file=sys.stderr)
+        if isinstance(answer, protocol.ErrorAnswer):
+            print(f"memfs: {info['mountpoint']}: {answer.error}", file=sys.stderr)
             continue
         answers.append(answer)
     if args.json:
-        print(json.dumps({"mounts": answers}, indent=2))
+        print(json.dumps({"mounts": [to_wire(a) for a in answers]}, indent=2))
         return ExitCode.OK
     if not answers:
         print("no live memfs mounts")
     for answer in answers:
-        found = answer.get("conflicts", [])
-        print(
-            f"{answer.get('mountpoint')}: {plural(len(found), 'conflict copy', 'conflict copies')}"
-        )
+        found = answer.conflicts or []
+        print(f"{answer.mountpoint}: {plural(len(found), 'conflict copy', 'conflict copies')}")
         for c in found:
-            won = c["remote_version"] or "an unrecorded version"
-            state = f"  restored {c['restored_at']}" if c["restored_at"] else ""
-            print(
-                printable(
-                    f"  {c['id']}  {c['at']}  {c['path']}  {c['size']} B  lost to {won}{state}"
-                )
-            )
-            print(printable(f"            copy: {c['copy']}"))
+            won = c.remote_version or "an unrecorded version"
+            state = f"  restored {c.restored_at}" if c.restored_at else ""
+            print(printable(f"  {c.id}  {c.at}  {c.path}  {c.size} B  lost to {won}{state}"))
+            print(printable(f"            copy: {c.copy}"))
     return ExitCode.OK
 
 
 def _find_conflict(
     conflict_id: str, mount: str | None, what: Literal["get", "drop"]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, Any], protocol.KeptCopy, protocol.ConflictsAnswer]:
+    """The mount that holds the copy, the copy (`conflict` or `dropped`), the answer."""
     infos = _mounts(mount)
     for info in infos:
         try:
@@ -141,11 +139,14 @@ def _find_conflict(
             if mount is not None:
                 raise
             continue  # a daemon going away while we ask every mount is not an error
-        if answer.get("ok"):
-            return info, answer
-        if mount is not None or not str(answer.get("error")).startswith("unknown op"):
-            if not answer.get("missing"):
-                raise CommandFailed(str(answer.get("error")))
+        if isinstance(answer, protocol.ConflictsAnswer):
+            kept = answer.dropped if what == "drop" else answer.conflict
+            if kept is None:
+                raise CommandFailed(f"the daemon of {info['mountpoint']} named no conflict copy")
+            return info, kept, answer
+        if mount is not None or not answer.error.startswith("unknown op"):
+            if not answer.missing:
+                raise CommandFailed(answer.error)
     raise CommandFailed(
         f"no conflict copy {conflict_id!r} in {mount or 'any live mount'} (see `memfs conflicts`)"
     )
@@ -153,35 +154,32 @@ def _find_conflict(
 
 def _conflict_action(action: str, conflict_id: str, args: argparse.Namespace) -> int:
     if action == "drop":
-        _, answer = _find_conflict(conflict_id, args.mount, "drop")
-        gone = answer["dropped"]
-        print(f"dropped conflict copy {gone['id']} of {gone['path']} ({gone['copy']})")
+        _, gone, _ = _find_conflict(conflict_id, args.mount, "drop")
+        print(f"dropped conflict copy {gone.id} of {gone.path} ({gone.copy})")
         return ExitCode.OK
-    info, answer = _find_conflict(conflict_id, args.mount, "get")
-    data = base64.b64decode(answer["content_b64"])
-    kept = answer["conflict"]
+    info, kept, answer = _find_conflict(conflict_id, args.mount, "get")
+    data = base64.b64decode(answer.content_b64 or "")
     if action == "show":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return ExitCode.OK
-    local_path = kept["local_path"]
-    if answer["access"] == "read_only":
+    local_path, local = kept.local_path, answer.local
+    if local_path is None or local is None:
+        raise CommandFailed(f"the daemon of {info['mountpoint']} did not say where {kept.id} goes")
+    if answer.access == "read_only":
         raise CommandFailed(f"{local_path} is in a read-only store; restore writes nothing to it")
-    local = answer["local"]
-    if local["exists"] and local.get("sha") == sha256_hex(data):
-        print(
-            f"{local_path} already holds the bytes of conflict copy {kept['id']}; nothing written"
-        )
+    if isinstance(local, protocol.CopyTarget) and local.sha == sha256_hex(data):
+        print(f"{local_path} already holds the bytes of conflict copy {kept.id}; nothing written")
         return ExitCode.OK
-    if local.get("dirty") and not args.force:
+    if isinstance(local, protocol.CopyTarget) and local.dirty and not args.force:
         raise CommandFailed(
             f"{local_path} has local changes that were not pushed yet; push them "
             "first (memfs sync), or pass --force to overwrite them"
         )
     write_through_mount(local_path, data)
-    _request(info, protocol.Conflicts(what="restored", id=str(kept["id"])))
+    _request(info, protocol.Conflicts(what="restored", id=kept.id))
     print(
-        f"{local_path}: the bytes of conflict copy {kept['id']} are back as a local "
+        f"{local_path}: the bytes of conflict copy {kept.id} are back as a local "
         "change; the next sync pass pushes them with a precondition (if the memory "
         "changed again they lose again, and are kept again)"
     )

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from memfs.config import ExitCode
 from memfs.control import protocol, registry
 from memfs.control.client import request
+from memfs.control.codec import to_wire
 from memfs.errors import CommandFailed
 from memfs.mount.display import printable
 
@@ -128,8 +129,11 @@ def target(arg: str, api_url: str | None = None) -> Target:
     return Target(path, spec, info=info, rel=rel, local=os.path.abspath(path))
 
 
-def ask(t: Target, what: Literal["log", "show"], version: str | None = None) -> dict[str, Any]:
+def ask(
+    t: Target, what: Literal["log", "show"], version: str | None = None
+) -> protocol.HistoryAnswer:
     """The history answer for `t` (see memfs/store/history.py), or CommandFailed."""
+    answer: protocol.HistoryAnswer | protocol.ErrorAnswer
     if t.info is not None:
         try:
             answer = request(
@@ -142,17 +146,23 @@ def ask(t: Target, what: Literal["log", "show"], version: str | None = None) -> 
         except OSError as e:
             raise CommandFailed(f"the daemon did not answer: {e}") from None
     else:
-        answer = _direct(t, what, version)
-    if not answer.get("ok"):
+        answer, _ = _direct(t, what, version)
+    if isinstance(answer, protocol.ErrorAnswer):
         raise CommandFailed(
-            f"{t.shown}: {answer.get('error')}",
-            ExitCode.UNREACHABLE if answer.get("unreachable") else ExitCode.FAILED,
+            f"{t.shown}: {answer.error}",
+            ExitCode.UNREACHABLE if answer.unreachable else ExitCode.FAILED,
         )
     return answer
 
 
-def _direct(t: Target, what: str, version: str | None, restore: bool = False) -> dict[str, Any]:
-    """The same answer as a daemon's, asked of the store by this process."""
+# What a restore in the store did: {ok, error} | {ok, unchanged} | {ok, memory_id, version}
+Restored = dict[str, Any]
+Direct = tuple[protocol.HistoryAnswer | protocol.ErrorAnswer, Restored | None]
+
+
+def _direct(t: Target, what: str, version: str | None, restore: bool = False) -> Direct:
+    """The same answer as a daemon's, asked of the store by this process (and with
+    `restore`, what writing the chosen version back did)."""
     import trio
 
     from memfs.errors import ConfigError, StoreAuthError, StoreError, StoreUnavailable
@@ -160,7 +170,7 @@ def _direct(t: Target, what: str, version: str | None, restore: bool = False) ->
 
     try:
         config = ClientConfig.from_env(t.api_url)
-        result: dict[str, Any] = trio.run(_direct_async, config, t, what, version, restore)
+        result: Direct = trio.run(_direct_async, config, t, what, version, restore)
         return result
     except ConfigError as e:
         raise CommandFailed(str(e), ExitCode.USAGE) from None
@@ -177,9 +187,10 @@ def _direct(t: Target, what: str, version: str | None, restore: bool = False) ->
 
 async def _direct_async(
     config: Any, t: Target, what: str, version: str | None, restore: bool
-) -> dict[str, Any]:
+) -> Direct:
     from memfs.cli.common import CLI_RETRY
     from memfs.errors import NotFound
+    from memfs.mount.answers import version_answer
     from memfs.store import history
     from memfs.store.client import StoreClient
     from memfs.store.connection import INTERACTIVE_FIRST_BYTE, make_http_client
@@ -189,50 +200,53 @@ async def _direct_async(
         try:
             store = await client.retrieve_store(t.store_id)
         except NotFound:
-            return {"ok": False, "error": f"memory store {t.store_id} does not exist"}
+            return protocol.error(f"memory store {t.store_id} does not exist"), None
         memory_id = await history.find_memory(client, t.store_id, t.path)
         if memory_id is None:
-            return {
-                "ok": False,
-                "error": "the store has no memory at this path, and "
-                "none was deleted there recently",
-            }
+            return protocol.error(
+                "the store has no memory at this path, and none was deleted there recently"
+            ), None
         versions = await history.versions_of(client, t.store_id, memory_id)
-        answer: dict[str, Any] = {
-            "ok": True,
-            "memory_store_id": t.store_id,
-            "path": t.path,
-            "memory_id": memory_id,
-            "access": "read_only" if store.archived_at else "read_write",
-            "local": None,
-            "versions": [history.version_json(v) for v in versions],
-        }
-        if what == "show":
-            try:
-                chosen = history.pick(versions, version)
-                content = await history.content_of(client, t.store_id, chosen)
-            except history.HistoryError as e:
-                return {"ok": False, "error": str(e)}
-            answer["version"] = history.version_json(chosen)
-            answer["content"] = content
-            if restore:
-                answer["restored"] = await _restore_in_store(client, t, answer, versions)
-        return answer
+        answer = protocol.HistoryAnswer(
+            ok=True,
+            memory_store_id=t.store_id,
+            path=t.path,
+            memory_id=memory_id,
+            access="read_only" if store.archived_at else "read_write",
+            local=None,
+            versions=[version_answer(v) for v in versions],
+        )
+        if what != "show":
+            return answer, None
+        try:
+            chosen = history.pick(versions, version)
+            content = await history.content_of(client, t.store_id, chosen)
+        except history.HistoryError as e:
+            return protocol.error(str(e)), None
+        answer.version = version_answer(chosen)
+        answer.content = content
+        if not restore:
+            return answer, None
+        return answer, await _restore_in_store(client, t, memory_id, content, answer, versions)
 
 
 async def _restore_in_store(
-    client: Any, t: Target, answer: dict[str, Any], versions: list[Any]
-) -> dict[str, Any]:
+    client: Any,
+    t: Target,
+    memory_id: str,
+    content: str,
+    answer: protocol.HistoryAnswer,
+    versions: list[Any],
+) -> Restored:
     """An update with the current sha as precondition (or a create, if it was deleted)."""
     from memfs.errors import PathConflict, PreconditionFailed
     from memfs.paths import sha256_hex
 
-    if answer["access"] == "read_only":
+    if answer.access == "read_only":
         return {
             "ok": False,
             "error": f"{t.store_id} is archived (read-only); restore writes nothing to it",
         }
-    content: str = answer["content"]
     sha = sha256_hex(content.encode("utf-8", "surrogatepass"))
     newest = versions[0]
     try:
@@ -243,7 +257,7 @@ async def _restore_in_store(
         else:
             memory = await client.update_memory(
                 t.store_id,
-                answer["memory_id"],
+                memory_id,
                 content=content,
                 path=None if newest.path == t.path else t.path,
                 precondition_sha256=newest.content_sha256,
@@ -266,32 +280,29 @@ def _log(args: argparse.Namespace) -> int:
     t = target(args.path, args.api_url)
     answer = ask(t, "log")
     if args.json:
-        print(json.dumps(answer, indent=2))
+        print(json.dumps(to_wire(answer), indent=2))
         return ExitCode.OK
-    local = answer.get("local")
+    local = answer.local
     where = (
-        f"{answer['path']}  memory {answer.get('memory_id') or '-'}  store "
-        f"{answer['memory_store_id']} ({answer['access']})"
+        f"{answer.path}  memory {answer.memory_id or '-'}  store "
+        f"{answer.memory_store_id} ({answer.access})"
     )
     if local is not None:
-        where += f"  local: {local['state']}"
+        where += f"  local: {local.state}"
     print(where)
-    versions = answer["versions"]
+    versions = answer.versions
     if not versions:
         print("  no versions in the store yet (the file was never pushed)")
-    head = next((v["id"] for v in versions if v["operation"] != "deleted"), None)
+    head = next((v.id for v in versions if v.operation != "deleted"), None)
     for n, v in enumerate(versions):
-        size = "-" if v["content_size_bytes"] is None else f"{v['content_size_bytes']} B"
-        sha = (v["content_sha256"] or "-")[:12]
-        line = (
-            f"  ~{n:<3} {v['id']}  {v['created_at']}  {v['actor']:<24} "
-            f"{v['operation']:<9} {size:>9}  {sha}"
-        )
-        if v["path"] != answer["path"]:
-            line += f"  at {v['path']}"
-        if v["redacted_at"]:
+        size = "-" if v.content_size_bytes is None else f"{v.content_size_bytes} B"
+        sha = (v.content_sha256 or "-")[:12]
+        line = f"  ~{n:<3} {v.id}  {v.created_at}  {v.actor:<24} {v.operation:<9} {size:>9}  {sha}"
+        if v.path != answer.path:
+            line += f"  at {v.path}"
+        if v.redacted_at:
             line += "  (redacted)"
-        if v["id"] == head and versions[0]["operation"] != "deleted":
+        if v.id == head and versions[0].operation != "deleted":
             line += "  (head)"
         print(printable(line))
     return ExitCode.OK
@@ -299,10 +310,17 @@ def _log(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     t = target(args.path, args.api_url)
-    answer = ask(t, "show", t.spec)
-    sys.stdout.buffer.write(_bytes(answer["content"]))
+    _, content = _shown(t, ask(t, "show", t.spec))
+    sys.stdout.buffer.write(_bytes(content))
     sys.stdout.flush()
     return ExitCode.OK
+
+
+def _shown(t: Target, answer: protocol.HistoryAnswer) -> tuple[str, str]:
+    """The id and content of the version a `show` answer chose."""
+    if answer.version is None or answer.content is None:
+        raise CommandFailed(f"{t.shown}: the answer names no version")
+    return answer.version.id, answer.content
 
 
 def _bytes(content: str) -> bytes:
@@ -340,8 +358,8 @@ def _side(t: Target, spec: str) -> tuple[str, bytes]:
             return f"{t.shown} (absent locally)", b""
         except OSError as e:
             raise CommandFailed(f"cannot read {t.local}: {e.strerror}") from None
-    answer = ask(t, "show", spec)
-    return f"{t.shown}@{answer['version']['id']}", _bytes(answer["content"])
+    version, content = _shown(t, ask(t, "show", spec))
+    return f"{t.shown}@{version}", _bytes(content)
 
 
 def unified(a: bytes, b: bytes, a_label: str, b_label: str) -> bytes:
@@ -364,32 +382,28 @@ def _restore(args: argparse.Namespace) -> int:
     if t.spec is not None:
         raise CommandFailed("name the version with --to, not PATH@VERSION", ExitCode.USAGE)
     if t.info is None:
-        answer = _direct(t, "show", args.to, restore=True)
-        if not answer.get("ok"):
-            raise CommandFailed(f"{t.shown}: {answer.get('error')}")
-        done = answer["restored"]
+        answer, done = _direct(t, "show", args.to, restore=True)
+        if isinstance(answer, protocol.ErrorAnswer):
+            raise CommandFailed(f"{t.shown}: {answer.error}")
+        version, _ = _shown(t, answer)
+        assert done is not None  # asked with restore=True
         if not done.get("ok"):
             raise CommandFailed(f"{t.shown}: {done['error']}")
         if done.get("unchanged"):
-            print(
-                f"{t.shown} already has the content of {answer['version']['id']}; nothing written"
-            )
+            print(f"{t.shown} already has the content of {version}; nothing written")
         else:
-            print(
-                f"{t.shown}: restored the content of {answer['version']['id']} as new "
-                f"version {done['version']}"
-            )
+            print(f"{t.shown}: restored the content of {version} as new version {done['version']}")
         return ExitCode.OK
     answer = ask(t, "show", args.to)
-    version = answer["version"]["id"]
-    if answer["access"] == "read_only":
+    version, content = _shown(t, answer)
+    if answer.access == "read_only":
         raise CommandFailed(f"{t.shown} is in a read-only store; restore writes nothing to it")
-    local = answer["local"]
-    data = _bytes(answer["content"])
-    if local["exists"] and local.get("sha") == sha256_hex(data):
+    local = answer.local
+    data = _bytes(content)
+    if isinstance(local, protocol.LocalFile) and local.sha == sha256_hex(data):
         print(f"{t.shown} already has the content of {version}; nothing written")
         return ExitCode.OK
-    if local.get("dirty") and not args.force:
+    if isinstance(local, protocol.LocalFile) and local.dirty and not args.force:
         raise CommandFailed(
             f"{t.shown} has local changes that were not pushed yet; push them "
             f"first (memfs sync), or pass --force to overwrite them"

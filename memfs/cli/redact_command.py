@@ -60,16 +60,16 @@ def _redact(args: argparse.Namespace) -> int:
         )
     t = history_commands.target(args.target, getattr(args, "api_url", None))
     answer = history_commands.ask(t, "log")
-    store_id, memory_id = str(answer["memory_store_id"]), answer.get("memory_id")
+    store_id, memory_id = answer.memory_store_id, answer.memory_id
     if memory_id is None:
         raise CommandFailed(f"{t.shown}: the store keeps no versions of it")
     config = _config(t.api_url)
-    versions = _call(config, t.shown, _versions, store_id, str(memory_id))
+    versions = _call(config, t.shown, _versions, store_id, memory_id)
     try:
         chosen = history.pick(versions, t.spec)
     except history.HistoryError as e:
         raise CommandFailed(f"{t.shown}: {e}") from None
-    label = f"{answer['path']}@{chosen.id}"
+    label = f"{answer.path}@{chosen.id}"
     if chosen.redacted_at is not None:
         print(f"{label} was already redacted at {chosen.redacted_at}")
         return ExitCode.OK

@@ -4,7 +4,8 @@
 serves the worker adapter on the SDK's anyio loop and any trio code, and is cancellable.
 Both send one request line and read one answer line through protocol.py's framing.
 Reaching the daemon can fail (OSError, TimeoutError: the caller says what goes on); a
-daemon that hangs up or answers garbage gives an error answer, never an exception.
+daemon that hangs up, answers garbage or an answer that does not fit the request's
+answer type (protocol.py) gives an error answer, never an exception.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import anyio
 
 from memfs.control.protocol import (
     MAX_ANSWER,
+    A,
+    Asks,
+    ErrorAnswer,
     LineBuffer,
     LineTooLong,
-    Request,
     encode_request,
     error,
     parse_answer,
@@ -29,15 +32,16 @@ def _socket_of(info: dict[str, Any] | str) -> str:
     return info if isinstance(info, str) else str(info["socket"])
 
 
-def _finish(buf: LineBuffer, line: bytes | None) -> dict[str, Any]:
+def _finish(req: Asks[A], buf: LineBuffer, line: bytes | None) -> A | ErrorAnswer:
     if line is not None:
-        return parse_answer(line)
+        answer: A | ErrorAnswer = parse_answer(line, req.answer, req.op)
+        return answer
     if buf.pending:
-        return dict(error("the daemon hung up in the middle of its answer"))
-    return dict(error("the daemon hung up without an answer"))
+        return error("the daemon hung up in the middle of its answer")
+    return error("the daemon hung up without an answer")
 
 
-def request(info: dict[str, Any] | str, req: Request, timeout: float = 60.0) -> dict[str, Any]:
+def request(info: dict[str, Any] | str, req: Asks[A], timeout: float = 60.0) -> A | ErrorAnswer:
     """The daemon's answer to `req` (`info` is a registry entry or a socket path);
     `timeout` bounds connecting and each wait for bytes."""
     buf = LineBuffer(MAX_ANSWER)
@@ -53,11 +57,11 @@ def request(info: dict[str, Any] | str, req: Request, timeout: float = 60.0) -> 
                     break
                 line = buf.feed(chunk)
         except LineTooLong as e:
-            return dict(error(f"the daemon sent a broken answer: {e}"))
-    return _finish(buf, line)
+            return error(f"the daemon sent a broken answer: {e}")
+    return _finish(req, buf, line)
 
 
-async def arequest(info: dict[str, Any] | str, req: Request) -> dict[str, Any]:
+async def arequest(info: dict[str, Any] | str, req: Asks[A]) -> A | ErrorAnswer:
     """`request` for an event loop (trio or asyncio, through anyio); bound it with the
     caller's own cancel scope (`anyio.fail_after`, `trio.move_on_after`)."""
     buf = LineBuffer(MAX_ANSWER)
@@ -72,5 +76,5 @@ async def arequest(info: dict[str, Any] | str, req: Request) -> dict[str, Any]:
                     break
                 line = buf.feed(chunk)
         except LineTooLong as e:
-            return dict(error(f"the daemon sent a broken answer: {e}"))
-    return _finish(buf, line)
+            return error(f"the daemon sent a broken answer: {e}")
+    return _finish(req, buf, line)

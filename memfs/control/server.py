@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from memfs.control import registry
+from memfs.control.codec import to_wire
 from memfs.control.protocol import (
     MAX_REQUEST,
     Answer,
@@ -89,7 +90,7 @@ class ControlServer:
             async with stream:
                 answer = await self._answer(stream)
                 if answer is not None:
-                    await stream.send_all(encode(answer))
+                    await stream.send_all(encode(to_wire(answer)))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
             # The peer timed out, was interrupted (Ctrl-C) or hung up: its request (a
             # sync pass, an unmount) goes on; only the answer has nowhere to go.

@@ -15,20 +15,24 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memfs.control import protocol
 from memfs.control.server import Handler
 from memfs.errors import StoreError
-from memfs.mount.fs import MemFs
+from memfs.logs import rfc3339
 from memfs.paths import NAME_MAX, local_name, may_be_alias
 from memfs.state import conflicts
 from memfs.state.node import Kind, Node
 from memfs.state.store_state import StoreState
 from memfs.store import history
 from memfs.store.client import StoreClient, StoreInfo
-from memfs.sync.engine import StoreSync
-from memfs.sync.plan import PathPush
+from memfs.store.wire import MemoryVersion
+from memfs.sync.engine import RefusedFile, StoreSync, SyncStatistics
+from memfs.sync.plan import ConflictCopy, PassResult, PathPush
+
+if TYPE_CHECKING:  # the CLI builds history answers too, without FUSE
+    from memfs.mount.fs import MemFs
 
 
 @dataclass
@@ -70,35 +74,50 @@ def _child(node: Node, name: str) -> Node | None:
     return child
 
 
-def local_json(here: Located) -> dict[str, Any]:
+def local_file(here: Located) -> protocol.LocalFile | protocol.NoLocalFile:
     node = here.node
     if node is None:
         tomb = next((t for t in here.state.tombstones.values() if t.base_path == here.path), None)
-        return {
-            "exists": False,
-            "state": "pending-delete" if tomb else "absent",
-            "memory_id": tomb.memory_id if tomb else None,
-        }
-    return {
-        "exists": True,
-        "state": node.state_name(),
-        "sha": node.current_sha(),
-        "memory_id": node.memory_id,
-        "base_sha": node.base_sha,
-        "dirty": node.state_name() in ("dirty", "refused"),
-        "conflict": node.conflict,
-    }
+        return protocol.NoLocalFile(
+            exists=False,
+            state="pending-delete" if tomb else "absent",
+            memory_id=tomb.memory_id if tomb else None,
+        )
+    return protocol.LocalFile(
+        exists=True,
+        state=node.state_name(),
+        sha=node.current_sha(),
+        memory_id=node.memory_id,
+        base_sha=node.base_sha,
+        dirty=node.state_name() in ("dirty", "refused"),
+        conflict=node.conflict,
+    )
+
+
+def version_answer(v: MemoryVersion) -> protocol.HistoryVersion:
+    return protocol.HistoryVersion(
+        id=v.id,
+        memory_id=v.memory_id,
+        operation=v.operation,
+        path=v.path,
+        created_at=v.created_at,
+        created_by=v.created_by,
+        actor=history.actor_name(v.created_by),
+        content_sha256=v.content_sha256,
+        content_size_bytes=v.content_size_bytes,
+        redacted_at=v.redacted_at,
+    )
 
 
 async def history_answer(
     request: protocol.History, state: StoreState, client: StoreClient
-) -> dict[str, Any]:
+) -> protocol.HistoryAnswer | protocol.ErrorAnswer:
     """A file's versions, and with `what="show"` one version's content."""
     try:
         here = locate(state, request.path)
-        local = local_json(here)
+        local = local_file(here)
         store_id = here.state.store_id
-        memory_id = local.get("memory_id")
+        memory_id = local.memory_id
         if memory_id is None:
             # A file created here and never pushed has no history of its own; the store
             # may still keep a deleted memory's versions under the path.
@@ -106,28 +125,28 @@ async def history_answer(
                 client, store_id, here.path, deleted=here.node is None
             )
         versions = await history.versions_of(client, store_id, memory_id) if memory_id else []
-        base = {
-            "ok": True,
-            "memory_store_id": store_id,
-            "path": here.path,
-            "memory_id": memory_id,
-            "access": "read_only" if here.state.read_only else "read_write",
-            "local": local,
-            "versions": [history.version_json(v) for v in versions],
-        }
+        answer = protocol.HistoryAnswer(
+            ok=True,
+            memory_store_id=store_id,
+            path=here.path,
+            memory_id=memory_id,
+            access="read_only" if here.state.read_only else "read_write",
+            local=local,
+            versions=[version_answer(v) for v in versions],
+        )
         if request.what == "show":
             chosen = history.pick(versions, request.version)
-            base["version"] = history.version_json(chosen)
-            base["content"] = await history.content_of(client, store_id, chosen)
-        return base
+            answer.version = version_answer(chosen)
+            answer.content = await history.content_of(client, store_id, chosen)
+        return answer
     except history.HistoryError as e:
-        return {"ok": False, "error": str(e)}
+        return protocol.error(str(e))
     except StoreError as e:
-        return {
-            "ok": False,
-            "error": f"the store did not answer the history request: {e}",
-            "unreachable": True,
-        }
+        return protocol.ErrorAnswer(
+            ok=False,
+            error=f"the store did not answer the history request: {e}",
+            unreachable=True,
+        )
 
 
 def _local_path(mountpoint: str, path: str) -> str:
@@ -141,53 +160,72 @@ def _listing(sync: StoreSync, mountpoint: str) -> list[tuple[conflicts.Kept, str
     return [(kept, _local_path(mountpoint, kept.path)) for kept in kept_copies]
 
 
+def kept_copy(kept: conflicts.Kept, local_path: str | None = None) -> protocol.KeptCopy:
+    return protocol.KeptCopy(
+        id=kept.id,
+        memory_store_id=kept.memory_store_id,
+        path=kept.path,
+        at=kept.at,
+        copy=kept.copy,
+        size=kept.size,
+        memory_id=kept.memory_id,
+        local_sha256=kept.local_sha256,
+        remote_sha256=kept.remote_sha256,
+        remote_version=kept.remote_version,
+        restored_at=kept.restored_at,
+        local_path=local_path,
+    )
+
+
 def conflicts_answer(
     request: protocol.Conflicts, sync: StoreSync, mountpoint: str
-) -> dict[str, Any]:
+) -> protocol.ConflictsAnswer | protocol.ErrorAnswer:
     """The kept copies (`list`); one by id prefix (`get`), marked restored, or dropped."""
     listing = _listing(sync, mountpoint)
     what = request.what
     if what == "list":
-        return {
-            "ok": True,
-            "mountpoint": mountpoint,
-            "conflicts": [{**asdict(k), "local_path": lp} for k, lp in listing],
-        }
+        return protocol.ConflictsAnswer(
+            ok=True,
+            mountpoint=mountpoint,
+            conflicts=[kept_copy(k, lp) for k, lp in listing],
+        )
     wanted = request.id
     matches = [item for item in listing if wanted and item[0].id.startswith(wanted)]
     if not matches:
-        return {"ok": False, "missing": True, "error": f"no conflict copy {wanted!r} here"}
+        return protocol.ErrorAnswer(
+            ok=False, error=f"no conflict copy {wanted!r} here", missing=True
+        )
     if len(matches) > 1:
-        return {
-            "ok": False,
-            "error": f"{wanted!r} names {len(matches)} conflict copies; give more digits",
-        }
+        return protocol.error(f"{wanted!r} names {len(matches)} conflict copies; give more digits")
     kept, local_path = matches[0]
     state = sync.state
     if what == "get":
         try:
             data = Path(kept.copy).read_bytes()
         except OSError as e:
-            return {"ok": False, "error": f"cannot read {kept.copy}: {e.strerror}"}
+            return protocol.error(f"cannot read {kept.copy}: {e.strerror}")
         node = state.node_at(kept.path)
-        local: dict[str, Any] = {"exists": node is not None}
-        if node is not None:
-            local.update(
+        local: protocol.CopyTarget | protocol.NoCopyTarget = (
+            protocol.NoCopyTarget(exists=False)
+            if node is None
+            else protocol.CopyTarget(
+                exists=True,
                 state=node.state_name(),
                 sha=node.current_sha(),
                 dirty=node.state_name() in ("dirty", "refused"),
             )
-        return {
-            "ok": True,
-            "conflict": {**asdict(kept), "local_path": local_path},
-            "content_b64": base64.b64encode(data).decode(),
-            "local": local,
-            "access": "read_only" if state.read_only else "read_write",
-        }
+        )
+        return protocol.ConflictsAnswer(
+            ok=True,
+            conflict=kept_copy(kept, local_path),
+            content_b64=base64.b64encode(data).decode(),
+            local=local,
+            access="read_only" if state.read_only else "read_write",
+        )
     if what == "restored":
         kept.restored_at = conflicts._now()
         conflicts._write(kept)
-        return {"ok": True, "conflict": asdict(kept)}
+        return protocol.ConflictsAnswer(ok=True, conflict=kept_copy(kept))
     # what == "drop" (the protocol admits no other word)
     Path(kept.copy).unlink(missing_ok=True)
     conflicts._meta(Path(kept.copy)).unlink(missing_ok=True)
@@ -195,7 +233,75 @@ def conflicts_answer(
     if node is not None and node.conflict == kept.copy:
         sync.records.clear_conflict(node)  # status and user.memfs.* stop naming it
     sync.conflict_copies[:] = [c for c in sync.conflict_copies if c.copy != kept.copy]
-    return {"ok": True, "dropped": asdict(kept)}
+    return protocol.ConflictsAnswer(ok=True, dropped=kept_copy(kept))
+
+
+# -- the status schema ------------------------------------------------------------------
+
+
+def _conflict_copy(c: ConflictCopy) -> protocol.ConflictCopy:
+    return protocol.ConflictCopy(path=c.path, copy=c.copy, at=c.at, why=c.why)
+
+
+def _refused_file(r: RefusedFile) -> protocol.RefusedFile:
+    return protocol.RefusedFile(
+        path=r.path,
+        why=r.why,
+        transient=r.transient,
+        next_retry=rfc3339(r.next_retry) if r.next_retry is not None else None,
+    )
+
+
+def last_pass(p: PassResult) -> protocol.LastPass:
+    """A pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
+    return protocol.LastPass(
+        at=rfc3339(p.started_at),
+        duration_s=round(p.duration_s, 3),
+        cpu_ms=round(p.cpu_s * 1000, 1),
+        outcome=p.outcome,
+        error=p.error,
+        pulled=p.pulled,
+        pushed=p.pushed,
+        deleted=p.deleted,
+        conflicts=p.conflicts,
+        conflict_copies=[_conflict_copy(c) for c in p.conflict_copies],
+        listed=p.listed,
+        kind=p.kind,
+        unsettled=list(p.unsettled),
+    )
+
+
+def store_status(
+    sync: StoreSync, stats: SyncStatistics, name: str, mount_path: str
+) -> protocol.StoreStatus:
+    """One store of `memfs status`: what it is, then its statistics."""
+    return protocol.StoreStatus(
+        memory_store_id=sync.store_id,
+        name=name,
+        mount_path=mount_path,
+        access="read_only" if sync.state.read_only else "read_write",
+        interval_s=sync.interval,
+        deletions=sync.deletions,
+        memories=stats.memories,
+        bytes=stats.bytes,
+        dirty=stats.dirty,
+        refused=stats.refused,
+        conflicts=stats.conflicts,
+        pending_deletes=stats.pending_deletes,
+        missing_content=stats.missing_content,
+        offline=stats.offline,
+        conflict_copies=[_conflict_copy(c) for c in stats.conflict_copies],
+        refused_files=[_refused_file(r) for r in stats.refused_files],
+        dirty_files=list(stats.dirty_files),
+        excluded=stats.excluded,
+        pending_delete_paths=list(stats.pending_delete_paths),
+        last_pass=last_pass(stats.last_pass) if stats.last_pass else None,
+        next_pass_at=rfc3339(stats.next_pass_at) if stats.next_pass_at else None,
+        learns_by=stats.learns_by,
+        last_heard_at=rfc3339(stats.last_heard_at) if stats.last_heard_at else None,
+        passes=dict(stats.passes),
+        feed_missed=stats.feed_missed,
+    )
 
 
 # -- the op table -----------------------------------------------------------------------
@@ -244,23 +350,19 @@ class Answers:
     def _status(self) -> protocol.StatusAnswer:
         """The mount and its store's statistics; `sync` answers with the same schema."""
         sync, info = self._sync, self._info
-        store = {
-            "memory_store_id": sync.store_id,
-            "name": info.name if info else "",
-            "mount_path": self._mountpoint,
-            "access": "read_only" if sync.state.read_only else "read_write",
-            "interval_s": sync.interval,
-            "deletions": sync.deletions,
-            **sync.statistics().as_json(),
-        }
-        answer: protocol.StatusAnswer = {
-            "ok": True,
-            "mountpoint": self._mountpoint,
-            "pid": os.getpid(),
-            "stores": [store],
-        }
-        answer.update(self._fs.statistics().as_json())  # type: ignore[typeddict-item]
-        return answer
+        store = store_status(sync, sync.statistics(), info.name if info else "", self._mountpoint)
+        fuse = self._fs.statistics()
+        return protocol.StatusAnswer(
+            ok=True,
+            mountpoint=self._mountpoint,
+            pid=os.getpid(),
+            stores=[store],
+            fuse_requests=fuse.fuse_requests,
+            pyfuse3=fuse.pyfuse3,
+            negative_entries=asdict(fuse.negative_entries),
+            xattrs=fuse.xattrs,
+            close_watch=None if fuse.close_watch is None else asdict(fuse.close_watch),
+        )
 
     async def status(self, _: protocol.Status) -> protocol.StatusAnswer:
         return self._status()
@@ -268,8 +370,8 @@ class Answers:
     async def sync(self, request: protocol.Sync) -> protocol.StatusAnswer:
         result = await self._sync.sync_now(full=request.full)
         answer = self._status()
-        answer["stores"][0]["last_pass"] = result.to_json()
-        answer["ok"] = result.outcome == "ok"
+        answer.stores[0].last_pass = last_pass(result)
+        answer.ok = result.outcome == "ok"
         return answer
 
     async def push(self, request: protocol.Push) -> protocol.PushAnswer:
@@ -280,22 +382,26 @@ class Answers:
             done = PathPush("missing", request.path, why=str(e))
         else:
             done = await sync.push_path(here.path, merge=request.merge, sha=request.sha)
-        return {
-            "ok": done.ok,
-            "outcome": done.outcome,
-            "path": done.path,
-            "version": done.version,
-            "why": done.why,
-            "copy": done.copy,
-        }
+        return protocol.PushAnswer(
+            ok=done.ok,
+            outcome=done.outcome,
+            path=done.path,
+            version=done.version,
+            why=done.why,
+            copy=done.copy,
+        )
 
     async def flush(self, _: protocol.Flush) -> protocol.FlushAnswer:
         sync = self._sync
-        flushed: dict[str, dict[str, Any]] = {}
+        flushed: dict[str, protocol.Flushed] = {}
         if not sync.state.read_only:
             r = await sync.flush_writes()
-            flushed[sync.store_id] = {"outcome": r.outcome, "error": r.error, "pushed": r.pushed}
-        return {"ok": all(r["outcome"] == "ok" for r in flushed.values()), "stores": flushed}
+            flushed[sync.store_id] = protocol.Flushed(
+                outcome=r.outcome, error=r.error, pushed=r.pushed
+            )
+        return protocol.FlushAnswer(
+            ok=all(f.outcome == "ok" for f in flushed.values()), stores=flushed
+        )
 
     async def restore(self, request: protocol.Restore) -> protocol.RestoreAnswer:
         sync = self._sync
@@ -304,18 +410,33 @@ class Answers:
             restored[sync.store_id] = await sync.restore_missing()
         if request.sync and restored.get(sync.store_id):
             await sync.sync_now()
-        return {"ok": True, "restored": restored}
+        return protocol.RestoreAnswer(ok=True, restored=restored)
 
-    async def history(self, request: protocol.History) -> dict[str, Any]:
+    async def history(
+        self, request: protocol.History
+    ) -> protocol.HistoryAnswer | protocol.ErrorAnswer:
         return await history_answer(request, self._sync.state, self._client())
 
-    async def conflicts(self, request: protocol.Conflicts) -> dict[str, Any]:
+    async def conflicts(
+        self, request: protocol.Conflicts
+    ) -> protocol.ConflictsAnswer | protocol.ErrorAnswer:
         return conflicts_answer(request, self._sync, self._mountpoint)
 
     async def progress(self, _: protocol.Progress) -> protocol.ProgressAnswer:
         sync = self._sync
-        stores = [{"memory_store_id": sync.store_id, "label": "", **sync.progress.snapshot()}]
-        return {"ok": True, "closing": self._stopping(), "stores": stores}
+        t = sync.progress
+        ended = t.last if t.phase == "" else None
+        store = protocol.StoreProgress(
+            memory_store_id=sync.store_id,
+            label="",
+            phase=t.phase,
+            done=t.done,
+            total=t.total,
+            last=None
+            if ended is None
+            else protocol.PhaseEnded(ended.phase, ended.done, ended.total),
+        )
+        return protocol.ProgressAnswer(ok=True, closing=self._stopping(), stores=[store])
 
     async def unmount(self, _: protocol.Unmount) -> protocol.UnmountAnswer:
         return await self._unmount()

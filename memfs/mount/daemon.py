@@ -38,7 +38,7 @@ from memfs.config import (
     default_cache_root,
     private_dir,
 )
-from memfs.control.protocol import UnmountAnswer
+from memfs.control.protocol import RefusedPath, UnmountAnswer
 from memfs.control.recovery import fuse_mount_count
 from memfs.control.registry import socket_path
 from memfs.control.server import ControlServer
@@ -101,14 +101,9 @@ class Daemon:
         self.ops: MemFs | None = None
         self._stop = trio.Event()
         self._flushed = trio.Event()
-        self._flush_report: UnmountAnswer = {
-            "ok": True,
-            "seconds": 0.0,
-            "unpushed": {},
-            "refused": {},
-            "stopped": False,
-            "outcomes": {},
-        }
+        self._flush_report = UnmountAnswer(
+            ok=True, seconds=0.0, unpushed={}, refused={}, stopped=False, outcomes={}
+        )
         self._flush_scope = trio.CancelScope()  # the third Ctrl-C cancels the final flush
         self._flushing = False
         self._flush_signals = 0  # signals heard during the final flush
@@ -535,14 +530,16 @@ class Daemon:
         )
         return {sync.store_id: paths} if paths else {}
 
-    def _refused(self) -> dict[str, list[dict[str, str]]]:
+    def _refused(self) -> dict[str, list[RefusedPath]]:
         """The files the store refused for good (until their content changes), which it
         does not have, by store id (none when read-only)."""
         sync = self.sync
         if sync.state.read_only:
             return {}
         files = [r for r in sync.statistics().refused_files if not r.transient]
-        return {sync.store_id: [{"path": r.path, "why": r.why} for r in files]} if files else {}
+        return (
+            {sync.store_id: [RefusedPath(path=r.path, why=r.why) for r in files]} if files else {}
+        )
 
     async def _final_flush(self) -> int:
         t0 = time.monotonic()
@@ -566,14 +563,14 @@ class Daemon:
                 display.close()
         left, refused = self._left_behind(), self._refused()
         stopped = self._flush_scope.cancelled_caught
-        self._flush_report = {
-            "ok": not left and not refused,
-            "seconds": round(time.monotonic() - t0, 3),
-            "unpushed": left,
-            "refused": refused,
-            "stopped": stopped,
-            "outcomes": {k: v.outcome for k, v in results.items()},
-        }
+        self._flush_report = UnmountAnswer(
+            ok=not left and not refused,
+            seconds=round(time.monotonic() - t0, 3),
+            unpushed=left,
+            refused=refused,
+            stopped=stopped,
+            outcomes={k: v.outcome for k, v in results.items()},
+        )
         for store_id, paths in left.items():
             log.warning(
                 "memory flush left changed files un-pushed; they stay in the "
@@ -589,7 +586,7 @@ class Daemon:
                 "files=%d paths=%s",
                 store_id,
                 len(files),
-                ",".join(f["path"] for f in files[:20]),
+                ",".join(f.path for f in files[:20]),
             )
         if stopped:
             _say(
@@ -597,7 +594,7 @@ class Daemon:
                 "in the journal: the next start pushes them"
             )
             return ExitCode.INTERRUPTED
-        return 0 if self._flush_report["ok"] else 1
+        return 0 if self._flush_report.ok else 1
 
     def places(self) -> dict[str, str]:
         """Where the store shows: at the mount point (the audit trail's mount lines)."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import IO, Any, ClassVar
+from typing import IO, ClassVar
 
+from memfs.control.protocol import PhaseEnded, ProgressAnswer, UnmountAnswer
 from memfs.sync.progress import Tracker
 
 # The exit message names this many paths, then "and N more".
@@ -134,11 +135,11 @@ class Display:
             )
         current[1].update(done, total)
 
-    def finish(self, label: str, last: dict[str, Any] | None) -> None:
+    def finish(self, label: str, last: PhaseEnded | None) -> None:
         """Bring a bar to where its phase ended (seen after the last look)."""
         current = self.bars.get(label)
-        if current is not None and last and last.get("phase") == current[0]:
-            current[1].update(int(last.get("done") or 0), last.get("total"))
+        if current is not None and last is not None and last.phase == current[0]:
+            current[1].update(last.done, last.total)
 
     def close(self) -> None:
         for tracker, seen in self._watching:
@@ -161,11 +162,11 @@ class Display:
 
 
 @contextmanager
-def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]) -> Iterator[None]:
+def following(ask: Callable[[], ProgressAnswer | None], names: dict[str, str]) -> Iterator[None]:
     """While the body waits for the daemon, draw what `ask()` (its `progress` op) says.
 
-    `ask` runs in a thread every POLL_INTERVAL; it returns {"stores": [{"label",
-    "phase", "done", "total"}, …]} or None (no answer: nothing changes on screen).
+    `ask` runs in a thread every POLL_INTERVAL; it returns the daemon's answer or None
+    (no answer: nothing changes on screen).
     """
     display = Display.for_terminal(names)
     if display is None:
@@ -182,12 +183,9 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]) -
             with lock:
                 if stop.is_set():
                     return
-                for s in answer.get("stores", []):
-                    label = str(s.get("label", ""))
-                    display.finish(label, s.get("last"))
-                    display.show(
-                        label, str(s.get("phase", "")), int(s.get("done") or 0), s.get("total")
-                    )
+                for s in answer.stores:
+                    display.finish(s.label, s.last)
+                    display.show(s.label, s.phase, s.done, s.total)
 
     thread = threading.Thread(target=poll, name="memfs-progress", daemon=True)
     thread.start()
@@ -200,8 +198,8 @@ def following(ask: Callable[[], dict[str, Any] | None], names: dict[str, str]) -
         # Where the phases shown really ended (not after Ctrl-C: that must exit now).
         last = ask() if answered and display.bars else None
         with lock:
-            for s in (last or {}).get("stores", []):
-                display.finish(str(s.get("label", "")), s.get("last"))
+            for s in last.stores if last is not None else []:
+                display.finish(s.label, s.last)
             display.close()
 
 
@@ -212,24 +210,22 @@ def _named(items: Sequence[str]) -> str:
     return named + (f" and {more} more" if more > 0 else "")
 
 
-def left_lines(report: Mapping[str, Any], prog: str = "memfs") -> list[str]:
+def left_lines(report: UnmountAnswer, prog: str = "memfs") -> list[str]:
     """The exit message after a final sync that left files the store does not have:
     changed files not pushed (the next start pushes them) and files the store refused
     (only in the cache until their content changes); up to 10 paths each."""
     lines = []
-    unpushed: Mapping[str, Sequence[str]] = report.get("unpushed") or {}
-    for store_id, paths in unpushed.items():
+    for store_id, paths in report.unpushed.items():
         files, stay = ("file", "it stays") if len(paths) == 1 else ("files", "they stay")
         lines.append(
             f"{prog}: {len(paths)} changed {files} of {store_id} could not be "
             f"pushed; {stay} in the journal for the next start: {_named(paths)}"
         )
-    refused: Mapping[str, Sequence[Mapping[str, str]]] = report.get("refused") or {}
-    for store_id, found in refused.items():
+    for store_id, found in report.refused.items():
         files = "1 file" if len(found) == 1 else f"{len(found)} files"
         lines.append(
             f"{prog}: {files} of {store_id} not in the store, which refused them; only "
             "the cache holds them until their content changes: "
-            + _named([f"{f['path']} ({f['why']})" for f in found])
+            + _named([f"{f.path} ({f.why})" for f in found])
         )
     return lines

@@ -18,7 +18,7 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 import pyfuse3
@@ -27,6 +27,7 @@ from cachetools import LRUCache
 
 from memfs import metrics
 from memfs.audit import Trail, command_name
+from memfs.control.protocol import Pyfuse3Build
 from memfs.errors import FsError
 from memfs.logs import Repeated
 from memfs.mount.closewatch import CloseWatch, CloseWatchStatistics
@@ -841,7 +842,7 @@ class MemFs(pyfuse3.Operations):
         """What `memfs status` shows of the FUSE side (mount-wide)."""
         return FuseStatistics(
             fuse_requests=dict(sorted(self.requests.items())),
-            pyfuse3=Pyfuse3Statistics(
+            pyfuse3=Pyfuse3Build(
                 version=_pyfuse3_version(),
                 noflush=NOFLUSH,
                 cache_readdir=CACHE_READDIR,
@@ -917,29 +918,12 @@ class MemFs(pyfuse3.Operations):
 
 
 @dataclass(frozen=True)
-class Pyfuse3Statistics:
-    """The pyfuse3 build, what it lets memfs ask of the kernel, and what this mount uses."""
-
-    version: str
-    noflush: bool  # the build has FileInfo.noflush (`NOFLUSH`)
-    cache_readdir: bool  # the build has FileInfo.cache_readdir
-    zero_message_opens: bool  # the build has Operations.pass_inode_without_fh
-    noflush_used: bool
-    cache_readdir_used: bool
-    zero_message_opens_used: bool  # open/opendir answer ENOSYS (read-only mounts)
-    read_spin: bool  # the build's session loop can read on before it sleeps
-    read_spin_us: int  # how long it does (`--read-spin-us`; 0: not at all)
-
-
-@dataclass(frozen=True)
 class FuseStatistics:
-    """The FUSE side of `memfs status` (`MemFs.statistics`); its JSON is `as_json()`."""
+    """The FUSE side of `memfs status` (`MemFs.statistics`); memfs/mount/answers.py puts
+    it in the `status` answer."""
 
     fuse_requests: dict[str, int]  # handler name -> requests, sorted by name
-    pyfuse3: Pyfuse3Statistics
+    pyfuse3: Pyfuse3Build
     negative_entries: NegativeStatistics
     xattrs: bool  # False with --no-xattrs: every xattr request answers ENOSYS
     close_watch: CloseWatchStatistics | None  # zero-message opens on a writable mount
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)

@@ -50,21 +50,6 @@ def actor_name(actor: dict[str, Any] | None) -> str:
     return f"{kind}:{actor.get(field, '?')}"
 
 
-def version_json(v: MemoryVersion) -> dict[str, Any]:
-    return {
-        "id": v.id,
-        "memory_id": v.memory_id,
-        "operation": v.operation,
-        "path": v.path,
-        "created_at": v.created_at,
-        "created_by": v.created_by,
-        "actor": actor_name(v.created_by),
-        "content_sha256": v.content_sha256,
-        "content_size_bytes": v.content_size_bytes,
-        "redacted_at": v.redacted_at,
-    }
-
-
 # --------------------------------------------------------------------------- the store
 
 

@@ -21,7 +21,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -35,7 +34,7 @@ from memfs.errors import (
     StoreError,
     StoreUnavailable,
 )
-from memfs.logs import Repeated, rfc3339
+from memfs.logs import Repeated
 from memfs.paths import MARKER_PATH, RemoteMemory, is_valid_memory_path
 from memfs.state import cachegc
 from memfs.state.node import Kind, Node
@@ -92,21 +91,13 @@ class RefusedFile:
     transient: bool = False
     next_retry: float | None = None  # time.time()
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "why": self.why,
-            "transient": self.transient,
-            "next_retry": rfc3339(self.next_retry) if self.next_retry is not None else None,
-        }
-
 
 @dataclass(frozen=True)
 class SyncStatistics:
     """One store as `memfs status` and the metrics see it (`StoreSync.statistics`).
 
-    The JSON of `status --json`, `sync --json` and the control socket is `as_json()`:
-    the one place these fields become keys.
+    The JSON of `status --json`, `sync --json` and the control socket is
+    memfs/control/protocol.py's `StoreStatus`, made by memfs/mount/answers.py.
     """
 
     memories: int
@@ -128,29 +119,6 @@ class SyncStatistics:
     last_heard_at: float | None  # time.time() of the store's last answer
     passes: dict[str, int]  # passes since start, by kind (memfs/sync/schedule.py)
     feed_missed: int  # changes a full listing found that the feed had not brought
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "memories": self.memories,
-            "bytes": self.bytes,
-            "dirty": self.dirty,
-            "refused": self.refused,
-            "conflicts": self.conflicts,
-            "pending_deletes": self.pending_deletes,
-            "missing_content": self.missing_content,
-            "offline": self.offline,
-            "conflict_copies": [c.as_json() for c in self.conflict_copies],
-            "refused_files": [r.as_json() for r in self.refused_files],
-            "dirty_files": list(self.dirty_files),
-            "excluded": self.excluded,
-            "pending_delete_paths": list(self.pending_delete_paths),
-            "last_pass": self.last_pass.to_json() if self.last_pass else None,
-            "next_pass_at": rfc3339(self.next_pass_at) if self.next_pass_at else None,
-            "learns_by": self.learns_by,
-            "last_heard_at": rfc3339(self.last_heard_at) if self.last_heard_at else None,
-            "passes": dict(self.passes),
-            "feed_missed": self.feed_missed,
-        }
 
 
 class StoreSync:

@@ -11,10 +11,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 from memfs.audit import Trail
-from memfs.logs import rfc3339
 from memfs.paths import RemoteMemory
 from memfs.state.node import Kind, Node
 from memfs.state.records import SyncRecords
@@ -39,9 +38,6 @@ class ConflictCopy:
     # Why the two sides were not merged when they could have been (their merge is over
     # the store's limit); None for a real conflict.
     why: str | None = None
-
-    def as_json(self) -> dict[str, str | None]:
-        return {"path": self.path, "copy": self.copy, "at": self.at, "why": self.why}
 
 
 @dataclass
@@ -80,24 +76,6 @@ class PassResult:
             versions={**self.versions, **later.versions},
             cpu_s=self.cpu_s + later.cpu_s,
         )
-
-    def to_json(self) -> dict[str, Any]:
-        """The pass as `status --json` and `sync --json` show it (times in RFC 3339)."""
-        return {
-            "at": rfc3339(self.started_at),
-            "duration_s": round(self.duration_s, 3),
-            "cpu_ms": round(self.cpu_s * 1000, 1),
-            "outcome": self.outcome,
-            "error": self.error,
-            "pulled": self.pulled,
-            "pushed": self.pushed,
-            "deleted": self.deleted,
-            "conflicts": self.conflicts,
-            "conflict_copies": [c.as_json() for c in self.conflict_copies],
-            "listed": self.listed,
-            "kind": self.kind,
-            "unsettled": list(self.unsettled),
-        }
 
 
 PushOutcome = Literal[

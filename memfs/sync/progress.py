@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -20,7 +19,7 @@ class Tracker:
     done: int = 0
     total: int | None = None
     watchers: list[Callable[[Tracker], None]] = field(default_factory=list, repr=False)
-    last: dict[str, Any] | None = None  # the snapshot of the phase that ended last
+    last: Tracker | None = None  # where the phase that ended last ended (no watchers)
 
     def begin(self, phase: str, total: int | None = None) -> None:
         self.phase, self.done, self.total = phase, 0, total
@@ -33,17 +32,9 @@ class Tracker:
 
     def end(self) -> None:
         if self.phase:
-            self.last = self.snapshot()
+            self.last = Tracker(self.phase, self.done, self.total)
             self._tell(ended=True)
             self.phase, self.done, self.total = "", 0, None
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "done": self.done,
-            "total": self.total,
-            **({"last": self.last} if self.last and self.phase == "" else {}),
-        }
 
     def _tell(self, *, ended: bool = False) -> None:
         for watch in list(self.watchers):

@@ -31,6 +31,7 @@ import anyio
 
 from memfs.control import protocol, registry
 from memfs.control.client import arequest
+from memfs.control.protocol import A, Answer, ErrorAnswer
 from memfs.paths import MARKER_PATH, MAX_CONTENT_BYTES, MAX_STORES_PER_SESSION
 
 try:
@@ -260,9 +261,11 @@ class MemfsSessionStores:
                     answer = await arequest(info, protocol.Push(path=rel, merge=False, sha=sha))
                 except OSError as e:
                     raise MemoryWriteError(f"{NOT_CONFIRMED}: {e}") from e
-                if answer.get("ok"):
+                if isinstance(answer, ErrorAnswer):
+                    raise MemoryWriteError(f"{NOT_CONFIRMED}: {answer.error}")
+                if answer.ok:
                     return True
-                error = await _not_saved(answer, Path(path), data, before)
+                error = await _not_saved(answer.outcome, answer.why, Path(path), data, before)
         raise MemoryWriteError(error)
 
     def _store_at(self, path: Path) -> tuple[_Store, dict[str, Any], str] | None:
@@ -400,7 +403,7 @@ class MemfsSessionStores:
         # Cut off while starting, its daemons may have mounted anyway.
         if not (mount.infos or _own_daemons(mount)):
             return
-        answers: list[dict[str, Any]] = []
+        answers: list[protocol.UnmountAnswer | ErrorAnswer] = []
 
         async def one(info: dict[str, Any]) -> None:
             if not self._finished:
@@ -435,7 +438,7 @@ class MemfsSessionStores:
                 path.rmdir()
 
     # -- control requests -------------------------------------------------------------
-    async def _each(self, req: protocol.Request, bound: float = REQUEST_TIMEOUT) -> None:
+    async def _each(self, req: protocol.Asks[Answer], bound: float = REQUEST_TIMEOUT) -> None:
         """Ask every daemon; log failures, never raise (mid-session syncs never do)."""
 
         async def one(mount: _Mount, info: dict[str, Any]) -> None:
@@ -444,12 +447,12 @@ class MemfsSessionStores:
             except Exception as e:
                 log.warning("memory request failed op=%s root=%s error=%s", req.op, mount.root, e)
                 return
-            if not answer.get("ok"):
+            if not answer.ok:
                 log.warning(
                     "memory request failed op=%s root=%s error=%s",
                     req.op,
                     mount.root,
-                    answer.get("error") or _failed_stores(answer),
+                    _failure(answer),
                 )
 
         async with anyio.create_task_group() as tg:
@@ -492,9 +495,8 @@ def _write_through(path: Path, data: bytes, replacing: str | None) -> bytes | No
     return before
 
 
-async def _not_saved(answer: dict[str, Any], path: Path, data: bytes, before: bytes | None) -> str:
+async def _not_saved(outcome: str, why: str, path: Path, data: bytes, before: bytes | None) -> str:
     """The agent's error for a `push` answer that is not ok; a refused write is undone."""
-    outcome, why = answer.get("outcome"), answer.get("why") or answer.get("error") or ""
     if outcome == "refused":
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(_put_back, path, data, before)
@@ -518,15 +520,17 @@ def _put_back(path: Path, data: bytes, before: bytes | None) -> None:
         log.warning("could not undo a refused memory write path=%s error=%s", path, e)
 
 
-async def _ask(info: dict[str, Any], req: protocol.Request, *, bound: float) -> dict[str, Any]:
+async def _ask(info: dict[str, Any], req: protocol.Asks[A], *, bound: float) -> A | ErrorAnswer:
     """One request on a store daemon's control socket, given up after `bound` seconds."""
     with anyio.fail_after(bound):
         return await arequest(info, req)
 
 
-def _log_left(mount: _Mount, answer: dict[str, Any]) -> None:
+def _log_left(mount: _Mount, answer: protocol.UnmountAnswer | ErrorAnswer) -> None:
     """What a store's final sync left: changed files not pushed, files refused."""
-    for store_id, paths in (answer.get("unpushed") or {}).items():
+    if isinstance(answer, ErrorAnswer):
+        return
+    for store_id, paths in answer.unpushed.items():
         log.warning(
             "memory flush left changed files un-pushed; they stay in the "
             "journal for the next mount root=%s memory_store_id=%s files=%d paths=%s",
@@ -535,7 +539,7 @@ def _log_left(mount: _Mount, answer: dict[str, Any]) -> None:
             len(paths),
             ",".join(paths[:20]),
         )
-    for store_id, files in (answer.get("refused") or {}).items():
+    for store_id, files in answer.refused.items():
         log.warning(
             "the store refused these files, so it does not have them; they stay "
             "only in the cache until their content changes root=%s "
@@ -543,7 +547,7 @@ def _log_left(mount: _Mount, answer: dict[str, Any]) -> None:
             mount.root,
             store_id,
             len(files),
-            ",".join(f"{f['path']} ({f['why']})" for f in files[:20]),
+            ",".join(f"{f.path} ({f.why})" for f in files[:20]),
         )
 
 
@@ -570,24 +574,18 @@ def _force_gone(mount: _Mount) -> None:
             )
 
 
-def _failed_stores(answer: dict[str, Any]) -> str:
-    """The failed stores of a `sync` answer (a list of stores, each with its last pass)
-    or a `flush` answer (outcomes by store id)."""
-    stores = answer.get("stores") or {}
-    if isinstance(stores, list):
-        stores = {
-            str(s.get("memory_store_id")): s.get("last_pass") or {}
-            for s in stores
-            if isinstance(s, dict)
-        }
-    return (
-        ", ".join(
-            f"{k}: {v.get('error') or v.get('outcome')}"
-            for k, v in stores.items()
-            if isinstance(v, dict) and v.get("outcome") != "ok"
-        )
-        or "failed"
-    )
+def _failure(answer: Answer) -> str:
+    """Why an answer is not ok: its error, or the failed stores of a `sync` answer (their
+    last pass) or a `flush` answer."""
+    if isinstance(answer, ErrorAnswer):
+        return answer.error
+    done: dict[str, protocol.LastPass | protocol.Flushed | None] = {}
+    if isinstance(answer, protocol.StatusAnswer):
+        done = {s.memory_store_id: s.last_pass for s in answer.stores}
+    elif isinstance(answer, protocol.FlushAnswer):
+        done = dict(answer.stores)
+    named = [f"{k}: {d.error or d.outcome}" for k, d in done.items() if d and d.outcome != "ok"]
+    return ", ".join(named) or "failed"
 
 
 class _quiet:

@@ -50,26 +50,33 @@ def test_garbage_and_half_closed_peers_are_answered(quiet: MountProcess) -> None
         (b'{"op": "history", "path": ["a"]}\n', "wrong type"),
     ]
     for payload, reason in cases:
-        answer = protocol.parse_answer(_raw(sock, payload))
-        assert answer["ok"] is False and reason in answer["error"], (payload, answer)
-    huge = protocol.parse_answer(_raw(sock, b"x" * (protocol.MAX_REQUEST * 4)))
-    assert huge == {"ok": False, "error": f"line longer than {protocol.MAX_REQUEST} bytes"}
-    half = protocol.parse_answer(_raw(sock, b'{"op": "status"', half_close=True))
-    assert half == {"ok": False, "error": "the request ended without a newline"}
+        answer = protocol.parse_answer(_raw(sock, payload), protocol.StatusAnswer)
+        assert isinstance(answer, protocol.ErrorAnswer), (payload, answer)
+        assert reason in answer.error, (payload, answer)
+    huge = protocol.parse_answer(
+        _raw(sock, b"x" * (protocol.MAX_REQUEST * 4)), protocol.StatusAnswer
+    )
+    assert huge == protocol.error(f"line longer than {protocol.MAX_REQUEST} bytes")
+    half = protocol.parse_answer(
+        _raw(sock, b'{"op": "status"', half_close=True), protocol.StatusAnswer
+    )
+    assert half == protocol.error("the request ended without a newline")
     assert _raw(sock, b"", half_close=True) == b""  # nothing asked: closed, no answer
 
     # The mount keeps serving: files, and both front ends of the one client.
     (quiet.mountpoint / "a.md").write_text("still here\n")
     status = client.request(info, protocol.Status(), timeout=10)
-    assert status["ok"] is True and status["mountpoint"] == str(quiet.mountpoint)
+    assert isinstance(status, protocol.StatusAnswer), status
+    assert status.ok is True and status.mountpoint == str(quiet.mountpoint)
 
-    async def ask() -> dict[str, object]:
+    async def ask() -> protocol.StatusAnswer | protocol.ErrorAnswer:
         with trio.fail_after(30):
             return await client.arequest(info, protocol.Sync())
 
     synced = trio.run(ask)
-    assert synced["ok"] is True, synced
-    assert synced["stores"][0]["last_pass"]["pushed"] == 1  # type: ignore[index]
+    assert isinstance(synced, protocol.StatusAnswer) and synced.ok is True, synced
+    last = synced.stores[0].last_pass
+    assert last is not None and last.pushed == 1
     assert quiet.proc is not None and quiet.proc.poll() is None
     log = quiet.log()
     assert "Traceback" not in log and " ERROR " not in log, log
@@ -84,5 +91,5 @@ def test_a_silent_peer_does_not_block_others(quiet: MountProcess) -> None:
         silent.sendall(b'{"op": "sta')  # and then nothing, for a while
         t0 = time.monotonic()
         answer = client.request(info, protocol.Status(), timeout=10)
-        assert answer["ok"] is True
+        assert answer.ok is True
         assert time.monotonic() - t0 < 5

@@ -181,7 +181,7 @@ class FileOps(RuleBasedStateMachine):
         info = registry.find_mount(str(self.mount.mountpoint))
         assert info is not None
         answer = request(info, protocol.Sync())
-        assert answer["ok"], answer
+        assert answer.ok, answer
 
     @rule()
     def sync_converges(self) -> None:

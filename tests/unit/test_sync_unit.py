@@ -34,6 +34,7 @@ import memfs.sync.plan
 import memfs.sync.pusher
 import memfs.sync.schedule
 from memfs.config import DEFAULT_EXCLUDES
+from memfs.mount.answers import last_pass
 from memfs.paths import MAX_CONTENT_BYTES
 from memfs.store.transport import RetryPolicy
 from memfs.sync.engine import RefusedFile
@@ -368,7 +369,7 @@ async def test_a_merge_over_the_store_limit_is_not_pushed_and_the_local_side_is_
     assert node.state_name() == "conflict" and node.refused_sha is None
     assert node.conflict is not None and read_copy(node.conflict) == local
     [kept] = result.conflict_copies
-    assert kept.why == why and kept.as_json()["why"] == why
+    assert kept.why == why and last_pass(result).conflict_copies[0].why == why
     assert h.sync.statistics().conflict_copies == (kept,)
     lines = [r.getMessage() for r in caplog.records]
     assert not any("merged the two" in line for line in lines)
@@ -1838,7 +1839,7 @@ async def test_a_local_directory_where_the_store_has_a_file_settles_to_the_store
     h.fake.add("/x", "the store's file\n")
     pushed = await h.sync.run_pass(kind="push")
     assert sorted(pushed.unsettled) == ["/x/a.md", "/x/b/c.md"]
-    assert pushed.to_json()["unsettled"] == pushed.unsettled
+    assert last_pass(pushed).unsettled == pushed.unsettled
     settled = await h.sync_once()
     assert settled.kind == "feed" and settled.unsettled == [] and settled.conflicts == 2
     assert h.local_files() == {"/other.md": "o\n", "/x": "the store's file\n"}
