@@ -96,7 +96,7 @@ class MemfsMount(MountProcess):
 
         sock = registry.socket_path(self._real)
         answer = request(str(sock), protocol.Status(), timeout=30)
-        return dict(answer.get("fuse_requests", {}))
+        return dict(answer.fuse_requests) if isinstance(answer, protocol.StatusAnswer) else {}
 
     def status(self) -> dict[str, Any]:
         r = self.cli("status", str(self.mountpoint), "--json", timeout=30)
