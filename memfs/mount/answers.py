@@ -161,20 +161,9 @@ def _listing(sync: StoreSync, mountpoint: str) -> list[tuple[conflicts.Kept, str
 
 
 def kept_copy(kept: conflicts.Kept, local_path: str | None = None) -> protocol.KeptCopy:
-    return protocol.KeptCopy(
-        id=kept.id,
-        memory_store_id=kept.memory_store_id,
-        path=kept.path,
-        at=kept.at,
-        copy=kept.copy,
-        size=kept.size,
-        memory_id=kept.memory_id,
-        local_sha256=kept.local_sha256,
-        remote_sha256=kept.remote_sha256,
-        remote_version=kept.remote_version,
-        restored_at=kept.restored_at,
-        local_path=local_path,
-    )
+    # protocol.KeptCopy declares Kept's fields again (control/ imports nothing of
+    # state/); tests/unit/test_control_protocol.py keeps the two in step
+    return protocol.KeptCopy(**asdict(kept), local_path=local_path)
 
 
 def conflicts_answer(

@@ -420,3 +420,13 @@ def test_a_daemon_of_an_older_memfs_still_answers_status() -> None:
     wire = to_wire(STATUS)
     del wire["close_watch"]
     assert protocol.parse_answer(_line(wire), protocol.StatusAnswer) == STATUS
+
+
+def test_kept_copy_answer_declares_the_kept_record_field_for_field() -> None:
+    # control/ may not import state/, so the answer names conflicts.Kept's fields again;
+    # mount/answers.py builds one from the other by its fields, in this order
+    from memfs.state.conflicts import Kept
+
+    record = [(f.name, str(f.type)) for f in fields(Kept)]
+    answer = [(f.name, str(f.type)) for f in fields(protocol.KeptCopy)]
+    assert answer == [*record, ("local_path", "str | None")]
