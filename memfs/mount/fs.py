@@ -6,6 +6,9 @@ Every handler runs through `_guard`, the one place where domain errors become er
 
 Handlers never start network I/O (invariant 2 in docs/concurrency.md). A read of a file
 whose content is still on its way waits, bounded, for the sync task to bring it.
+
+What a file handle names in each handle mode, and each mode's bookkeeping, is
+`handles.py`'s (`Handles`); the `user.memfs.*` extended attributes are `xattrs.py`'s.
 """
 
 from __future__ import annotations
