@@ -6,6 +6,9 @@ Every handler runs through `_guard`, the one place where domain errors become er
 
 Handlers never start network I/O (invariant 2 in docs/concurrency.md). A read of a file
 whose content is still on its way waits, bounded, for the sync task to bring it.
+
+What a file handle names in each handle mode, and each mode's bookkeeping, is
+`handles.py`'s (`Handles`); the `user.memfs.*` extended attributes are `xattrs.py`'s.
 """
 
 from __future__ import annotations
@@ -15,15 +18,13 @@ import functools
 import logging
 import os
 import stat
-import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 import pyfuse3
 import trio
-from cachetools import LRUCache
 
 from memfs import metrics
 from memfs.audit import Trail, command_name
@@ -31,6 +32,8 @@ from memfs.control.protocol import Pyfuse3Build
 from memfs.errors import FsError
 from memfs.logs import Repeated
 from memfs.mount.closewatch import CloseWatch, CloseWatchStatistics
+from memfs.mount.handles import Handles
+from memfs.mount.xattrs import Xattrs
 from memfs.paths import (
     MAX_CONTENT_BYTES,
     MAX_MEMORIES_PER_STORE,
@@ -69,38 +72,14 @@ CACHE_READDIR = hasattr(pyfuse3.FileInfo, "cache_readdir")
 # handle. Taken on a mount the VFS holds read-only with the kernel checking modes,
 # where open-time work (refusals, writer bookkeeping, the audit trail's opener, EILSEQ
 # at close) has nothing to do; FLUSH then answers ENOSYS too (reliability.md). On a
-# writable single-store mount only when asked (--zero-message-opens): that work moves
-# to WRITE and SETATTR, and some of it is given up (reliability.md lists what).
+# writable mount too unless --open-requests: that work moves to WRITE and SETATTR, and
+# some of it is given up (reliability.md lists what). memfs/mount/handles.py has the modes.
 ZERO_MESSAGE_OPENS = hasattr(pyfuse3.Operations, "pass_inode_without_fh")
 # The patched session loop reads on for the next request before it sleeps (`--read-spin-us`).
 READ_SPIN = hasattr(pyfuse3, "read_spin_us")
-# Zero-message writes: writes of one process to one file this close together are one
-# "write" line in the audit trail (what one open's writes were).
-WRITER_BURST_S = 1.0
-# Every attribute memfs shows is named here; any other name has no value.
-XATTR_PREFIX = b"user.memfs."
 # Untyped on purpose: the stock pyfuse3's stub knows neither keyword, the patched one's
 # both, and mypy must pass on either build.
 _FileInfo: Any = pyfuse3.FileInfo
-
-
-@dataclass(eq=False)
-class FileHandle:
-    node: Node
-    writable: bool
-    append: bool
-    # Who opened it for writing: pyfuse3 gives `write` no request context, so the
-    # audit trail names the opener (memfs/audit.py); `wrote` coalesces writes per open.
-    pid: int = 0
-    uid: int = 0
-    comm: str = ""
-    wrote: bool = False
-
-
-@dataclass(eq=False)
-class DirHandle:
-    node: Node
-    names: list[str] = field(default_factory=list)
 
 
 class ContentWaiter(Protocol):
@@ -195,16 +174,12 @@ class MemFs(pyfuse3.Operations):
         # setting one stays ENOTSUP. It turns on the kernel's mode checks, which
         # every memfs mount has anyway (`default_permissions`).
         self.enable_acl = True
-        # --no-xattrs: every xattr request answers ENOSYS, which the kernel remembers
-        # for the connection (fc->no_getxattr, …), so `ls -la` and writes stop asking
-        # for security.selinux and security.capability (docs/performance.md).
-        self.xattrs = xattrs
+        self.xattrs = Xattrs(state, enabled=xattrs, mutable=self._mutable)
         # Set on pyfuse3 before its main loop starts (`start_loop`); 0 on a stock build.
         self.read_spin_us = read_spin_us if READ_SPIN else 0
         # Asked of the patched pyfuse3 at INIT (`init` below says whether it is used).
-        # Read-only mounts always; writable ones when asked (--zero-message-opens),
-        # trading what OPEN carried (docs/reliability.md, "Zero-message opens").
-        self.read_only_vfs = read_only_vfs
+        # Read-only mounts always; writable ones unless --open-requests, trading what
+        # OPEN carried (docs/reliability.md, "Zero-message opens").
         self.zero_message_writes = zero_message_writes
         self.pass_inode_without_fh = (read_only_vfs or zero_message_writes) and ZERO_MESSAGE_OPENS
         self.write_context = self.pass_inode_without_fh  # `write` names its writer
@@ -221,15 +196,10 @@ class MemFs(pyfuse3.Operations):
         self.stale_inode: Callable[[int], None] = lambda ino: None
         # Set by the daemon when it watches writers' closes (memfs/mount/closewatch.py).
         self.close_watch: CloseWatch | None = None
-        # Zero-message writes: the last writer the trail named per inode, and when it
-        # last wrote (one "write" line per burst of one process, as per open before).
-        # Bounded: an inode dropped from it only costs one more "write" line.
-        self._writers: LRUCache[int, tuple[int, float]] = LRUCache(maxsize=4096)
-        self.files_by_inode = False  # OPEN answers ENOSYS; fh is the inode
-        self.dirs_by_inode = False  # OPENDIR answers ENOSYS; fh is the inode
-        # Zero-message readdir: the names of a listing, taken when it starts at offset 0,
-        # so offsets stay stable across its READDIRs (what a DirHandle keeps otherwise).
-        self._listings: dict[int, list[str]] = {}
+        # Open files and directories, in the mode `init` picks (memfs/mount/handles.py).
+        self.handles = Handles(
+            state, read_only_vfs=read_only_vfs, mutable=self._mutable, directory=self._dir
+        )
         self.waiter = waiter
         # Each read of content that cannot come would say so again: once per cause.
         self._unavailable = Repeated(
@@ -240,8 +210,6 @@ class MemFs(pyfuse3.Operations):
         self.content_timeout = content_timeout
         self.closing = False  # set at unmount: writes fail with EROFS while we flush
         self.trail = Trail()  # the daemon's audit trails (none: nothing is recorded)
-        self._handles: dict[int, FileHandle | DirHandle] = {}
-        self._next_fh = 1
         # FUSE requests answered, by handler (`forget_inodes`: inodes the kernel dropped).
         # Requests libfuse answers itself (INIT, ENOSYS for ioctl, ...) are not here.
         self.requests: Counter[str] = Counter()
@@ -253,15 +221,16 @@ class MemFs(pyfuse3.Operations):
 
     def init(self) -> None:
         """At the kernel's INIT (pyfuse3 has read what the kernel can do by now)."""
-        self.files_by_inode = self.pass_inode_without_fh and bool(
+        handles = self.handles
+        handles.files_by_inode = self.pass_inode_without_fh and bool(
             getattr(pyfuse3, "no_open_support", False)
         )
-        self.dirs_by_inode = self.pass_inode_without_fh and bool(
+        handles.dirs_by_inode = self.pass_inode_without_fh and bool(
             getattr(pyfuse3, "no_opendir_support", False)
         )
-        if self.files_by_inode and not self.read_only_vfs:
+        if handles.writes_by_inode:
             self.tree.writers_tracked = False  # no OPEN or RELEASE will say who writes
-        elif self.zero_message_writes and not self.read_only_vfs:
+        elif self.zero_message_writes and not handles.read_only_vfs:
             why = "the kernel cannot skip OPEN" if ZERO_MESSAGE_OPENS else "a stock pyfuse3"
             log.info(
                 "zero-message opens are not available; opens cost requests as with "
@@ -341,18 +310,6 @@ class MemFs(pyfuse3.Operations):
         """A name the kernel hands us for an existing entry; NAME_MAX like any local fs."""
         check_length(raw)
         return raw.decode("utf-8", "surrogateescape")
-
-    def _fh(self, handle: FileHandle | DirHandle) -> int:
-        fh = self._next_fh
-        self._next_fh += 1
-        self._handles[fh] = handle
-        return fh
-
-    def _file(self, fh: int) -> FileHandle:
-        handle = self._handles.get(fh)
-        if not isinstance(handle, FileHandle):
-            raise FsError(errno.EBADF)
-        return handle
 
     async def _content(self, node: Node) -> bytes:
         store = self.state
@@ -578,40 +535,31 @@ class MemFs(pyfuse3.Operations):
         )
         self.tree.created_here(new_parent, new_name)
 
-    # -- files ----------------------------------------------------------------------
+    # -- files (what a handle names in each mode: memfs/mount/handles.py) ------------
     @_guard
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        if self.files_by_inode:
-            raise FsError(errno.ENOSYS, "zero-message opens")  # the kernel stops asking
+        self.handles.refuse_open()  # with zero-message opens: the kernel stops asking
         node = self.tree.get(inode)
         if node.is_dir:
             raise FsError(errno.EISDIR)
         writing = (flags & os.O_ACCMODE) != os.O_RDONLY or bool(flags & os.O_TRUNC)
-        if writing:
-            store = self._mutable()
-        if writing:
-            if node.kind is Kind.MARKER:
-                raise FsError(errno.EPERM, "the marker file is read-only")
-        handle = FileHandle(node, writing, bool(flags & os.O_APPEND))
-        if writing:
-            handle.pid, handle.uid, handle.comm = ctx.pid, ctx.uid, command_name(ctx.pid)
-            if flags & os.O_TRUNC:
-                store.truncate(node, 0)
-                self.trail.change(
-                    store.store_id,
-                    "truncate",
-                    node.store_path(),
-                    ctx.pid,
-                    ctx.uid,
-                    handle.comm,
-                    size=0,
-                )
-        self.state.opened(node, writing=writing)
-        if not writing and self.noflush:
-            # flush() does nothing for a reader: nothing is given up by skipping it.
-            info: pyfuse3.FileInfo = _FileInfo(fh=self._fh(handle), keep_cache=True, noflush=True)
-            return info
-        return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True)
+        append = bool(flags & os.O_APPEND)
+        if not writing:
+            fh = self.handles.open(node, writing=False, append=append, writer=None)
+            if self.noflush:
+                # flush() does nothing for a reader: nothing is given up by skipping it.
+                info: pyfuse3.FileInfo = _FileInfo(fh=fh, keep_cache=True, noflush=True)
+                return info
+            return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+        store = self._mutable()
+        if node.kind is Kind.MARKER:
+            raise FsError(errno.EPERM, "the marker file is read-only")
+        writer = (ctx.pid, ctx.uid, command_name(ctx.pid))
+        if flags & os.O_TRUNC:
+            store.truncate(node, 0)
+            self.trail.change(store.store_id, "truncate", node.store_path(), *writer, size=0)
+        fh = self.handles.open(node, writing=True, append=append, writer=writer)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
 
     @_guard
     async def create(
@@ -620,20 +568,14 @@ class MemFs(pyfuse3.Operations):
         parent = self._dir(parent_inode)
         store = self._mutable()
         node = self._new_file(store, parent, name, mode)
-        comm = command_name(ctx.pid)
-        self.trail.change(store.store_id, "create", node.store_path(), ctx.pid, ctx.uid, comm)
-        if self.files_by_inode:
-            # fh 0, like every other open here: the kernel sends no RELEASE without
-            # OPEN, so a handle would never be closed. Writes then carry the inode.
-            return pyfuse3.FileInfo(fh=0, keep_cache=True), self._lookup_ref(node)
-        store.opened(node, writing=True)
-        handle = FileHandle(node, True, bool(flags & os.O_APPEND), ctx.pid, ctx.uid, comm)
-        return pyfuse3.FileInfo(fh=self._fh(handle), keep_cache=True), self._lookup_ref(node)
+        writer = (ctx.pid, ctx.uid, command_name(ctx.pid))
+        self.trail.change(store.store_id, "create", node.store_path(), *writer)
+        fh = self.handles.create(node, append=bool(flags & os.O_APPEND), writer=writer)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._lookup_ref(node)
 
     @_guard
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        node = self.tree.get(fh) if self.files_by_inode else self._file(fh).node
-        data = await self._content(node)
+        data = await self._content(self.handles.reading(fh))
         return data[off : off + size]
 
     @_guard
@@ -645,66 +587,20 @@ class MemFs(pyfuse3.Operations):
         ctx: pyfuse3.RequestContext | None = None,
         flags: int | None = None,
     ) -> int:
-        if self.files_by_inode:
-            return await self._write_by_inode(self.tree.get(fh), off, buf, ctx, flags)
-        handle = self._file(fh)
-        node = handle.node
-        if not handle.writable:
-            raise FsError(errno.EBADF)
-        store, written = await self._store_write(node, node.size if handle.append else off, buf)
-        if not handle.wrote:  # one line per open, before the first write is answered
-            handle.wrote = True
-            self.trail.change(
-                store.store_id, "write", node.store_path(), handle.pid, handle.uid, handle.comm
-            )
-        return written
-
-    async def _write_by_inode(
-        self,
-        node: Node,
-        off: int,
-        buf: bytes,
-        ctx: pyfuse3.RequestContext | None,
-        flags: int | None,
-    ) -> int:
-        """A write with no open behind it: what `open` refused is refused here, an
-        O_APPEND write (its flags say so) lands at memfs's end of the file, and the
-        trail names the WRITE's sender."""
-        if node.kind is Kind.MARKER:
-            self._mutable()  # EROFS first, as `open` answered
-            raise FsError(errno.EPERM, "the marker file is read-only")
-        moved = False
-        if flags is not None and flags & os.O_APPEND:
-            # The kernel wrote at its size, which a pull since its last GETATTR left
-            # stale: the append goes to the end memfs has, and the kernel forgets the
-            # pages and size it guessed.
-            moved, off = off != node.size, node.size
-        store, written = await self._store_write(node, off, buf)
-        if moved:
+        write = self.handles.write(fh, off, flags)
+        node = write.node
+        store, written = await self._store_write(node, write.offset, buf)
+        if write.moved:
             self.stale_inode(node.ino)
-        if ctx is not None:
-            now = time.monotonic()
-            last = self._writers.get(node.ino)
-            if last is None or last[0] != ctx.pid or now - last[1] >= WRITER_BURST_S:
-                self.trail.change(
-                    store.store_id,
-                    "write",
-                    node.store_path(),
-                    ctx.pid,
-                    ctx.uid,
-                    command_name(ctx.pid),
-                )
-            self._writers[node.ino] = (ctx.pid, now)
+        writer = self.handles.writer(write, ctx)
+        if writer is not None:  # before the write is answered
+            self.trail.change(store.store_id, "write", node.store_path(), *writer)
         return written
 
     def writer_closed(self, ino: int) -> None:
         """A writer closed the file (the close watch, on a mount with zero-message
-        opens: what RELEASE told): its change settles now, and the next write is a new
-        open's, which the trail names again."""
-        self._writers.pop(ino, None)
-        node = self.tree.nodes.get(ino)
-        if node is not None and node.kind is Kind.FILE:
-            self.state.writer_closed(node)
+        opens: what RELEASE told)."""
+        self.handles.writer_closed(ino)
 
     async def _store_write(self, node: Node, off: int, buf: bytes) -> tuple[StoreState, int]:
         store = self._mutable()
@@ -715,64 +611,36 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def flush(self, fh: int) -> None:
-        if self.files_by_inode:
-            # Once ENOSYS, the kernel sends no FLUSH again: a close costs nothing, and
-            # EILSEQ moves from close to fsync and the push (docs/reliability.md).
-            raise FsError(errno.ENOSYS, "zero-message opens: no flush")
-        handle = self._file(fh)
-        if handle.writable:
-            self.state.check_utf8(handle.node)
+        node = self.handles.flushing(fh)
+        if node is not None:
+            self.state.check_utf8(node)
 
     @_guard
     async def fsync(self, fh: int, datasync: bool) -> None:
-        if self.files_by_inode:
-            node = self.tree.get(fh)
-            ours = not self.read_only_vfs and node.dirty  # nothing of its own otherwise
-        else:
-            handle = self._file(fh)
-            node, ours = handle.node, handle.writable
-        store = self.state
-        if ours:
+        node = self.handles.syncing(fh)
+        if node is not None:
+            store = self.state
             store.check_utf8(node)
             store.checkpoint()
             self.trail.sync_to_disk(store.store_id)
 
     @_guard
     async def release(self, fh: int) -> None:
-        handle = self._handles.pop(fh, None)
-        if not isinstance(handle, FileHandle):
-            return
-        node = handle.node
-        self.state.closed(node, writing=handle.writable)
-        self.tree.maybe_drop(node)
+        self.handles.release(fh)
 
     # -- directories ----------------------------------------------------------------
     @_guard
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> Any:
         """A handle, or (patched pyfuse3) a FileInfo that lets the kernel keep the
         listing; `Any` because the stock stub says int."""
-        if self.dirs_by_inode:
-            raise FsError(errno.ENOSYS, "zero-message opens")  # the kernel stops asking
-        node = self._dir(inode)
-        # A snapshot of the names makes offsets stable for the life of the handle.
-        fh = self._fh(DirHandle(node, self._names(node)))
+        fh = self.handles.opendir(inode)
         if self.cache_readdir:
             return _FileInfo(fh=fh, keep_cache=True, cache_readdir=True)
         return fh
 
     @_guard
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        if self.dirs_by_inode:
-            node = self._dir(fh)
-            if start_id == 0 or fh not in self._listings:
-                self._listings[fh] = self._names(node)
-            names = self._listings[fh]
-        else:
-            handle = self._handles.get(fh)
-            if not isinstance(handle, DirHandle):
-                raise FsError(errno.EBADF)
-            node = handle.node
-            names = handle.names
+        node, names = self.handles.listing(fh, start_id)
         for index in range(start_id, len(names)):
             name = names[index]
             dots = name in (".", "..")
@@ -793,30 +661,15 @@ class MemFs(pyfuse3.Operations):
                 return
             if not dots:  # the kernel takes no reference for . and ..
                 child.lookups += 1
-        if self.dirs_by_inode:
-            self._listings.pop(fh, None)  # the listing is complete
-
-    @staticmethod
-    def _names(node: Node) -> list[str]:
-        assert node.children is not None
-        return [
-            ".",
-            "..",
-            *sorted(node.children, key=lambda n: n.encode("utf-8", "surrogateescape")),
-        ]
+        self.handles.listed(fh)
 
     @_guard
     async def releasedir(self, fh: int) -> None:
-        self._handles.pop(fh, None)
+        self.handles.releasedir(fh)
 
     @_guard
     async def fsyncdir(self, fh: int, datasync: bool) -> None:
-        if self.dirs_by_inode:
-            self.tree.get(fh)  # ENOENT for an inode unknown here
-            known = True
-        else:
-            known = isinstance(self._handles.get(fh), DirHandle)
-        if known and not self.read_only_vfs:
+        if self.handles.syncs_dir(fh):
             self.state.checkpoint()
 
     @_guard
@@ -849,72 +702,33 @@ class MemFs(pyfuse3.Operations):
                 zero_message_opens=ZERO_MESSAGE_OPENS,
                 noflush_used=self.noflush,
                 cache_readdir_used=self.cache_readdir,
-                zero_message_opens_used=self.files_by_inode,
+                zero_message_opens_used=self.handles.files_by_inode,
                 read_spin=READ_SPIN,
                 read_spin_us=self.read_spin_us,
             ),
             negative_entries=self.tree.negatives.statistics(),
-            xattrs=self.xattrs,
+            xattrs=self.xattrs.enabled,
             close_watch=None if self.close_watch is None else self.close_watch.statistics(),
         )
 
-    # -- xattrs ---------------------------------------------------------------------
+    # -- xattrs (memfs/mount/xattrs.py) ------------------------------------------------
     @_guard
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        node = self._xattr_node(inode)
-        if not name.startswith(XATTR_PREFIX):
-            # security.capability, asked by the kernel before every write and O_TRUNC
-            # open: answered without building the values (the sha256 of the content).
-            raise FsError(pyfuse3.ENOATTR)
-        value = self._xattrs(node).get(name)
-        if value is None:
-            raise FsError(pyfuse3.ENOATTR)
-        return value
+        return self.xattrs.get(inode, name)
 
     @_guard
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        node = self._xattr_node(inode)
-        return list(self._xattrs(node))
-
-    def _xattr_node(self, inode: int) -> Node:
-        """The node an xattr request is about; ENOSYS, once and for all, with --no-xattrs."""
-        if not self.xattrs:
-            raise FsError(errno.ENOSYS)
-        return self.tree.get(inode)
-
-    def _xattrs(self, node: Node) -> dict[bytes, bytes]:
-        values = {b"user.memfs.store_id": self.state.store_id.encode()}
-        path = node.store_path()
-        if any(len(s.encode("utf-8", "surrogateescape")) > NAME_MAX for s in path.split("/")):
-            values[b"user.memfs.path"] = path.encode("utf-8", "surrogateescape")
-        if node.kind is Kind.FILE:
-            if node.memory_id:
-                values[b"user.memfs.memory_id"] = node.memory_id.encode()
-            sha = node.current_sha()
-            if sha:
-                values[b"user.memfs.sha256"] = sha.encode()
-            values[b"user.memfs.state"] = node.state_name().encode()
-            if node.refused_why and node.state_name() == "refused":
-                values[b"user.memfs.refused"] = node.refused_why.encode()
-            if node.conflict:
-                values[b"user.memfs.conflict_copy"] = node.conflict.encode()
-        return values
+        return self.xattrs.names(inode)
 
     @_guard
     async def setxattr(
         self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
     ) -> None:
-        self._xattr_node(inode)  # ENOSYS with --no-xattrs, ENOENT
-        self._mutable()
-        raise FsError(errno.ENOTSUP, "extended attributes are not stored")
+        self.xattrs.set(inode)
 
     @_guard
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        node = self._xattr_node(inode)
-        self._mutable()
-        if name.startswith(XATTR_PREFIX) and name in self._xattrs(node):
-            raise FsError(errno.ENOTSUP, "memfs attributes are read-only")
-        raise FsError(pyfuse3.ENOATTR)
+        self.xattrs.remove(inode, name)
 
 
 @dataclass(frozen=True)
