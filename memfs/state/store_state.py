@@ -485,22 +485,14 @@ class StoreState:
         for path, lost in list(self.lost_creates.items()):
             if lost is node:  # its create was answered after all
                 del self.lost_creates[path]
-        old = self.tombstones.get(node.memory_id)
-        if old is not None and old is not node and old.entry_id is not None:
-            self.journal.delete(old.entry_id)
-        self.tombstones[node.memory_id] = node
-        if node.entry_id is not None:
-            self.journal.update(node.entry_id, path=None)
-        else:  # unlinked before its memory existed: the tombstone needs its own row
-            node.entry_id = self.journal.insert(
-                path=None,
-                kind="file",
-                mode=node.mode,
-                mtime_ns=node.mtime_ns,
-                memory_id=node.memory_id,
-                base_sha=node.base_sha,
-                base_path=node.base_path,
-            )
+        # unlinked before its memory existed, the tombstone gets a row of its own
+        self._row_without_path(
+            self.tombstones,
+            node.memory_id,
+            node,
+            {},
+            {"memory_id": node.memory_id, "base_sha": node.base_sha, "base_path": node.base_path},
+        )
 
     def keep_lost_create(self, node: Node) -> None:
         """A file unlinked while its create is unanswered (in flight, or its answer
@@ -508,22 +500,38 @@ class StoreState:
         ours at the next listing (`Planner.settle_lost_creates`)."""
         path = node.sent_path
         assert path is not None and node.sent_sha is not None
-        old = self.lost_creates.get(path)
+        self._row_without_path(
+            self.lost_creates,
+            path,
+            node,
+            {"data": None, "dirty": 0, "sent_path": path},
+            {"sent_sha": node.sent_sha, "sent_path": path},
+        )
+
+    def _row_without_path(
+        self,
+        table: dict[str, Node],
+        key: str,
+        node: Node,
+        update: EntryFields,
+        insert: EntryFields,
+    ) -> None:
+        """File `node` under `key` in `table` (tombstones, lost creates): a node no path
+        names, kept in a journal row whose path is NULL. The row of a node it replaces
+        goes; the node's own row is updated with `update`, or written with `insert`."""
+        old = table.get(key)
         if old is not None and old is not node and old.entry_id is not None:
             self.journal.delete(old.entry_id)
             old.entry_id = None
-        self.lost_creates[path] = node
+        table[key] = node
         if node.entry_id is not None:
-            self.journal.update(node.entry_id, path=None, data=None, dirty=0, sent_path=path)
+            fields: EntryFields = {"path": None}
+            fields.update(update)
+            self.journal.update(node.entry_id, **fields)
         else:
-            node.entry_id = self.journal.insert(
-                path=None,
-                kind="file",
-                mode=node.mode,
-                mtime_ns=node.mtime_ns,
-                sent_sha=node.sent_sha,
-                sent_path=path,
-            )
+            fields = {"path": None, "mode": node.mode, "mtime_ns": node.mtime_ns}
+            fields.update(insert)
+            node.entry_id = self.journal.insert(kind="file", **fields)
 
     def rmdir(self, parent: Node, name: str) -> Node:
         self._local_change(None, "tree")
