@@ -97,7 +97,7 @@ def rotated(rep: int, kinds: list[str] = KINDS) -> list[str]:
 class Bench:
     def __init__(self, quick: bool, reps: int | None) -> None:
         self.quick = quick
-        # --quick is a smoke run of every case at smaller sizes (< 2 minutes); the
+        # --quick is a smoke run of every case at smaller sizes (about 8 minutes); the
         # targets are then judged at the sizes it measured, which the report names.
         self.reps = reps or (2 if quick else 3)
         self.n_perop = 200 if quick else 2000

@@ -745,8 +745,8 @@ EFBIG are exact; it costs throughput on many small writes.
 ## How to reproduce
 
 ```
-scripts/bench            # full run, < 15 minutes; writes this file
-scripts/bench --quick    # < 2 minutes, smaller sizes; report in bench-out/ only
+scripts/bench            # full run, about 30 minutes; writes this file
+scripts/bench --quick    # about 8 minutes, smaller sizes; report in bench-out/ only
 scripts/bench --section NAME   # one plugged-in section (scripts/bench --list names them)
 ```
 

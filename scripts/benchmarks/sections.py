@@ -8,7 +8,7 @@ that returns one of
     (a standalone module with its own `main` has both anyway);
   - a list of markdown lines.
 Its heading is the module's TITLE, or else its docstring's first line up to a colon.
-`quick` asks for the `--quick` sizes (the whole `--quick` run stays < 2 minutes).
+`quick` asks for the `--quick` sizes (the whole `--quick` run takes about 8 minutes).
 For example:
 
     from .common import summary
