@@ -106,7 +106,7 @@ def main() -> int:
     p = argparse.ArgumentParser(
         prog="scripts/bench", description=(package_doc or "").split("\n\n")[0]
     )
-    p.add_argument("--quick", action="store_true", help="fewer files and repeats (< 2 min)")
+    p.add_argument("--quick", action="store_true", help="fewer files and repeats (about 8 min)")
     p.add_argument("--reps", type=int, help="repeats of the per-operation case")
     p.add_argument(
         "--only", action="append", help=f"comma list of cases: {','.join(CASES)} (or section names)"
