@@ -46,7 +46,6 @@ _READ_SIZE = 64 * 1024
 DRAIN_READS = 64  # reads a drain takes at most (each up to _READ_SIZE of events)
 FAILED_READ_PAUSE = 0.1  # seconds after a failed read before the next
 JOIN_TIMEOUT = 2.0  # seconds the teardown waits for the reader thread
-GATHER_S = 0.01  # seconds the reader lets closes gather once the queue has one
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
@@ -90,17 +89,12 @@ def parse(buf: bytes) -> list[tuple[int, int, int]]:
 
 def inode_of(fd: int) -> int | None:
     """The inode of an event's descriptor, from procfs: no FUSE request (an fstat
-    would ask the daemon for the attributes the write made stale). One read(2) of the
-    few lines, no buffered file object."""
+    would ask the daemon for the attributes the write made stale)."""
     try:
-        info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            text = os.read(info, 4096)
-        finally:
-            os.close(info)
-        for line in text.split(b"\n"):
-            if line.startswith(b"ino:"):
-                return int(line[4:])
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"ino:"):
+                    return int(line.split()[1])
     except (OSError, ValueError):
         pass
     return None
@@ -193,9 +187,6 @@ class CloseWatch:
             ready, _, _ = select.select([self._fd, wake], [], [])
             if wake in ready:
                 return
-            # The closes of a burst in one read: one wake-up of the loop for them all,
-            # not one each (push soon waits 0.2 s after a close anyway).
-            time.sleep(GATHER_S)
             with self._lock:
                 closes, overflows, read = _read_events(self._fd)
                 if closes or overflows:
