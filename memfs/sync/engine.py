@@ -63,7 +63,7 @@ from memfs.sync.plan import (
     Planner,
 )
 from memfs.sync.progress import Tracker
-from memfs.sync.pusher import MERGE_RETRIES, Pusher
+from memfs.sync.pusher import Pusher
 from memfs.sync.schedule import PassKind, Scheduler
 
 log = logging.getLogger("memfs.sync")
@@ -355,8 +355,7 @@ class StoreSync:
                 if node.memory_id is None:
                     await self.pusher._push_create(node, result)
                 else:
-                    merges = 0 if merge else MERGE_RETRIES
-                    await self.pusher._push_update(node, result, merges=merges)
+                    await self.pusher._push_update(node, result, merge=merge)
                 self._settle_taken(result)
                 await self.lander.flush_invalidations()
             except Exception as e:

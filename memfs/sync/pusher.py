@@ -39,8 +39,9 @@ from memfs.sync.progress import Tracker
 log = logging.getLogger("memfs.sync")
 
 
-# A merged upload that loses the race again is merged again, this often in one pass;
-# then the store wins (a conflict copy) and the next pass starts over.
+# A merged upload that loses the race again is merged and pushed again, this often in
+# one pass; a merge past that waits, a local change, for the next pass to push it (only
+# a real conflict, which no merge resolves, gives the store's side and a conflict copy).
 MERGE_RETRIES = 3
 # A transient refusal (the store is full) is retried after this many seconds, doubling
 # each time it is refused again, up to RETRY_MAX; a restart or `memfs sync` retries now.
@@ -301,8 +302,12 @@ class Pusher:
             return None
         return data, sha256_hex(data), node.version
 
-    async def _push_update(self, node: Node, result: PassResult, *, merges: int = 0) -> None:
-        """`merges`: how often this pass already merged it after losing a race."""
+    async def _push_update(
+        self, node: Node, result: PassResult, *, merges: int = 0, merge: bool = True
+    ) -> None:
+        """`merges`: how often this pass already merged it after losing a race.
+        `merge=False` (the worker's write): a lost race is not merged; the store's side
+        wins and the local bytes go to a conflict copy."""
         assert node.memory_id is not None
         memory_id = node.memory_id
         if not node.linked:
@@ -330,9 +335,7 @@ class Pusher:
                 )
             except PreconditionFailed:
                 # Another session pushed first: merge with its version, or lose to it.
-                outcome = await self._lost_race(
-                    memory_id, path, result, merge=merges < MERGE_RETRIES
-                )
+                outcome = await self._lost_race(memory_id, path, result, merge=merge)
                 if outcome is None:  # being written: its close brings a pass that merges
                     self.records.record_sent(node, None, None)
                     return
@@ -362,7 +365,9 @@ class Pusher:
                 result.unsettled.append(path)  # the feed settles it
                 return
         if merged:  # the merge is the file now: push it on top of the version that won
-            await self._push_update(node, result, merges=merges + 1)
+            if merges < MERGE_RETRIES:
+                await self._push_update(node, result, merges=merges + 1)
+            # else it stays dirty: the pass leaves it pending, and the next one pushes it
             return
         self._pushed(memory, result)
         # A path we did not send that came back different: a remote rename raced this

@@ -38,7 +38,7 @@ from memfs.mount.answers import last_pass
 from memfs.paths import MAX_CONTENT_BYTES
 from memfs.store.transport import RetryPolicy
 from memfs.sync.engine import RefusedFile
-from memfs.sync.pusher import delete_cap
+from memfs.sync.pusher import MERGE_RETRIES, delete_cap
 from memfs.sync.schedule import ECHO_DEFER, MAX_DEFER, MIN_GAP, PassKind
 from tests.support.apistore import OTHER_CLIENT
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
@@ -311,6 +311,36 @@ async def test_409_on_update_merges_and_pushes_on_top_of_the_winner(h: Harness) 
     assert raced and result.outcome == "ok" and result.conflicts == 0
     assert h.fake.by_path() == {"/log.md": "a\ntheirs\nmine\n"}
     assert h.read("/log.md") == "a\ntheirs\nmine\n"
+    assert h.node("/log.md").state_name() == "clean"
+
+
+async def test_races_lost_past_the_merge_retries_wait_for_the_next_pass_not_a_copy(
+    h: Harness,
+) -> None:
+    """Another writer appends before each of our uploads, more often than one pass merges
+    and pushes again (`MERGE_RETRIES`): the merge waits, dirty, for the next pass. Before,
+    the store won at the fourth lost race and our line went to a conflict copy (four
+    appending mounts lost 5 of 160 lines so, tests/mount/test_races.py)."""
+    ids = await synced(h, {"/log.md": "a\n"})
+    h.write("/log.md", "a\nmine\n")
+    theirs: list[str] = []
+
+    def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op == "update" and len(theirs) <= MERGE_RETRIES:  # one more than a pass retries
+            theirs.append(f"theirs{len(theirs)}\n")
+            h.fake.edit(ids["/log.md"], content="a\n" + "".join(theirs))
+
+    h.fake.before_write = race
+    result = await h.sync_once()
+    assert len(theirs) == MERGE_RETRIES + 1
+    assert result.outcome == "ok" and result.conflicts == 0 and not result.conflict_copies
+    assert h.node("/log.md").dirty  # merged, its upload left for the next pass
+    assert "mine\n" not in h.fake.by_path()["/log.md"]
+    result = await h.sync_once()
+    assert result.conflicts == 0
+    expected = "a\n" + "".join(theirs) + "mine\n"
+    assert h.fake.by_path() == {"/log.md": expected}
+    assert h.read("/log.md") == expected
     assert h.node("/log.md").state_name() == "clean"
 
 
