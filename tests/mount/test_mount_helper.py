@@ -18,7 +18,7 @@ import pytest
 from tests.support.api import Api
 from tests.support.deadline import eventually
 from tests.support.files import store_files
-from tests.support.mount import is_mounted, lazy_unmount
+from tests.support.mount import is_mounted, lazy_unmount, unmount_from_outside
 from tests.support.server import ServerProcess
 from tests.support.units import BIN, example
 
@@ -182,7 +182,7 @@ def test_fstab_line_mount_a_and_umount(host: Host, shared_api: Api) -> None:
 
     pid = daemon_pid(host.mountpoint)
     (host.mountpoint / "from-fstab.md").write_text("written before umount\n")
-    done = run("umount", str(host.mountpoint))
+    done = unmount_from_outside("umount", str(host.mountpoint), env=boot_env())
     assert done.returncode == 0, done.stderr
     wait_gone(pid)
     assert not is_mounted(host.mountpoint)

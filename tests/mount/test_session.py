@@ -36,7 +36,14 @@ from memfs.server.sqlite import Database
 from tests.support.api import Api
 from tests.support.deadline import eventually
 from tests.support.files import MARKER, store_contents
-from tests.support.mount import MountProcess, is_mounted, lazy_unmount, one_line, require_fuse
+from tests.support.mount import (
+    MountProcess,
+    is_mounted,
+    lazy_unmount,
+    one_line,
+    require_fuse,
+    unmount_from_outside,
+)
 from tests.support.nobody import run_cli_as_nobody
 from tests.support.recovery import recover_under_a_writer
 from tests.support.refusals import refused
@@ -738,7 +745,8 @@ def test_an_outside_fusermount_unmount_still_runs_the_final_sync(
     proc = start_session(tmp_path, shared_server.url, runtime_dir, spec, root)
     try:
         (root / "outside/late.md").write_text("pushed after fusermount3 -u\n")
-        subprocess.run(["fusermount3", "-u", str(root / "outside")], check=True, timeout=10)
+        done = unmount_from_outside("fusermount3", "-u", str(root / "outside"))
+        assert done.returncode == 0, done.stderr
         assert proc.wait(timeout=45) == 0
         assert "the mount was unmounted from outside (umount or fusermount3 -u)" in proc.log()
         assert store_contents(shared_api, store_id) == {"/late.md": "pushed after fusermount3 -u\n"}

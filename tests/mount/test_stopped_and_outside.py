@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.mount import MountProcess, is_mounted, lazy_unmount, mount_store
+from tests.support.mount import (
+    MountProcess,
+    is_mounted,
+    lazy_unmount,
+    mount_store,
+    unmount_from_outside,
+)
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.deadline(120)
@@ -92,7 +98,8 @@ def test_a_plain_umount_is_logged_as_such(
     proc = _mount(tmp_path, shared_server, store)
     try:
         (proc.mountpoint / "a.md").write_text("kept\n")
-        subprocess.run(["umount", str(proc.mountpoint)], check=True, timeout=30)
+        done = unmount_from_outside("umount", str(proc.mountpoint))
+        assert done.returncode == 0, done.stderr
         assert proc.wait(60) == 0
         log = proc.log()
         assert "unmounted from outside (umount or fusermount3 -u)" in log, log

@@ -342,3 +342,22 @@ def cli_ok(mount: MountProcess, *args: str) -> bytes:
     result = cli_bytes(mount, *args)
     assert result.returncode == 0, (args, result.stderr.decode())
     return result.stdout
+
+
+OUTSIDE_UNMOUNT_BUSY_S = 5.0  # how long an outside unmount is retried while it says busy
+
+
+def unmount_from_outside(
+    *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`umount`/`fusermount3 -u` as a user runs it, retried while it answers "busy": a
+    writer's close queued for the close watch holds the mount until the daemon has read
+    it (docs/reliability.md §3, "a retry succeeds"). Any other failure is returned."""
+    end = time.monotonic() + OUTSIDE_UNMOUNT_BUSY_S
+    while True:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, env=env)
+        if done.returncode == 0 or "busy" not in done.stderr.lower():
+            return done
+        if time.monotonic() > end:
+            return done
+        time.sleep(0.05)
