@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import daemonwatch
+from tests.support.deadline import eventually
 
 READY_MARK = "memfs: mounted at "
 
@@ -352,12 +353,11 @@ def unmount_from_outside(
 ) -> subprocess.CompletedProcess[str]:
     """`umount`/`fusermount3 -u` as a user runs it, retried while it answers "busy": a
     writer's close queued for the close watch holds the mount until the daemon has read
-    it (docs/reliability.md §3, "a retry succeeds"). Any other failure is returned."""
-    end = time.monotonic() + OUTSIDE_UNMOUNT_BUSY_S
-    while True:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, env=env)
-        if done.returncode == 0 or "busy" not in done.stderr.lower():
-            return done
-        if time.monotonic() > end:
-            return done
-        time.sleep(0.05)
+    it (docs/reliability.md §3, "a retry succeeds"). Any other failure is returned; busy
+    past OUTSIDE_UNMOUNT_BUSY_S fails the test."""
+    return eventually(
+        lambda: subprocess.run(list(argv), capture_output=True, text=True, timeout=30, env=env),
+        f"{argv[0]} no longer answering busy",
+        timeout=OUTSIDE_UNMOUNT_BUSY_S,
+        until=lambda done: done.returncode == 0 or "busy" not in done.stderr.lower(),
+    )
