@@ -13,6 +13,8 @@ import logging
 import time
 from pathlib import Path
 
+from cachetools import LRUCache
+
 from memfs.audit import Trail
 from memfs.errors import FsError
 from memfs.logs import Repeated, rfc3339
@@ -20,11 +22,18 @@ from memfs.paths import MAX_CONTENT_BYTES, RemoteMemory, sha256_hex
 from memfs.state import conflicts
 from memfs.state.node import Kind, Node
 from memfs.state.records import SyncRecords
-from memfs.sync.merge import merge_text
+from memfs.sync.merge import merge_text, replay_text
 from memfs.sync.notify import Notifier
 from memfs.sync.plan import WRITE_QUIET_NS, ConflictCopy, PassResult, Plan, Pull
 
 log = logging.getLogger("memfs.sync")
+
+# The bytes of files' last landings kept for `Lander._rebased` (the content before it,
+# and what landed), least recently landed dropped first.
+LANDINGS_KEPT_BYTES = 1 << 20
+# A clean file's landing is kept only if a writer rewrote it in place (truncated it)
+# this recently: an editor's buffer may still hold what was there before.
+REWRITTEN_RECENTLY_NS = 60 * 1_000_000_000
 
 
 class Lander:
@@ -44,6 +53,11 @@ class Lander:
         # Files whose clean merge the store could not hold, and why: their local side
         # goes to a conflict copy that says so (`keep_losing_bytes`).
         self._unheld: dict[int, str] = {}
+        # By inode: the content a file had before a pull last changed it, what landed,
+        # and the file's version just after (`_rebased`).
+        self._landed_over: LRUCache[int, tuple[bytes, bytes, int]] = LRUCache(
+            LANDINGS_KEPT_BYTES, getsizeof=lambda kept: len(kept[0]) + len(kept[1])
+        )
         # A blocked path is retried, and was warned about, every pass: once per cause.
         self._entry_in_way = Repeated(
             log,
@@ -75,6 +89,8 @@ class Lander:
             return False
         merged = merge_text(base, local, remote)
         if merged is None:
+            merged = self._rebased(node, base, local, remote)
+        if merged is None:
             return False
         if len(merged) > MAX_CONTENT_BYTES:
             # Pushed, it would be refused and held back while the store keeps the other
@@ -84,7 +100,9 @@ class Lander:
                 f"of {MAX_CONTENT_BYTES}"
             )
             return False
+        before = self._before_landings(node, local)
         self.records.take_merge(node, r, merged, inodes)
+        self._keep_landing(node, before, merged)
         if node.dirty:
             self.merged.append(node)
         log.info(
@@ -95,6 +113,43 @@ class Lander:
             r.memory_version_id,
         )
         return True
+
+    def _rebased(self, node: Node, base: bytes, local: bytes, remote: bytes) -> bytes | None:
+        """A conflict that is a writer's older buffer saved over a landing it did not
+        see: vim loaded the file, a pull changed it, and vim's check of the file's times
+        came before the kernel heard, so vim wrote its buffer, the landing's lines
+        reverted, over it. Its own change, taken against what it had loaded and made
+        again on the landing (`replay_text`: only when the two changed stretches apart),
+        merges with `remote`; None when it does not either. A writer that did see the
+        landing and kept it has nothing to replay, and the conflict stands."""
+        over = self._landed_over.get(node.ino)
+        if over is None:
+            return None
+        before, landed, _version = over
+        replayed = replay_text(before, local, landed)
+        if replayed is None or replayed == local:
+            return None
+        merged = merge_text(base, replayed, remote)
+        if merged is not None:
+            log.info(
+                "memory rewritten over a landing it had not seen; its change was "
+                "replayed onto the landing memory_store_id=%s path=%s",
+                self.store_id,
+                node.store_path(),
+            )
+        return merged
+
+    def _keep_landing(self, node: Node, before: bytes, landed: bytes) -> None:
+        if len(before) + len(landed) <= LANDINGS_KEPT_BYTES // 4:  # a file too big is not
+            self._landed_over[node.ino] = (before, landed, node.version)
+        else:
+            self._landed_over.pop(node.ino, None)
+
+    def _before_landings(self, node: Node, before: bytes) -> bytes:
+        """What `node` had before the landing about to change it from `before`: the
+        content before the first of the landings with no local write between them."""
+        over = self._landed_over.get(node.ino)
+        return over[0] if over is not None and over[2] == node.version else before
 
     def busy(self, node: Node) -> bool:
         """A writer has the file open, truncated it in the last `WRITE_QUIET_NS` and its
@@ -436,7 +491,27 @@ class Lander:
         parent, name = placed
         if node is not None and not self._move(node, r.path, entries):
             return None
-        return self.records.land(r, node, parent, name, inodes)
+        kept = self._rewritten_before(node, r)
+        landed = self.records.land(r, node, parent, name, inodes)
+        if kept is not None:
+            self._keep_landing(landed, *kept)
+        return landed
+
+    def _rewritten_before(self, node: Node | None, r: RemoteMemory) -> tuple[bytes, bytes] | None:
+        """A clean file's content, and `r`'s, when `r` replaces it and a writer rewrote
+        the file in place lately (its buffer may be the content before): for `_rebased`."""
+        if (
+            node is None
+            or node.dirty
+            or node.sha == r.content_sha256
+            or time.time_ns() - node.truncated_ns > REWRITTEN_RECENTLY_NS
+        ):
+            return None
+        before = self.state.content(node)
+        landed = self.state.objects.get(r.content_sha256)
+        if before is None or landed is None:
+            return None
+        return self._before_landings(node, bytes(before)), landed
 
     def _unlink_local(self, node: Node, entries: list[tuple[int, str]]) -> None:
         assert node.parent is not None

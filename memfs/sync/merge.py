@@ -107,6 +107,21 @@ def _merge_stretch(base: list[str], theirs: list[str], ours: list[str]) -> list[
 def merge_text(base: bytes, local: bytes, remote: bytes) -> bytes | None:
     """The merge of `local` and `remote` (both changed from `base`), or None on a real
     conflict or content that is not UTF-8 text."""
+    return _merge(base, local, remote, apart=False)
+
+
+def replay_text(before: bytes, edited: bytes, landed: bytes) -> bytes | None:
+    """`edited`'s own changes to `before` made again on `landed` (another change of
+    `before`): a writer's save of a buffer loaded before a pull landed
+    (memfs/sync/landing.py). Only when the two changed stretches of `before` apart, with
+    an unchanged line between them: a change next to the landing's may have been made
+    having seen it. None otherwise, or when `edited` has no change of its own."""
+    if edited == before:
+        return None
+    return _merge(before, edited, landed, apart=True)
+
+
+def _merge(base: bytes, local: bytes, remote: bytes, *, apart: bool) -> bytes | None:
     try:
         texts = [base.decode("utf-8"), local.decode("utf-8"), remote.decode("utf-8")]
     except UnicodeDecodeError:
@@ -123,6 +138,8 @@ def merge_text(base: bytes, local: bytes, remote: bytes) -> bytes | None:
             out += theirs[at[0] : at[1]]
         elif kind == "b":
             out += ours[at[0] : at[1]]
+        elif apart:
+            return None
         else:  # both changed: base lines at[0:2], theirs at[2:4], ours at[4:6]
             merged = _merge_stretch(b[at[0] : at[1]], theirs[at[2] : at[3]], ours[at[4] : at[5]])
             if merged is None:

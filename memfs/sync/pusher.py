@@ -267,7 +267,13 @@ class Pusher:
         except NotFound:
             return False
         self.fetcher.store(full)
-        return self.lander.land_retrieved(full.memory, result, merge=merge)
+        landed = self.lander.land_retrieved(full.memory, result, merge=merge)
+        # Told now, not at the end of the push: a merge goes up again first, and a writer
+        # that reads the file's times meanwhile (vim's check before it writes) must see
+        # the landing, or it writes its older buffer over it, and the next merge of that
+        # reverted line conflicts (tests/mount/test_races.py, seen in the opt-out mode).
+        await self.lander.flush_invalidations()
+        return landed
 
     async def _lost_race(
         self, memory_id: str, path: str, result: PassResult, *, merge: bool

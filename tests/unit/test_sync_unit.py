@@ -344,6 +344,88 @@ async def test_races_lost_past_the_merge_retries_wait_for_the_next_pass_not_a_co
     assert h.node("/log.md").state_name() == "clean"
 
 
+async def test_a_merged_lost_race_is_told_to_the_kernel_before_it_goes_up_again(
+    h: Harness,
+) -> None:
+    """The merge of a lost race is the file at once: the kernel drops its cached times
+    and pages before the merge is uploaded again, not at the end of the push. Before, a
+    writer that checked the file's times in between (vim, before it writes) saw none of
+    the landing and wrote its older buffer over the merge; the next merge of that
+    reverted line conflicted, and the store won (tests/mount/test_races.py)."""
+    ids = await synced(h, {"/log.md": "a\n"})
+    h.write("/log.md", "a\nmine\n")
+    ino = h.node("/log.md").ino
+    told_before: list[bool] = []
+
+    def race(op: str, mid: str | None, body: dict[str, Any] | None) -> None:
+        if op != "update":
+            return
+        if not told_before:
+            h.notifier.inodes.clear()
+            h.fake.edit(ids["/log.md"], content="theirs\na\n")
+        told_before.append(ino in h.notifier.inodes)
+
+    h.fake.before_write = race
+    result = await h.sync_once()
+    assert result.outcome == "ok" and result.conflicts == 0
+    assert told_before == [False, True]  # the second upload is the merge
+    assert h.fake.by_path() == {"/log.md": "theirs\na\nmine\n"}
+
+
+async def test_an_older_buffer_saved_over_a_merge_is_replayed_onto_it(h: Harness) -> None:
+    """vim loaded the file, a lost race landed its merge, and vim (its check of the
+    file's times before the kernel heard) saved its buffer over it: line 1 reverted,
+    one line added. The next merge with the store's change of line 1 conflicted and the
+    store won, the saved line in a copy (tests/mount/test_races.py, the opt-out mode).
+    Now vim's own change, replayed onto the merge, merges."""
+    ids = await synced(h, {"/notes.md": "api 0\nbody\n"})
+    h.write("/notes.md", "api 0\nbody\nsaved 1\n")
+    h.fake.edit(ids["/notes.md"], content="api 1\nbody\n")
+    assert (await h.sync_once()).conflicts == 0  # lost the race, merged, pushed
+    assert h.read("/notes.md") == "api 1\nbody\nsaved 1\n"
+    h.write("/notes.md", "api 0\nbody\nsaved 1\nsaved 2\n")  # vim's older buffer
+    h.fake.edit(ids["/notes.md"], content="api 2\nbody\nsaved 1\n")
+    result = await h.sync_once()
+    assert result.conflicts == 0 and not result.conflict_copies
+    expected = "api 2\nbody\nsaved 1\nsaved 2\n"
+    assert h.fake.by_path() == {"/notes.md": expected}
+    assert h.read("/notes.md") == expected
+
+
+async def test_an_older_buffer_saved_over_a_pull_of_a_rewritten_file_is_replayed(
+    h: Harness,
+) -> None:
+    """The same over a plain pull: the file was clean, rewritten in place lately (an
+    editor's), and a pull changed line 1 under the editor's buffer."""
+    ids = await synced(h, {"/notes.md": "api 0\nbody\n"})
+    h.write("/notes.md", "api 0\nbody\nsaved 1\n")
+    await h.sync_once()
+    h.fake.edit(ids["/notes.md"], content="api 1\nbody\nsaved 1\n")
+    await h.sync_once()
+    assert h.read("/notes.md") == "api 1\nbody\nsaved 1\n"
+    h.write("/notes.md", "api 0\nbody\nsaved 1\nsaved 2\n")  # the buffer before the pull
+    h.fake.edit(ids["/notes.md"], content="api 2\nbody\nsaved 1\n")
+    result = await h.sync_once()
+    assert result.conflicts == 0
+    assert h.fake.by_path() == {"/notes.md": "api 2\nbody\nsaved 1\nsaved 2\n"}
+
+
+async def test_a_writer_that_saw_the_landing_and_changed_its_line_still_conflicts(
+    h: Harness,
+) -> None:
+    """The replay is no way around a real conflict: a writer that had the merge and
+    changed the line the store changes too loses to the store, its bytes in a copy."""
+    ids = await synced(h, {"/notes.md": "api 0\nbody\n"})
+    h.write("/notes.md", "api 0\nbody\nsaved 1\n")
+    h.fake.edit(ids["/notes.md"], content="api 1\nbody\n")
+    await h.sync_once()
+    h.write("/notes.md", "mine\nbody\nsaved 1\n")
+    h.fake.edit(ids["/notes.md"], content="api 2\nbody\nsaved 1\n")
+    result = await h.sync_once()
+    assert result.conflicts == 1
+    assert h.fake.by_path() == {"/notes.md": "api 2\nbody\nsaved 1\n"}
+
+
 async def test_a_file_changed_during_its_upload_merges_later(h: Harness) -> None:
     """The baseline an accepted upload set is kept at hand even when the file changed
     while it was in flight: the next change on both sides merges. Without it the base
