@@ -267,13 +267,7 @@ class Pusher:
         except NotFound:
             return False
         self.fetcher.store(full)
-        landed = self.lander.land_retrieved(full.memory, result, merge=merge)
-        # Told now, not at the end of the push: a merge goes up again first, and a writer
-        # that reads the file's times meanwhile (vim's check before it writes) must see
-        # the landing, or it writes its older buffer over it, and the next merge of that
-        # reverted line conflicts (tests/mount/test_races.py, seen in the opt-out mode).
-        await self.lander.flush_invalidations()
-        return landed
+        return self.lander.land_retrieved(full.memory, result, merge=merge)
 
     async def _lost_race(
         self, memory_id: str, path: str, result: PassResult, *, merge: bool
@@ -371,6 +365,11 @@ class Pusher:
                 result.unsettled.append(path)  # the feed settles it
                 return
         if merged:  # the merge is the file now: push it on top of the version that won
+            # Told now, not at the end of the push (and with no upload slot held): a
+            # writer that reads the file's times meanwhile (vim's check before it writes)
+            # must see the merge, or it writes its older buffer over it, and the next
+            # merge of that reverted line conflicts (tests/mount/test_races.py).
+            await self.lander.flush_invalidations()
             if merges < MERGE_RETRIES:
                 await self._push_update(node, result, merges=merges + 1)
             # else it stays dirty: the pass leaves it pending, and the next one pushes it
