@@ -140,7 +140,9 @@ class Lander:
         return merged
 
     def _keep_landing(self, node: Node, before: bytes, landed: bytes) -> None:
-        if len(before) + len(landed) <= LANDINGS_KEPT_BYTES // 4:  # a file too big is not
+        """Keep `node`'s landing for `_rebased`; a quarter of the bound at most (the
+        store's limit is far below it, a local file need not be)."""
+        if len(before) + len(landed) <= LANDINGS_KEPT_BYTES // 4:
             self._landed_over[node.ino] = (before, landed, node.version)
         else:
             self._landed_over.pop(node.ino, None)

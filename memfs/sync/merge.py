@@ -18,6 +18,9 @@ A last line without a line ending is compared as if it had one, followed by a ma
 of the missing ending: appending after it, or editing it, changes only that line, and
 the merge ends without a line ending exactly when its last line came from a side (or
 the base) that had none there.
+
+`replay_text` is the stricter form memfs/sync/landing.py uses to make a writer's own
+change again on a pull it saved over unseen: only changes to stretches apart.
 """
 
 from __future__ import annotations
