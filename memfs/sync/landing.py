@@ -513,7 +513,7 @@ class Lander:
         landed = self.state.objects.get(r.content_sha256)
         if before is None or landed is None:
             return None
-        return self._before_landings(node, bytes(before)), landed
+        return self._before_landings(node, before), landed
 
     def _unlink_local(self, node: Node, entries: list[tuple[int, str]]) -> None:
         assert node.parent is not None
