@@ -448,7 +448,9 @@ class Daemon:
 
             nursery.start_soon(run_sync)
             # Appends memfs moved to its own end: the kernel drops what it guessed.
-            ops.stale_inode = lambda ino: nursery.start_soon(self.notifier.invalidate_inodes, [ino])
+            ops.stale_inode = lambda ino: nursery.start_soon(
+                self.notifier.invalidate_inodes, [ino], ops.state.veils.drop
+            )
             if ops.write_flags:  # zero-message opens asked on a writable mount
                 ops.close_watch = CloseWatch(mountpoint, ops.writer_closed)
                 ops.tree.closes_seen = await nursery.start(ops.close_watch.run)

@@ -255,10 +255,14 @@ class MemFs(pyfuse3.Operations):
         a.st_rdev = 0
         a.st_size = 4096 if node.is_dir else node.size
         a.st_blksize = 4096
-        a.st_blocks = (a.st_size + 511) // 512
         a.st_atime_ns = node.atime_ns
         a.st_mtime_ns = node.mtime_ns
         a.st_ctime_ns = node.ctime_ns
+        veil = self.state.veils.get(node.ino)
+        if veil is not None:  # a pull's change the kernel has not heard of yet
+            a.st_size = len(veil.data)
+            a.st_mtime_ns, a.st_ctime_ns = veil.mtime_ns, veil.ctime_ns
+        a.st_blocks = (a.st_size + 511) // 512
         return a
 
     def mode(self, node: Node) -> int:
@@ -575,7 +579,10 @@ class MemFs(pyfuse3.Operations):
 
     @_guard
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        data = await self._content(self.handles.reading(fh))
+        node = self.handles.reading(fh)
+        # A pull's change the kernel has not heard of yet is shown as it saw the file.
+        veil = self.state.veils.get(node.ino)
+        data = veil.data if veil is not None else await self._content(node)
         return data[off : off + size]
 
     @_guard

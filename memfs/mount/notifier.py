@@ -11,6 +11,7 @@ import pyfuse3
 import trio
 
 from memfs.paths import local_name
+from memfs.sync.notify import Unveil
 
 
 class KernelNotifier:
@@ -20,13 +21,13 @@ class KernelNotifier:
     def invalidate_entries(self, entries: list[tuple[int, str]]) -> None:
         self._entries.extend(entries)
 
-    async def invalidate_inodes(self, inodes: list[int]) -> None:
+    async def invalidate_inodes(self, inodes: list[int], unveil: Unveil) -> None:
         entries, self._entries = self._entries, []
         if inodes or entries:
-            await trio.to_thread.run_sync(self._invalidate, entries, inodes)
+            await trio.to_thread.run_sync(self._invalidate, entries, inodes, unveil)
 
     @staticmethod
-    def _invalidate(entries: list[tuple[int, str]], inodes: list[int]) -> None:
+    def _invalidate(entries: list[tuple[int, str]], inodes: list[int], unveil: Unveil) -> None:
         for parent, name in entries:
             try:
                 # The kernel knows a long name by its alias only.
@@ -34,6 +35,10 @@ class KernelNotifier:
             except OSError:
                 pass  # the kernel had no dentry for it: nothing cached
         for ino in inodes:
+            # The new bytes from now on, then the kernel drops the old size and pages:
+            # a read in between meets new bytes cut to the old size, for microseconds
+            # (the other order could let the kernel cache the old bytes anew).
+            unveil(ino)
             try:
                 pyfuse3.invalidate_inode(ino, False)
             except OSError:

@@ -21,6 +21,7 @@ from memfs.paths import RemoteMemory
 from memfs.state.journal import EntryFields
 from memfs.state.node import FILE_MODE, Kind, Node
 from memfs.state.store_state import StoreState
+from memfs.state.veils import Veil
 
 # (parent inode, name) pairs whose kernel dentries a batch must invalidate.
 Entries = list[tuple[int, str]]
@@ -259,6 +260,7 @@ class SyncRecords:
     # -- content from the store -------------------------------------------------------
     def take_content(self, node: Node, r: RemoteMemory, inodes: list[int]) -> None:
         """Remote content into a file that keeps its local path (a merged pull)."""
+        shown = self.state.veils.before(node, self.state.content)
         node.base_sha = r.content_sha256
         node.data = None
         node.sha = r.content_sha256
@@ -267,7 +269,7 @@ class SyncRecords:
         node.dirty = False
         node.dirty_since = None
         node.version += 1
-        inodes.append(node.ino)
+        self._changed_under_kernel(node, shown, inodes)
         if node.entry_id is not None:
             self.journal.update(
                 node.entry_id,
@@ -290,7 +292,14 @@ class SyncRecords:
         if merged == self.objects.get(r.content_sha256):
             self.take_content(node, r, inodes)  # nothing of ours is missing from `r`
             return
-        self.state.set_content(node, bytearray(merged))
+        shown = self.state.veils.before(node, self.state.content)
+        self.state.set_content(node, bytearray(merged))  # a change: drops the veil
+        self._changed_under_kernel(node, shown, inodes)
+
+    def _changed_under_kernel(self, node: Node, shown: Veil | None, inodes: list[int]) -> None:
+        """A pull changed `node`'s content: the kernel is told at the next flush, and
+        until then the handlers show it as `shown` (memfs/state/veils.py)."""
+        self.state.veils.put(node, shown)
         inodes.append(node.ino)
 
     def land(
@@ -307,12 +316,13 @@ class SyncRecords:
         self.state.by_memory[r.id] = node
         node.base_sha, node.base_path = r.content_sha256, r.path
         if node.sha != r.content_sha256 or node.data is not None:
+            shown = None if fresh else self.state.veils.before(node, self.state.content)
             node.data = None
             node.sha = r.content_sha256
             node.size = r.content_size_bytes
             node.mtime_ns = node.ctime_ns = time.time_ns()
             if not fresh:  # the kernel cannot have cached a node it never saw
-                inodes.append(node.ino)
+                self._changed_under_kernel(node, shown, inodes)
         node.dirty = False
         node.dirty_since = None
         node.version += 1

@@ -36,6 +36,7 @@ from memfs.state.journal import EntryFields, EntryRow
 from memfs.state.node import DIR_MODE, FILE_MODE, Kind, Node, Usage, check_depth
 from memfs.state.tree import Tree
 from memfs.state.utf8 import NOT_UTF8, breaks_utf8
+from memfs.state.veils import Veils
 
 # What a local change was, for when it is pushed (memfs/sync/schedule.py): a write, a
 # new file (its writer's close follows), a writer's close, or a change of the tree.
@@ -91,6 +92,9 @@ class StoreState:
         # what a pass must look at beside what the store changed, so that a pass after
         # one change costs that change, not a walk of every file.
         self.touched: set[Node] = set()
+        # Files a pull changed that the kernel has not been told of yet: the handlers
+        # show them as the kernel last saw them (memfs/state/veils.py).
+        self.veils = Veils()
         now = time.time_ns()
         self.root = tree.root  # a mount serves one store: its root is the store's
         self.marker = tree.new_node(Kind.MARKER, MARKER_NAME, self.root, 0o444, now)
@@ -426,6 +430,7 @@ class StoreState:
         node.size = len(node.data)
         node.mtime_ns = node.ctime_ns = now
         node.version += 1
+        self.veils.drop(node.ino)
         self._local_change(node, "write")
 
     def set_mode(self, node: Node, mode: int) -> None:
@@ -444,6 +449,7 @@ class StoreState:
             if node.entry_id is not None:
                 self.journal.update(node.entry_id, mtime_ns=mtime_ns)
         node.ctime_ns = time.time_ns()
+        self.veils.drop(node.ino)
 
     def unlink(self, parent: Node, name: str) -> Node:
         self.writable()

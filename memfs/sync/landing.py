@@ -551,4 +551,4 @@ class Lander:
         self.notify([], tree.negatives.take_stale())
         self._pending_inodes.extend(tree.take_changed_listings())
         inodes, self._pending_inodes = self._pending_inodes, []
-        await self.notifier.invalidate_inodes(inodes)
+        await self.notifier.invalidate_inodes(inodes, self.state.veils.drop)

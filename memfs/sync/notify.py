@@ -9,15 +9,22 @@ run in a worker thread, never on the event loop (invariant 4 in docs/concurrency
 Entries are queued by `invalidate_entries` and dropped, together with the inodes, when
 the sync task awaits `invalidate_inodes`: a pass is not reported done before the kernel
 has forgotten what the pass changed, so `memfs sync; cat …` never shows stale data.
+Until then a changed file is shown as the kernel last saw it; `unveil` ends that for
+each inode right before the kernel is told (memfs/state/veils.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+# Called with each inode right before the kernel is told of it: the state stops showing
+# the file as the kernel last saw it (`Veils.drop`, memfs/state/veils.py).
+Unveil = Callable[[int], None]
 
 
 class Notifier(Protocol):
-    async def invalidate_inodes(self, inodes: list[int]) -> None: ...
+    async def invalidate_inodes(self, inodes: list[int], unveil: Unveil) -> None: ...
 
     def invalidate_entries(self, entries: list[tuple[int, str]]) -> None: ...
 
@@ -29,7 +36,9 @@ class NullNotifier:
         self.inodes: list[int] = []
         self.entries: list[tuple[int, str]] = []
 
-    async def invalidate_inodes(self, inodes: list[int]) -> None:
+    async def invalidate_inodes(self, inodes: list[int], unveil: Unveil) -> None:
+        for ino in inodes:
+            unveil(ino)
         self.inodes.extend(inodes)
 
     def invalidate_entries(self, entries: list[tuple[int, str]]) -> None:

@@ -11,6 +11,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import sqlite3
 import time
 import types
@@ -20,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyfuse3
 import pytest
 import trio
 
@@ -35,12 +37,16 @@ import memfs.sync.pusher
 import memfs.sync.schedule
 from memfs.config import DEFAULT_EXCLUDES
 from memfs.mount.answers import last_pass
+from memfs.mount.fs import MemFs
 from memfs.paths import MAX_CONTENT_BYTES
 from memfs.store.transport import RetryPolicy
 from memfs.sync.engine import RefusedFile
+from memfs.sync.notify import NullNotifier, Unveil
 from memfs.sync.pusher import MERGE_RETRIES, delete_cap
 from memfs.sync.schedule import ECHO_DEFER, MAX_DEFER, MIN_GAP, PassKind
 from tests.support.apistore import OTHER_CLIENT
+from tests.support.fsharness import CTX as FS_CTX
+from tests.support.fsharness import Waiter
 from tests.support.syncharness import Harness, read_copy, running, sha, synced
 
 
@@ -370,6 +376,57 @@ async def test_a_merged_lost_race_is_told_to_the_kernel_before_it_goes_up_again(
     assert result.outcome == "ok" and result.conflicts == 0
     assert told_before == [False, True]  # the second upload is the merge
     assert h.fake.by_path() == {"/log.md": "theirs\na\nmine\n"}
+
+
+async def test_a_pulled_change_is_shown_as_the_kernel_saw_it_until_it_is_told(
+    h: Harness,
+) -> None:
+    """A pull lands on the event loop and the kernel hears of it a thread hop later. In
+    between, the handlers answer the file as the kernel last saw it (bytes, size,
+    times). Before, a read there got the new bytes cut to the kernel's old size: a
+    landing one byte longer lost a reader its last newline (tests/mount/test_races.py,
+    the vim test). A local write in between works on the file as it now is."""
+    ids = await synced(h, {"/n.md": "api 9\nsaved 1\n"})
+    fs = MemFs(h.state, Waiter(), content_timeout=0.3, negative_timeout=0.0)
+    fs.noflush = fs.cache_readdir = False
+    ino = (await fs.lookup(pyfuse3.ROOT_INODE, b"n.md", FS_CTX)).st_ino
+    old_mtime = (await fs.getattr(ino, FS_CTX)).st_mtime_ns
+
+    async def shown() -> tuple[int, int, bytes]:
+        a = await fs.getattr(ino, FS_CTX)
+        fi = await fs.open(ino, os.O_RDONLY, FS_CTX)
+        try:
+            return a.st_size, a.st_mtime_ns, await fs.read(fi.fh, 0, 4096)
+        finally:
+            await fs.release(fi.fh)
+
+    seen: list[tuple[int, int, bytes]] = []
+    write_between = False
+
+    class Kernel(NullNotifier):
+        async def invalidate_inodes(self, inodes: list[int], unveil: Unveil) -> None:
+            if ino in inodes:
+                if write_between:
+                    fi = await fs.open(ino, os.O_WRONLY | os.O_TRUNC, FS_CTX)
+                    await fs.write(fi.fh, 0, b"mine\n")
+                    await fs.release(fi.fh)
+                seen.append(await shown())
+            await super().invalidate_inodes(inodes, unveil)
+
+    h.sync.lander.notifier = Kernel()
+    h.fake.edit(ids["/n.md"], content="api 10\nsaved 1\n")
+    await h.sync_once()
+    assert seen == [(14, old_mtime, b"api 9\nsaved 1\n")]
+    size, mtime, data = await shown()
+    assert (size, data) == (15, b"api 10\nsaved 1\n") and mtime > old_mtime
+    assert len(h.state.veils) == 0
+
+    seen.clear()
+    write_between = True
+    h.fake.edit(ids["/n.md"], content="api 11\nsaved 1\n")
+    await h.sync_once()
+    assert seen[0][0] == 5 and seen[0][2] == b"mine\n"
+    assert len(h.state.veils) == 0
 
 
 async def test_an_older_buffer_saved_over_a_merge_is_replayed_onto_it(h: Harness) -> None:
