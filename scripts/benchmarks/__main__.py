@@ -24,7 +24,7 @@ from tests.support.mount import lazy_unmount
 from . import __doc__ as package_doc
 from . import chart, sections
 from .cases import CASES, Bench
-from .common import OUT, REPO, WORK, log
+from .common import OUT, REPO, WORK, log, real_python_first
 from .engines import cleanup_all
 from .report import report, targets
 
@@ -54,6 +54,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "rclone": rclone[0] if rclone else "",
         "anthropic_sdk": anthropic.__version__,
+        "workload_python3": shutil.which("python3") or "",
         "memfs_rev": rev + (" + uncommitted changes in memfs/" if dirty else ""),
         "loadavg_start": os.getloadavg(),
         "mem_total_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20,
@@ -119,6 +120,7 @@ def main() -> int:
     p.add_argument("--out", default=str(OUT / "results.json"))
     args = p.parse_args()
     os.chdir(REPO)
+    os.environ["PATH"] = real_python_first(os.environ.get("PATH", ""))
     found = sections.available()
     if args.list:
         print("cases:    " + " ".join(CASES))

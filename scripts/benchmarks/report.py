@@ -232,6 +232,9 @@ def _machine(r: dict[str, Any]) -> Lines:
         "machine)",
         f"- {mc['rclone']}; anthropic SDK {mc['anthropic_sdk']} (reference worker); "
         f"memfs {mc['memfs_rev']}",
+        f"- The workloads' `python3`: {mc.get('workload_python3') or 'not found'} (the "
+        "interpreter's own binary, never a version manager's shim: "
+        "`scripts/benchmarks/common.py`, `real_python_first`)",
         "- Store server: `memfs serve` (SQLite) on 127.0.0.1; native and rclone trees on the "
         "same disk as memfs's cache.",
         "",
