@@ -296,7 +296,10 @@ def _agent(ag: dict[str, Any]) -> Lines:
         f"The script is generated deterministically (seed 7) and saved at "
         f"`{ag['script']}`: cat, grep -rn (per topic and whole tree), sed -i, echo >>, "
         "ls -la, find, mv, rm, heredoc writes, python3 -c edits, head|wc. It runs as one "
-        "`bash` process with the tree as its working directory.",
+        "`bash` process with the tree as its working directory. Its `python3` is the "
+        "interpreter itself (the Machine section names it): before 2026-12-07, on this "
+        "project's machine it was pyenv's shim, a bash script that made the 10 "
+        "`python3 -c` edits three quarters of native's time and flattered every ratio.",
         "",
         "| Tree | wall time (s) | vs native | failed commands | final tree = native's |",
         "|---|---|---|---|---|",
