@@ -314,6 +314,7 @@ class Daemon:
                 read_spin_us=cfg.read_spin_us,
             )
             self.ops.trail = self.trail
+            self.sync.pusher.last_request = self.ops.last_answered  # uploads give way to it
             # Made before the mount: a recovery takes the dead daemon's registry entry over
             # right before its mount stops looking dead (`claim`), so that a `memfs status`
             # elsewhere does not remove it, and the socket bound next, as stale.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import math
 import os
 import stat
 from collections import Counter
@@ -94,8 +95,10 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        fs = cast("MemFs", args[0])
         # Requests by handler: what a gain in round trips shows, on a noisy box too.
-        cast("MemFs", args[0]).requests[name] += 1
+        fs.requests[name] += 1
+        fs.last_request = trio.current_time()  # `last_answered`
         try:
             result = await fn(*args, **kwargs)
         except Exception as e:
@@ -213,6 +216,13 @@ class MemFs(pyfuse3.Operations):
         # FUSE requests answered, by handler (`forget_inodes`: inodes the kernel dropped).
         # Requests libfuse answers itself (INIT, ENOSYS for ioctl, ...) are not here.
         self.requests: Counter[str] = Counter()
+        self.last_request = -math.inf  # when the last one came (trio's clock)
+
+    def last_answered(self) -> float:
+        """When the mount last answered a request, for the uploads that give way to a
+        busy mount (memfs/sync/schedule.py, `give_way`); an unmount asks them not to
+        wait."""
+        return -math.inf if self.closing else self.last_request
 
     def start_loop(self) -> None:
         """Before `pyfuse3.main`: what the session loop reads when its tasks start."""

@@ -8,8 +8,10 @@ A lost race is settled by retrieving the memory and landing it (the store wins).
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import trio
 
@@ -35,6 +37,7 @@ from memfs.sync.fetcher import ContentFetcher
 from memfs.sync.landing import Lander
 from memfs.sync.plan import PassResult, Plan
 from memfs.sync.progress import Tracker
+from memfs.sync.schedule import give_way
 
 log = logging.getLogger("memfs.sync")
 
@@ -81,6 +84,9 @@ class Pusher:
         # requests cost the client more CPU than they save (2,000-file flush: 32 -> 17.5 s,
         # 8 -> 9.0 s, 4 -> 8.0 s, measured side by side on the same server).
         self.limit = trio.CapacityLimiter(concurrency)
+        # When the mount answered its last FUSE request (trio's clock; set by the
+        # daemon): an upload gives way to a busy mount (`schedule.give_way`).
+        self.last_request: Callable[[], float] = lambda: -math.inf
         self.trail = trail  # the audit trail: pushes, refusals, deletes
         self.deletes_held = 0  # > 0: flushes in progress that send no deletes
         # Told of every version an accepted upload made (the listener knows its echo).
@@ -137,6 +143,19 @@ class Pusher:
             for node in plan.creates:
                 nursery.start_soon(self._counted, self._push_create, node, result)
         await self.lander.flush_invalidations()
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """An upload slot, used once the mount is quiet (or it has waited long enough)."""
+        async with self.limit:
+            ready = trio.current_time()
+            # Not an Event: every request the mount answers moves the time to wait for.
+            while True:
+                wait = give_way(trio.current_time(), self.last_request(), ready)
+                if not wait:
+                    break
+                await trio.sleep(wait)
+            yield
 
     async def _counted(
         self, push: Callable[[Node, PassResult], Awaitable[None]], node: Node, result: PassResult
@@ -216,7 +235,7 @@ class Pusher:
     async def _push_delete(self, tomb: Node, result: PassResult) -> None:
         assert tomb.memory_id is not None
         memory_id = tomb.memory_id
-        async with self.limit:
+        async with self._slot():
             try:
                 await self.client.delete_memory(
                     self.store_id, memory_id, expected_sha256=tomb.base_sha
@@ -324,7 +343,7 @@ class Pusher:
             return
         self.records.record_sent(node, sha if send_content else None, path if send_path else None)
         merged = False
-        async with self.limit:
+        async with self._slot():
             try:
                 memory = await self.client.update_memory(
                     self.store_id,
@@ -415,7 +434,7 @@ class Pusher:
             if locked:
                 memory = await self.client.create_memory(self.store_id, path, data.decode("utf-8"))
             else:
-                async with self.limit:
+                async with self._slot():
                     memory = await self.client.create_memory(
                         self.store_id, path, data.decode("utf-8")
                     )

@@ -31,6 +31,12 @@ What makes a pass due:
 
 Passes are at least `MIN_GAP` apart whatever woke them (but an asked one), also the
 first pass after a start (the start's own pass counts).
+
+Within a pass, an upload gives way to the mount's own requests (`give_way`): once it
+has its slot it starts when the mount has been quiet `QUIET_FOR_UPLOAD`, or after
+`MAX_GIVE_WAY` however busy the mount is. An upload costs the daemon about 1.5 ms of CPU
+on the thread that answers FUSE requests; uploads started in the middle of a burst of
+writes made every write of it wait (docs/sync.md, "Uploads give way to the mount").
 """
 
 from __future__ import annotations
@@ -50,6 +56,15 @@ AFTER_CLOSE = 0.2  # seconds from a settled local change to its push
 MAX_DEFER = 1.0  # a waiting local change is pushed at most this long after it came
 MIN_GAP = 1.0  # seconds between the starts of two passes (an asked one excepted)
 ECHO_DEFER = 3.0  # seconds from the echo of an own upload to the feed pass it owes
+QUIET_FOR_UPLOAD = 0.002  # seconds without a FUSE request before an upload starts
+MAX_GIVE_WAY = 0.25  # ... or this long after it was ready, however busy the mount is
+
+
+def give_way(now: float, last_request: float, ready: float) -> float:
+    """How much longer an upload ready since `ready` waits when the mount answered its
+    last FUSE request at `last_request` (0: start now)."""
+    wait = min(last_request + QUIET_FOR_UPLOAD, ready + MAX_GIVE_WAY) - now
+    return wait if wait > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,21 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memfs.sync.feed import RECONCILE_EVERY
-from memfs.sync.schedule import AFTER_CLOSE, ECHO_DEFER, MAX_DEFER, MIN_GAP, Scheduler
+from memfs.sync.schedule import (
+    AFTER_CLOSE,
+    ECHO_DEFER,
+    MAX_DEFER,
+    MAX_GIVE_WAY,
+    MIN_GAP,
+    QUIET_FOR_UPLOAD,
+    Scheduler,
+    give_way,
+)
 
 INTERVAL = 15.0
 
@@ -149,6 +159,43 @@ def test_a_change_during_a_pass_is_owed_another() -> None:
     s.done(5.4, "push", ok=True)
     due = s.next(5.4)
     assert due.kind == "push" and due.at == 5.2 + MIN_GAP
+
+
+def test_an_upload_gives_way_to_a_busy_mount_but_not_for_long() -> None:
+    q, cap = QUIET_FOR_UPLOAD, MAX_GIVE_WAY
+    assert give_way(10.0, -math.inf, 10.0) == 0  # a mount that answered nothing yet
+    assert give_way(10.0, 10.0 - q, 10.0) == 0  # quiet long enough
+    # Busy: until the mount has been quiet `q`, measured from its last request.
+    assert give_way(10.0, 10.0, 10.0) == pytest.approx(q)
+    assert give_way(10.0 + q / 2, 10.0, 10.0) == pytest.approx(q / 2)
+    # A mount that never goes quiet holds an upload `cap` at most, from when it was ready.
+    assert give_way(10.0 + cap - q / 4, 10.0 + cap - q / 4, 10.0) == pytest.approx(q / 4)
+    assert give_way(10.0 + cap, 10.0 + cap, 10.0) == 0
+    assert give_way(99.0, 99.0, 10.0) == 0
+
+
+@given(
+    ready=st.floats(0, 100),
+    busy=st.lists(st.floats(0, 1), max_size=50),
+)
+def test_an_upload_waits_only_while_requests_come_and_never_past_the_cap(
+    ready: float, busy: list[float]
+) -> None:
+    """Requests at `ready + b`: the upload starts at the first moment the mount has been
+    quiet QUIET_FOR_UPLOAD, or at ready + MAX_GIVE_WAY."""
+    requests = sorted(ready + b for b in busy)
+    now = ready
+    for _ in range(10_000):
+        last = max((r for r in requests if r <= now), default=-math.inf)
+        wait = give_way(now, last, ready)
+        if wait == 0:
+            break
+        now += wait
+    else:
+        raise AssertionError("the upload never started")
+    assert now <= ready + MAX_GIVE_WAY + 1e-9
+    last = max((r for r in requests if r <= now), default=-math.inf)
+    assert now - last >= QUIET_FOR_UPLOAD - 1e-9 or now >= ready + MAX_GIVE_WAY - 1e-9
 
 
 def test_no_push_soon_waits_for_the_interval() -> None:

@@ -43,7 +43,14 @@ from memfs.store.transport import RetryPolicy
 from memfs.sync.engine import RefusedFile
 from memfs.sync.notify import NullNotifier, Unveil
 from memfs.sync.pusher import MERGE_RETRIES, delete_cap
-from memfs.sync.schedule import ECHO_DEFER, MAX_DEFER, MIN_GAP, PassKind
+from memfs.sync.schedule import (
+    ECHO_DEFER,
+    MAX_DEFER,
+    MAX_GIVE_WAY,
+    MIN_GAP,
+    QUIET_FOR_UPLOAD,
+    PassKind,
+)
 from tests.support.apistore import OTHER_CLIENT
 from tests.support.fsharness import CTX as FS_CTX
 from tests.support.fsharness import Waiter
@@ -670,6 +677,56 @@ async def test_transient_failures_back_off_and_retry_within_a_pass(
         assert trio.current_time() - t0 >= 14  # honoured retry-after twice
         assert h.fake.by_path() == {"/t.md": "edited"}
         assert len(h.fake.ops("update")) == 3
+    finally:
+        await h.aclose()
+
+
+async def test_uploads_give_way_to_a_busy_mount_but_not_for_long(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An upload costs the thread that answers FUSE requests about 1.5 ms of CPU: it
+    waits while the mount answers requests, starts once the mount has been quiet
+    QUIET_FOR_UPLOAD, is held MAX_GIVE_WAY at most by a mount that is never quiet, and
+    not at all by one that is being unmounted (its final sync)."""
+    h = Harness(tmp_path)
+    fs = MemFs(h.state, Waiter())
+    h.sync.pusher.last_request = fs.last_answered  # as the daemon wires them
+    sent: list[float] = []
+    h.fake.before_write = lambda op, mid, body: sent.append(trio.current_time())
+
+    async def busy(until: float) -> None:  # a writer's requests, QUIET_FOR_UPLOAD / 4 apart
+        while trio.current_time() < until:
+            await fs.getattr(pyfuse3.ROOT_INODE, FS_CTX)
+            await trio.sleep(QUIET_FOR_UPLOAD / 4)
+
+    async def pushed_while_busy(until: float) -> memfs.sync.plan.PassResult:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(busy, until)
+            await trio.lowlevel.checkpoint()  # the first request is answered
+            result = await h.sync_once()
+            nursery.cancel_scope.cancel()
+        return result
+
+    try:
+        await h.start()
+        h.write("/a.md", "one")
+        h.write("/b.md", "two")
+        t0 = trio.current_time()
+        assert (await pushed_while_busy(t0 + 0.1)).pushed == 2
+        assert len(sent) == 2
+        assert t0 + 0.1 <= min(sent) <= max(sent) < t0 + 0.1 + 2 * QUIET_FOR_UPLOAD
+        # A mount that is never quiet: held MAX_GIVE_WAY, then pushed anyway.
+        h.write("/a.md", "three")
+        t1 = trio.current_time()
+        assert (await pushed_while_busy(t1 + 60)).pushed == 1
+        assert t1 + MAX_GIVE_WAY <= sent[-1] < t1 + MAX_GIVE_WAY + 0.05
+        # Unmounting: the final sync does not wait for anybody.
+        fs.closing = True
+        h.write("/b.md", "four")
+        t2 = trio.current_time()
+        assert (await pushed_while_busy(t2 + 60)).pushed == 1
+        assert sent[-1] == t2
+        assert h.fake.by_path() == {"/a.md": "three", "/b.md": "four"}
     finally:
         await h.aclose()
 
