@@ -6,17 +6,23 @@ stores of 100 memories, one `memfs serve`), waits until every content is in, and
 the processes' memory from /proc (PSS: each shared page split between its sharers, so
 the sum is what they cost the machine) and their CPU over an idle spell. The cost of one
 more store is the difference between the two runs over the 35 stores it adds.
+
+Next to them, a projection for the design (not a target): the same stores' sync engines
+in one interpreter, 1 and then 8 (`one_interpreter.py`), what several stores would cost
+if they shared a process instead of one daemon each.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import CLK_TCK
+from .common import CLK_TCK, REPO
 from .engines import start_server
 from .sections import Section, target, workdir
 from .session_stores import _cli, _memory_mb, _tree
@@ -91,6 +97,24 @@ def _sessions(url: str, ids: list[str], per: int, d: Path, idle_s: float) -> dic
     return {"processes": len(pids), "rss_mb": rss, "pss_mb": pss, "idle_cpu_ms_s": cpu_ms_per_s}
 
 
+def _one_interpreter(url: str, ids: list[str], d: Path) -> dict[str, float]:
+    """`ids`' sync engines in one process (`one_interpreter.py`): its memory."""
+    d.mkdir(parents=True)
+    env = {**os.environ, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "bench"}
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.benchmarks.one_interpreter", url, str(d), *ids],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"one_interpreter failed: {done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def run(quick: bool) -> Section:
     from memfs.server.sqlite import Database
     from tests.support.server import seed_bulk
@@ -110,6 +134,7 @@ def run(quick: bool) -> Section:
     try:
         one = _sessions(server.url, ids, 1, d / "one", idle_s)
         full = _sessions(server.url, ids, STORES, d / "full", idle_s)
+        shared = [_one_interpreter(server.url, ids[:n], d / f"shared-{n}") for n in (1, STORES)]
     finally:
         server.stop(timeout=15)
     extra = SESSIONS * (STORES - 1)
@@ -121,7 +146,9 @@ def run(quick: bool) -> Section:
         "one_store": one,
         "eight_stores": full,
         "pss_per_extra_store_mb": per_store,
+        "one_interpreter": shared,
     }
+    shared_per_store = (shared[1]["pss_mb"] - shared[0]["pss_mb"]) / (STORES - 1)
     row = "| {label} | {processes:.0f} | {rss_mb:.0f} | {pss_mb:.0f} | {per:.1f} | {cpu:.1f} |"
     lines = [
         f"{SESSIONS} `memfs session --daemon`, all writable, on one `memfs serve`: first of 1 "
@@ -148,6 +175,14 @@ def run(quick: bool) -> Section:
         ),
         "",
         f"One more store costs {per_store:.1f} MB PSS.",
+        "",
+        f"Projection for the design, not a target: the sync engines of the same stores in "
+        f"one interpreter (`scripts/benchmarks/one_interpreter.py`: what a daemon imports, "
+        f"one `StoreSync` with its own cache directory, journal and HTTP client per store, "
+        f"every content in, then idle; no FUSE session, control socket or close watch) "
+        f"take {shared[0]['pss_mb']:.1f} MB PSS for 1 store and {shared[1]['pss_mb']:.1f} "
+        f"MB for {STORES}: {shared_per_store:.2f} MB per extra store, against "
+        f"{per_store:.1f} MB with a daemon of its own.",
     ]
     return Section(
         lines=lines,
