@@ -4,14 +4,14 @@ process of its own (the density section's projection, issue 37 item 6).
 Run as `python -m scripts.benchmarks.one_interpreter URL DIR STORE_ID...` from the
 repository root: it imports what a store daemon imports, starts one `StoreSync` per store
 in one trio run (its own cache directory, journal and HTTP client each, as a daemon has),
-waits until every content is in, idles, and prints its own memory as JSON. No FUSE
+waits until every content is in, idles, says "ready" and holds everything until its
+stdin closes, so that the caller reads its memory from /proc. No FUSE
 session, control socket or close watch: pyfuse3 serves one FUSE session per process, so
 this is the part that several stores could share, not a mount.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -21,18 +21,7 @@ import trio
 IDLE_S = 5.0
 
 
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(RSS, PSS) of one process, in MB."""
-    rss = pss = 0
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Rss:"):
-            rss += int(line.split()[1])
-        elif line.startswith("Pss:"):
-            pss += int(line.split()[1])
-    return rss / 1024, pss / 1024
-
-
-async def _engines(url: str, d: Path, ids: list[str]) -> dict[str, float]:
+async def _engines(url: str, d: Path, ids: list[str]) -> None:
     import memfs.mount.daemon  # noqa: F401 (what a store daemon has imported)
     from memfs.state.cachedir import CacheDir
     from memfs.state.store_state import StoreState
@@ -63,14 +52,14 @@ async def _engines(url: str, d: Path, ids: list[str]) -> dict[str, float]:
                     break
                 await trio.sleep(0.2)
         await trio.sleep(IDLE_S)
-        rss, pss = memory_mb(os.getpid())
+        print("ready", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read)  # the caller has read our memory
         nursery.cancel_scope.cancel()
-    return {"stores": len(ids), "rss_mb": rss, "pss_mb": pss}
 
 
 def main(argv: list[str]) -> int:
     url, d, *ids = argv
-    print(json.dumps(trio.run(_engines, url, Path(d), ids)))
+    trio.run(_engines, url, Path(d), ids)
     return 0
 
 

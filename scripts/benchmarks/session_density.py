@@ -98,21 +98,32 @@ def _sessions(url: str, ids: list[str], per: int, d: Path, idle_s: float) -> dic
 
 
 def _one_interpreter(url: str, ids: list[str], d: Path) -> dict[str, float]:
-    """`ids`' sync engines in one process (`one_interpreter.py`): its memory."""
+    """`ids`' sync engines in one process (`one_interpreter.py`): its memory, read once
+    it says "ready" (every content in, then idle), as the sessions' is."""
     d.mkdir(parents=True)
     env = {**os.environ, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "bench"}
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "scripts.benchmarks.one_interpreter", url, str(d), *ids],
         cwd=REPO,
         env=env,
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"one_interpreter failed: {done.stderr[-2000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().strip() == "ready"
+        memory = _memory_mb([proc.pid]) if ready else None
+        _, err = proc.communicate(input="", timeout=300)  # stdin closed: it ends
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0 or memory is None:
+        raise RuntimeError(f"one_interpreter failed ({proc.returncode}): {err[-2000:]}")
+    rss, pss = memory
+    return {"stores": len(ids), "rss_mb": rss, "pss_mb": pss}
 
 
 def run(quick: bool) -> Section:
